@@ -1,0 +1,116 @@
+"""jaxtrace_nb: see why your jitted JAX and Equinox functions retrace and recompile.
+
+In a notebook::
+
+    %load_ext jaxtrace_nb        # record every trace and compile in this kernel
+    %%tracewatch                 # run one cell and show what it traced, and why
+
+From Python::
+
+    import jaxtrace_nb as jt
+    with jt.watch() as w:
+        step(model, x)
+    w.events          # one row per trace: cause, changed leaf, before -> after, seconds
+"""
+
+from __future__ import annotations
+
+from ._probe import SUPPORTED_JAX, RetraceError
+from ._session import JaxtraceWarning, Watch, get_session
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "JaxtraceWarning", "RetraceError", "SUPPORTED_JAX", "Watch", "faults", "load_ipython_extension",
+    "log", "reset", "start", "stop", "summary", "unload_ipython_extension", "watch",
+]
+
+
+def start(*, max_events: int | None = None) -> None:
+    """Start recording every jit trace and compile in this process (idempotent).
+
+    `max_events` caps the log (default 100,000); the oldest events are dropped and
+    counted (``jt.dropped()``).
+
+    Example::
+
+        jt.start()
+        f(1.0); f(jnp.ones(3))
+        jt.log()[["function", "cause", "leaf", "before", "after"]]
+    """
+    session = get_session()
+    if max_events is not None:
+        session.log.set_max_events(max_events)
+    session.start()
+
+
+def stop() -> None:
+    """Stop recording and leave JAX exactly as it was before `start` (idempotent)."""
+    get_session().stop()
+
+
+def watch(*, max_traces: int | None = None) -> Watch:
+    """A context manager that records the traces inside it; works with or without `start`.
+
+    With `max_traces=N`, the (N+1)-th trace of any one (non-internal) function inside
+    the scope raises :class:`RetraceError` naming the function, the changed leaf and
+    before → after, whatever the order of decorators.
+
+    Example::
+
+        with jt.watch(max_traces=1) as w:
+            for batch in batches:
+                step(model, batch)
+        w.events, w.summary()
+    """
+    return Watch(get_session(), max_traces=max_traces)
+
+
+def log(*, internal: bool = True):
+    """DataFrame of every recorded event (one row per trace, or compile without a trace).
+
+    `internal=False` hides JAX's own jitted helpers.
+    """
+    from ._log import events_frame
+
+    events = get_session().log.events()
+    if not internal:
+        events = [e for e in events if not e.internal]
+    return events_frame(events)
+
+
+def summary(*, internal: bool = False):
+    """DataFrame with one row per function: traces, compiles, seconds, last cause and leaf."""
+    from ._log import summary_frame
+
+    events = get_session().log.events()
+    if not internal:
+        events = [e for e in events if not e.internal]
+    return summary_frame(events)
+
+
+def reset() -> None:
+    """Forget every recorded event and function (recording stays on if it was on)."""
+    get_session().reset()
+
+
+def dropped() -> int:
+    """How many events the log's cap has dropped since the last reset."""
+    return get_session().log.dropped
+
+
+def faults() -> dict[str, int]:
+    """Counts of internal failures by stage (each was reported once as a warning)."""
+    return dict(get_session().fault_counts)
+
+
+def load_ipython_extension(ipython) -> None:
+    from ._ipython import load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython) -> None:
+    from ._ipython import unload
+
+    unload(ipython)

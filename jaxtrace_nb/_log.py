@@ -1,0 +1,221 @@
+"""The event log: an append-only, bounded store of trace and compile events.
+
+Events are plain records (strings and numbers only). DataFrames are built on demand;
+pandas is imported only then.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ._signature import CAUSES
+
+DEFAULT_MAX_EVENTS = 100_000
+
+# Order of the DataFrame's columns; the first 17 are the design note's contract.
+COLUMNS = (
+    "time", "cell", "function", "location", "kind", "internal", "nested", "trace_number",
+    "cause", "leaf", "before", "after", "explanation", "hint", "trace_s", "lower_s", "compile_s",
+    "cache_hit", "cache_saved_s", "jit", "thread", "key", "seq",
+)
+
+
+class Event:
+    """One trace (with the compile that followed it) or one compile without a trace."""
+
+    __slots__ = COLUMNS
+
+    def __init__(self, **fields: Any):
+        for name in COLUMNS:
+            setattr(self, name, fields.get(name))
+
+    def as_tuple(self) -> tuple:
+        return tuple(getattr(self, name) for name in COLUMNS)
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in COLUMNS}
+
+    @property
+    def total_s(self) -> float:
+        return sum(v for v in (self.trace_s, self.lower_s, self.compile_s) if v is not None)
+
+    def __repr__(self) -> str:
+        return f"Event({self.function!r}, {self.kind}, #{self.trace_number}, {self.cause}, {self.leaf!r})"
+
+
+class EventLog:
+    """Bounded event store with subscribers; thread-safe."""
+
+    def __init__(self, max_events: int = DEFAULT_MAX_EVENTS):
+        self._lock = threading.Lock()
+        self._events: collections.deque[Event] = collections.deque(maxlen=max_events)
+        self._next_seq = 0
+        self._subscribers: list[Callable[[Event, str], None]] = []
+        self.faults: list[str] = []
+
+    @property
+    def max_events(self) -> int:
+        return self._events.maxlen or 0
+
+    def set_max_events(self, n: int) -> None:
+        if n < 1:
+            raise ValueError("max_events must be at least 1")
+        with self._lock:
+            self._events = collections.deque(self._events, maxlen=n)
+
+    @property
+    def dropped(self) -> int:
+        """How many events the cap has dropped since the last reset."""
+        return self._next_seq - len(self._events) - self._first_seq
+
+    _first_seq = 0
+
+    @property
+    def next_seq(self) -> int:
+        return self._next_seq
+
+    def append(self, event: Event) -> Event:
+        with self._lock:
+            event.seq = self._next_seq
+            self._next_seq += 1
+            self._events.append(event)
+        self._notify(event, "append")
+        return event
+
+    def updated(self, event: Event) -> None:
+        """Tell subscribers that `event` got more fields (compile seconds, cache hit)."""
+        self._notify(event, "update")
+
+    def _notify(self, event: Event, what: str) -> None:
+        for callback in list(self._subscribers):
+            try:
+                callback(event, what)
+            except Exception:  # a broken view must not break recording
+                pass
+
+    def subscribe(self, callback: Callable[[Event, str], None]) -> Callable[[], None]:
+        """Call `callback(event, "append" | "update")` on every change; returns an unsubscribe."""
+        self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            try:
+                self._subscribers.remove(callback)
+            except ValueError:
+                pass
+
+        return unsubscribe
+
+    def reset(self) -> None:
+        with self._lock:
+            self._events.clear()
+            self._first_seq = self._next_seq
+
+    def events(self, since: int = 0, until: int | None = None) -> list[Event]:
+        with self._lock:
+            events = list(self._events)
+        if since or until is not None:
+            events = [e for e in events if e.seq >= since and (until is None or e.seq < until)]
+        return events
+
+
+def events_frame(events: Iterable[Event]):
+    """A DataFrame with one row per event and the documented dtypes."""
+    import pandas as pd
+
+    rows = [e.as_tuple() for e in events]
+    df = pd.DataFrame.from_records(rows, columns=list(COLUMNS))
+    return _typed(df)
+
+
+def _typed(df):
+    import pandas as pd
+
+    df["time"] = pd.to_datetime(df["time"], utc=False)
+    df["cell"] = df["cell"].astype("Int64")
+    df["trace_number"] = df["trace_number"].astype("Int64")
+    df["thread"] = df["thread"].astype("Int64")
+    df["seq"] = df["seq"].astype("Int64")
+    for col in ("trace_s", "lower_s", "compile_s", "cache_saved_s"):
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
+    for col in ("internal", "nested"):
+        df[col] = df[col].astype(bool)
+    df["cache_hit"] = df["cache_hit"].astype("boolean")
+    df["cause"] = pd.Categorical(df["cause"], categories=list(CAUSES))
+    df["kind"] = pd.Categorical(df["kind"], categories=["trace", "compile"])
+    for col in ("function", "location", "leaf", "before", "after", "explanation", "hint", "jit", "key"):
+        df[col] = df[col].astype(object)
+    return df
+
+
+SUMMARY_COLUMNS = (
+    "function", "location", "internal", "nested", "traces", "compiles", "trace_s", "lower_s",
+    "compile_s", "total_s", "last_cause", "last_leaf", "cells", "key",
+)
+
+
+def summary_frame(events: Iterable[Event]):
+    """One row per function: counts, seconds, last cause and leaf, the cells involved."""
+    import pandas as pd
+
+    groups: dict[str, dict] = {}
+    for e in events:
+        g = groups.get(e.key)
+        if g is None:
+            g = groups[e.key] = {
+                "function": e.function, "location": e.location, "internal": bool(e.internal),
+                "nested": bool(e.nested), "traces": 0, "compiles": 0, "trace_s": 0.0, "lower_s": 0.0,
+                "compile_s": 0.0, "last_cause": None, "last_leaf": None, "cells": [], "key": e.key,
+            }
+        if e.kind == "trace":
+            g["traces"] += 1
+            g["nested"] = g["nested"] and bool(e.nested)
+        if e.compile_s is not None or e.kind == "compile":
+            g["compiles"] += 1
+        for col in ("trace_s", "lower_s", "compile_s"):
+            value = getattr(e, col)
+            if value is not None and value == value:
+                g[col] += value
+        if e.cause != "first" or g["last_cause"] is None:
+            g["last_cause"], g["last_leaf"] = e.cause, e.leaf
+        if e.cell is not None and e.cell not in g["cells"]:
+            g["cells"].append(e.cell)
+    rows = []
+    for g in groups.values():
+        g["total_s"] = g["trace_s"] + g["lower_s"] + g["compile_s"]
+        g["cells"] = ", ".join(str(c) for c in g["cells"])
+        rows.append(tuple(g[c] for c in SUMMARY_COLUMNS))
+    df = pd.DataFrame.from_records(rows, columns=list(SUMMARY_COLUMNS))
+    df["last_cause"] = pd.Categorical(df["last_cause"], categories=list(CAUSES))
+    for col in ("traces", "compiles"):
+        df[col] = df[col].astype("int64")
+    for col in ("trace_s", "lower_s", "compile_s", "total_s"):
+        df[col] = df[col].astype("float64")
+    for col in ("internal", "nested"):
+        df[col] = df[col].astype(bool)
+    return df.sort_values("total_s", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def export_frame(df, path: str) -> str:
+    """Write `df` to `path` as CSV, Parquet or JSON, chosen by the file's extension."""
+    lower = str(path).lower()
+    if lower.endswith(".csv"):
+        df.to_csv(path, index=False)
+    elif lower.endswith(".parquet"):
+        out = df.copy()
+        for col in out.columns:
+            if out[col].dtype == object:
+                out[col] = out[col].astype("string")
+        out.to_parquet(path, index=False)
+    elif lower.endswith(".json"):
+        df.to_json(path, orient="records", date_format="iso", indent=1)
+    else:
+        raise ValueError(f"cannot export to {path!r}: use a .csv, .parquet or .json file name")
+    return str(path)
+
+
+def now() -> datetime.datetime:
+    return datetime.datetime.now()
