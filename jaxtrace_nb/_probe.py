@@ -379,14 +379,18 @@ class Probe:
             "rest": (rest_leaves, rest_td, dynamic.get("rest", [])),
             "user_fun": user_fun,
             "fun_is_module": fun_is_module,
+            "fun_type": (fun_td.node_data() or (None,))[0] if fun_is_module else None,
         }
 
     def _user_identity(self, user_fun, dbg, jit_kind, parts) -> tuple[str, str, int]:
         target = user_fun
         if jit_kind == "equinox" and parts.get("fun_is_module"):
             # eqx.filter_jit(module): the function is the module's __call__
-            qual = getattr(dbg, "func_name", None) or "?"
-            return f"{qual}.__call__", *self._src_from_dbg(dbg)
+            call = getattr(parts.get("fun_type"), "__call__", None)
+            code = getattr(call, "__code__", None)
+            if code is not None:
+                return call.__qualname__, code.co_filename, code.co_firstlineno
+            return f"{getattr(dbg, 'func_name', None) or '?'}.__call__", *self._src_from_dbg(dbg)
         try:
             target = inspect.unwrap(user_fun)
         except Exception:

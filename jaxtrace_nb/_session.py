@@ -106,6 +106,8 @@ class Session:
         self.current_cell: int | None = None
         self.notice = ""
         self.fault_counts: collections.Counter = collections.Counter()
+        # The last top-level function traced under each JAX name, for compiles without a trace.
+        self._by_jax_name: dict[str, tuple] = {}
         self._lock = threading.RLock()
         self._users = 0
         self._started = False  # jt.start() holds one use until jt.stop()
@@ -151,6 +153,7 @@ class Session:
         with self._lock:
             self.log.reset()
             self.functions.clear()
+            self._by_jax_name.clear()
 
     # -------------------------------------------------------------- faults
     def fault(self, stage: str, exc: BaseException) -> None:
@@ -184,6 +187,9 @@ class Session:
             self.fault("diagnosis", e)
             return None
         self.log.append(event)
+        if not info.nested:
+            self._by_jax_name[info.jax_name] = (info.jax_name, info.function, info.location, info.key,
+                                                info.internal, info.jit_kind)
         for watch in list(self.watches):
             watch.count(event)  # raises RetraceError past a watch's max_traces
         return event
@@ -234,6 +240,8 @@ class Session:
     def on_compile_without_trace(self, jax_name: str, identity: tuple | None, thread: int,
                                  full_probe: bool) -> Event | None:
         try:
+            if identity is None:
+                identity = self._by_jax_name.get(jax_name)
             if identity is not None:
                 _, function, location, key, internal, jit_kind = identity
             else:

@@ -162,10 +162,15 @@ def _classify(change: Change, function_path: str | None) -> str:
     return "structure"
 
 
+def _is_argument(path: str) -> bool:
+    return path.isidentifier()
+
+
 def _describe(change: Change) -> tuple[str | None, str | None]:
-    _, old, new = change
-    before = clip(old.text) if old is not None else "(absent)"
-    after = clip(new.text) if new is not None else "(absent)"
+    path, old, new = change
+    absent = "(not passed)" if _is_argument(path) else "(absent)"
+    before = clip(old.text) if old is not None else absent
+    after = clip(new.text) if new is not None else absent
     return before, after
 
 
@@ -251,6 +256,9 @@ def _hint(cause: str, change: Change, sig: Signature, jit_kind: str) -> str:
             )
         return f"Every distinct value of static {p} compiles once: keep the set of values small or make it an array."
     if cause == "structure":
+        if (old is None or new is None) and _is_argument(path):
+            return (f"{p} was passed in one call and not in the other: a keyword left to its default "
+                    "and one given explicitly are different call structures. Pass it always, or never.")
         kinds = {old.kind if old else None, new.kind if new else None}
         if "none" in kinds:
             return (
