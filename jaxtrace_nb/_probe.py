@@ -593,9 +593,7 @@ class Probe:
             return ()
         if names is None or len(names) != len(values):
             names = [f"context[{i}]" for i in range(len(values))]
-        return tuple((str(n), clip(repr(v) if isinstance(v, (int, float, str, bool, type(None)))
-                                   else f"<{type(v).__name__} {id(v):x}>", 80))
-                     for n, v in zip(names, values))
+        return tuple((str(n), _context_value(v)) for n, v in zip(names, values))
 
     # ---------------------------------------------------------- monitoring
     def _on_duration(self, event: str, duration: float, **kwargs) -> None:
@@ -651,6 +649,17 @@ class Probe:
                 self._sink.on_cache(target, event == CACHE_HIT_EVENT)
         except Exception as e:
             self._sink.fault("timing", e)
+
+
+def _context_value(value) -> str:
+    """A trace-context value as text; objects by type and hash, as JAX's cache key compares them."""
+    if isinstance(value, (int, float, str, bool, type(None))):
+        return clip(repr(value), 80)
+    try:
+        token = f"{hash(value) & 0xFFFFFFFF:08x}"
+    except Exception:
+        token = "unhashable"
+    return f"<{type(value).__name__} {token}>"
 
 
 def _jit_inner_name(fun_name) -> str | None:

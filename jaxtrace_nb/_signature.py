@@ -264,8 +264,9 @@ def _hint(cause: str, change: Change, sig: Signature, jit_kind: str) -> str:
             return (
                 f"A leaf of {p} switched between an array and None. With Equinox + Optax this is usually "
                 "gradients that are None for frozen leaves, so the optimizer state changes structure after "
-                "the first update: initialise the optimizer with the same filter that produces the gradients, "
-                "e.g. `optim.init(eqx.filter(model, eqx.is_inexact_array))`."
+                "the first update: initialise the optimizer state with the same filter that selects the "
+                "trainable leaves, e.g. `optim.init(eqx.filter(model, filter_spec))` where `filter_spec` is "
+                "what you partition or differentiate by."
             )
         if "node" in kinds:
             return (
@@ -307,8 +308,10 @@ def diagnose(new: Signature, previous: Sequence[Signature], *, new_object: bool 
                          len(changes))
     if ctx:
         names = ", ".join(ctx[:_MAX_LISTED])
+        before, after = dict(old.context).get(ctx[0]), dict(new.context).get(ctx[0])
         return Diagnosis(
-            "context", None, None, None,
+            "context", None, f"{ctx[0]}={before}" if before is not None else None,
+            f"{ctx[0]}={after}" if after is not None else None,
             f"Same inputs, but JAX's trace context changed ({names}).",
             "A JAX config value or context manager (e.g. `jax_enable_x64`, `default_matmul_precision`, "
             "a mesh) differs from the earlier trace: set it once, before the first call.",
