@@ -15,33 +15,51 @@ From Python::
 
 from __future__ import annotations
 
+import os
+
 from ._probe import SUPPORTED_JAX, RetraceError
 from ._session import JaxtraceWarning, Watch, get_session
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "JaxtraceWarning", "RetraceError", "SUPPORTED_JAX", "Watch", "faults", "load_ipython_extension",
-    "log", "reset", "start", "stop", "summary", "unload_ipython_extension", "watch",
+    "JaxtraceWarning", "RetraceError", "SUPPORTED_JAX", "Watch", "dropped", "faults", "load",
+    "load_ipython_extension", "log", "reset", "start", "stop", "summary", "unload_ipython_extension", "watch",
 ]
 
 
-def start(*, max_events: int | None = None) -> None:
+def start(*, max_events: int | None = None, persist: str | os.PathLike | None = None) -> None:
     """Start recording every jit trace and compile in this process (idempotent).
 
     `max_events` caps the log (default 100,000); the oldest events are dropped and
-    counted (``jt.dropped()``).
+    counted (``jt.dropped()``). `persist` appends every event to a file as one JSON
+    line, flushed as it happens, so a kernel that dies (say, out of memory in a huge
+    compile) loses nothing already recorded; read it back with :func:`load`.
 
     Example::
 
-        jt.start()
+        jt.start(persist="traces.jsonl")
         f(1.0); f(jnp.ones(3))
         jt.log()[["function", "cause", "leaf", "before", "after"]]
     """
     session = get_session()
     if max_events is not None:
         session.log.set_max_events(max_events)
-    session.start()
+    session.start(persist=None if persist is None else os.fspath(persist))
+
+
+def load(path: str | os.PathLike):
+    """The DataFrame of a log persisted with ``start(persist=path)``, as :func:`log` gives it.
+
+    Tolerates a torn last line (a kernel killed while writing). Example::
+
+        df = jt.load("traces.jsonl")   # after the kernel died
+        df[df["compile_s"].isna()]      # the trace whose compile never finished
+    """
+    from ._log import events_frame
+    from ._persist import load_events
+
+    return events_frame(load_events(path))
 
 
 def stop() -> None:
@@ -79,14 +97,22 @@ def log(*, internal: bool = True):
     return events_frame(events)
 
 
-def summary(*, internal: bool = False):
-    """DataFrame with one row per function: traces, compiles, seconds, last cause and leaf."""
+def summary(*, internal: bool = False, by: str = "total_s"):
+    """DataFrame with one row per function: traces, compiles, seconds, equations, last cause and leaf.
+
+    Sorted by `by`, largest first (``"compile_s"``, ``"eqns"``, ``"traces"``, ...). Example::
+
+        jt.summary(by="eqns").head()   # the biggest graphs: unrolled loops, inlined models
+    """
     from ._log import summary_frame
 
     events = get_session().log.events()
     if not internal:
         events = [e for e in events if not e.internal]
-    return summary_frame(events)
+    df = summary_frame(events)
+    if by != "total_s":
+        df = df.sort_values(by, ascending=False, kind="stable", na_position="last").reset_index(drop=True)
+    return df
 
 
 def reset() -> None:

@@ -20,7 +20,8 @@ DEFAULT_MAX_EVENTS = 100_000
 COLUMNS = (
     "time", "cell", "function", "location", "kind", "internal", "nested", "trace_number",
     "cause", "leaf", "before", "after", "explanation", "hint", "trace_s", "lower_s", "compile_s",
-    "cache_hit", "cache_saved_s", "jit", "thread", "key", "seq",
+    "cache_hit", "cache_saved_s", "eqns", "eqns_total", "loop_repeats", "loop_line", "flops",
+    "arg_bytes", "out_bytes", "temp_bytes", "compile_s_per_keqn", "jit", "thread", "key", "seq",
 )
 
 
@@ -55,7 +56,7 @@ class EventLog:
         self._events: collections.deque[Event] = collections.deque(maxlen=max_events)
         self._next_seq = 0
         self._subscribers: list[Callable[[Event, str], None]] = []
-        self.faults: list[str] = []
+        self.on_fault: Callable[[BaseException], None] | None = None  # a subscriber failed
 
     @property
     def max_events(self) -> int:
@@ -94,8 +95,9 @@ class EventLog:
         for callback in list(self._subscribers):
             try:
                 callback(event, what)
-            except Exception:  # a broken view must not break recording
-                pass
+            except Exception as e:  # a broken view must not break recording
+                if self.on_fault is not None:
+                    self.on_fault(e)
 
     def subscribe(self, callback: Callable[[Event, str], None]) -> Callable[[], None]:
         """Call `callback(event, "append" | "update")` on every change; returns an unsubscribe."""
@@ -139,21 +141,25 @@ def _typed(df):
     df["trace_number"] = df["trace_number"].astype("Int64")
     df["thread"] = df["thread"].astype("Int64")
     df["seq"] = df["seq"].astype("Int64")
-    for col in ("trace_s", "lower_s", "compile_s", "cache_saved_s"):
+    for col in ("eqns", "eqns_total", "loop_repeats", "arg_bytes", "out_bytes", "temp_bytes"):
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
+    for col in ("trace_s", "lower_s", "compile_s", "cache_saved_s", "flops", "compile_s_per_keqn"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
     for col in ("internal", "nested"):
         df[col] = df[col].astype(bool)
     df["cache_hit"] = df["cache_hit"].astype("boolean")
     df["cause"] = pd.Categorical(df["cause"], categories=list(CAUSES))
     df["kind"] = pd.Categorical(df["kind"], categories=["trace", "compile"])
-    for col in ("function", "location", "leaf", "before", "after", "explanation", "hint", "jit", "key"):
+    for col in ("function", "location", "leaf", "before", "after", "explanation", "hint", "jit", "key",
+                "loop_line"):
         df[col] = df[col].astype(object)
     return df
 
 
 SUMMARY_COLUMNS = (
     "function", "location", "internal", "nested", "traces", "compiles", "trace_s", "lower_s",
-    "compile_s", "total_s", "last_cause", "last_leaf", "cells", "key",
+    "compile_s", "total_s", "eqns", "loop_repeats", "cache_hits", "cache_saved_s", "last_cause",
+    "last_leaf", "cells", "key",
 )
 
 
@@ -168,17 +174,23 @@ def summary_frame(events: Iterable[Event]):
             g = groups[e.key] = {
                 "function": e.function, "location": e.location, "internal": bool(e.internal),
                 "nested": bool(e.nested), "traces": 0, "compiles": 0, "trace_s": 0.0, "lower_s": 0.0,
-                "compile_s": 0.0, "last_cause": None, "last_leaf": None, "cells": [], "key": e.key,
+                "compile_s": 0.0, "eqns": None, "loop_repeats": None, "cache_hits": 0, "cache_saved_s": 0.0,
+                "last_cause": None, "last_leaf": None, "cells": [], "key": e.key,
             }
         if e.kind == "trace":
             g["traces"] += 1
             g["nested"] = g["nested"] and bool(e.nested)
         if e.compile_s is not None or e.kind == "compile":
             g["compiles"] += 1
-        for col in ("trace_s", "lower_s", "compile_s"):
+        for col in ("trace_s", "lower_s", "compile_s", "cache_saved_s"):
             value = getattr(e, col)
             if value is not None and value == value:
                 g[col] += value
+        for col, value in (("eqns", e.eqns_total), ("loop_repeats", e.loop_repeats)):
+            if value is not None and (g[col] is None or value > g[col]):
+                g[col] = value
+        if e.cache_hit:
+            g["cache_hits"] += 1
         if e.cause != "first" or g["last_cause"] is None:
             g["last_cause"], g["last_leaf"] = e.cause, e.leaf
         if e.cell is not None and e.cell not in g["cells"]:
@@ -190,9 +202,11 @@ def summary_frame(events: Iterable[Event]):
         rows.append(tuple(g[c] for c in SUMMARY_COLUMNS))
     df = pd.DataFrame.from_records(rows, columns=list(SUMMARY_COLUMNS))
     df["last_cause"] = pd.Categorical(df["last_cause"], categories=list(CAUSES))
-    for col in ("traces", "compiles"):
+    for col in ("traces", "compiles", "cache_hits"):
         df[col] = df[col].astype("int64")
-    for col in ("trace_s", "lower_s", "compile_s", "total_s"):
+    for col in ("eqns", "loop_repeats"):
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
+    for col in ("trace_s", "lower_s", "compile_s", "total_s", "cache_saved_s"):
         df[col] = df[col].astype("float64")
     for col in ("internal", "nested"):
         df[col] = df[col].astype(bool)

@@ -26,6 +26,7 @@ import time
 import weakref
 from typing import Any, NamedTuple
 
+from ._graph import GraphStats, find_unrolled
 from ._signature import NODE_SUFFIX, NONE_LEAF, Leaf, Signature, array_leaf, node_leaf, static_leaf
 from ._summary import clip, summarize_static
 
@@ -62,6 +63,7 @@ class TraceInfo(NamedTuple):
     function_ref: Any  # weakref to the function object, or None
     thread: int
     elapsed_s: float  # our own measure of the trace, used for nested traces
+    graph: GraphStats | None = None
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -145,10 +147,13 @@ class Probe:
         self._installed = False
         self._orig_trace = None
         self._wrapper = None
+        self._orig_compile = None
+        self._compile_wrapper = None
         self._listeners: list[tuple[str, Any]] = []
         self.capabilities = _Capabilities(False, "not installed")
         self._library_dirs: tuple[str, ...] = ()
         self.cell_label = None  # set by the IPython glue: filename -> "In[5]" or None
+        self.capture_cost = True  # equation counts, unrolled loops, FLOPs and bytes of each compile
 
     # ----------------------------------------------------------------- install
     @property
@@ -176,6 +181,7 @@ class Probe:
             self._orig_trace = pe.trace_to_jaxpr
             self._wrapper = self._make_wrapper(self._orig_trace)
             pe.trace_to_jaxpr = self._wrapper
+            self._install_compile_hook()
             self._exclude_from_tracebacks()
         self._installed = True
         if self.capabilities.trace_hook:
@@ -204,7 +210,47 @@ class Probe:
             else:  # someone wrapped on top of us: leave their wrapper, make ours a no-op
                 self._wrapper.active = False
         self._wrapper = None
+        if self._compile_wrapper is not None:
+            from jax._src import compiler
+
+            if compiler.compile_or_get_cached is self._compile_wrapper:
+                compiler.compile_or_get_cached = self._orig_compile
+            else:
+                self._compile_wrapper.active = False
+        self._compile_wrapper = None
         self._installed = False
+
+    def _install_compile_hook(self) -> None:
+        """Forward `compiler.compile_or_get_cached` and keep its executable for the cost analysis.
+
+        The executable is analysed (FLOPs, bytes) in the compile-duration listener, that is
+        after JAX has measured the compile, and dropped there.
+        """
+        try:
+            from jax._src import compiler
+        except Exception:
+            return
+        orig = getattr(compiler, "compile_or_get_cached", None)
+        if orig is None or not callable(orig):
+            return
+        tls = self._tls
+        probe = self
+
+        class CompileOrGetCached:
+            active = True
+
+            def __call__(self, *args, **kwargs):
+                executable = orig(*args, **kwargs)
+                if self.active and probe.capture_cost:
+                    tls.executable = executable
+                return executable
+
+            def __getattr__(self, name):
+                return getattr(orig, name)
+
+        self._orig_compile = orig
+        self._compile_wrapper = CompileOrGetCached()
+        compiler.compile_or_get_cached = self._compile_wrapper
 
     def _register(self, monitoring, register_name, unregister_name, callback) -> None:
         register = getattr(monitoring, register_name, None)
@@ -292,7 +338,7 @@ class Probe:
             if stack:
                 stack[-1][0] += delta
         if delta - frame[0] > 0:
-            self._record_trace(fun, in_type, dbg, top, elapsed)
+            self._record_trace(fun, in_type, dbg, top, elapsed, out)
         elif top:
             tls.last_hit = self._safe(self._identity_only, fun, in_type, dbg)
         return out
@@ -304,14 +350,47 @@ class Probe:
             self._sink.fault("probe", e)
             return None
 
-    def _record_trace(self, fun, in_type, dbg, top: bool, elapsed: float) -> None:
+    def _record_trace(self, fun, in_type, dbg, top: bool, elapsed: float, out) -> None:
         info = self._safe(self._trace_info, fun, in_type, dbg, not top, elapsed)
+        if info is not None and self.capture_cost:
+            info = info._replace(graph=self._safe(self._graph, out))
         if info is None:
             return
         event = self._sink.on_trace(info)  # may raise RetraceError, by design
         if event is not None and top:
             pending = self._tls.__dict__.setdefault("pending", {})
             pending[info.jax_name] = event
+
+    def _graph(self, out) -> GraphStats | None:
+        """Equation counts and an unrolled loop in the traced jaxpr (plain numbers and text)."""
+        closed = out[0] if isinstance(out, tuple) else out
+        jaxpr = getattr(closed, "jaxpr", closed)
+        eqns = getattr(jaxpr, "eqns", None)
+        if eqns is None:
+            return None
+        names = [eqn.primitive.name for eqn in eqns]
+        found = find_unrolled(names)
+        where = None
+        if found is not None:
+            where = self._loop_location(eqns[found.start:found.start + found.period])
+        return GraphStats(len(eqns), _count_equations(jaxpr, {}), found, where)
+
+    def _loop_location(self, body) -> str | None:
+        """`file:line` of the first line of an unrolled loop's body, from JAX's source info."""
+        try:
+            from jax._src import source_info_util
+        except Exception:
+            return None
+        frames = []
+        for eqn in body:
+            frame = source_info_util.user_frame(getattr(eqn.source_info, "traceback", None))
+            if frame is not None:
+                frames.append((frame.file_name, frame.start_line))
+        if not frames:
+            return None
+        filename = frames[0][0]
+        line = min(line for name, line in frames if name == filename)
+        return self._location(filename, line)
 
     # ------------------------------------------------------------ decoding
     def _trace_info(self, fun, in_type, dbg, nested: bool, elapsed: float) -> TraceInfo:
@@ -632,9 +711,12 @@ class Probe:
                 self._sink.on_timing(target, "lower_s", duration)
         elif event == COMPILE_EVENT:
             target = tls.__dict__.get("compiling")
+            executable = tls.__dict__.pop("executable", None)
             tls.compiling = None
             if target is not None:
                 self._sink.on_timing(target, "compile_s", duration)
+                if executable is not None:
+                    self._sink.on_cost(target, _executable_cost(executable))
         elif event == CACHE_SAVED_EVENT:
             target = tls.__dict__.get("compiling")
             if target is not None:
@@ -660,6 +742,46 @@ def _context_value(value) -> str:
     except Exception:
         token = "unhashable"
     return f"<{type(value).__name__} {token}>"
+
+
+def _executable_cost(executable) -> dict:
+    """FLOPs and argument / output / temporary bytes XLA reports for a compiled program."""
+    cost: dict = {}
+    try:
+        analysis = executable.cost_analysis()
+        if isinstance(analysis, (list, tuple)):
+            analysis = analysis[0] if analysis else {}
+        flops = analysis.get("flops") if isinstance(analysis, dict) else None
+        if flops is not None and flops >= 0:
+            cost["flops"] = float(flops)
+    except Exception:
+        pass
+    try:
+        stats = executable.get_compiled_memory_stats()
+        cost["arg_bytes"] = int(stats.argument_size_in_bytes)
+        cost["out_bytes"] = int(stats.output_size_in_bytes)
+        cost["temp_bytes"] = int(stats.temp_size_in_bytes)
+    except Exception:
+        pass
+    return cost
+
+
+def _count_equations(jaxpr, memo: dict) -> int:
+    """Equations of `jaxpr` and, recursively, of every sub-jaxpr (scan, cond, while, nested jit)."""
+    key = id(jaxpr)
+    if key in memo:
+        return memo[key]
+    memo[key] = 0  # a cycle cannot happen in a jaxpr, but never recurse forever
+    total = 0
+    for eqn in jaxpr.eqns:
+        total += 1
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", sub) if type(sub).__name__ == "ClosedJaxpr" else sub
+                if type(inner).__name__ == "Jaxpr":
+                    total += _count_equations(inner, memo)
+    memo[key] = total
+    return total
 
 
 def _jit_inner_name(fun_name) -> str | None:

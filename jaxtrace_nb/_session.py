@@ -8,9 +8,11 @@ here holds a user array, tracer or object.
 from __future__ import annotations
 
 import collections
+import os
 import sys
 import threading
 import warnings
+from ._graph import unrolled_hint
 from ._log import Event, EventLog, events_frame, now, summary_frame
 from ._probe import Probe, RetraceError, TraceInfo
 from ._signature import Diagnosis, Signature, diagnose
@@ -111,6 +113,8 @@ class Session:
         self._lock = threading.RLock()
         self._users = 0
         self._started = False  # jt.start() holds one use until jt.stop()
+        self._persist: tuple | None = None  # (writer, unsubscribe)
+        self.log.on_fault = lambda exc: self.fault("log", exc)
 
     # ------------------------------------------------------------ lifecycle
     def acquire(self) -> None:
@@ -133,17 +137,40 @@ class Session:
                 except Exception as e:
                     self.fault("uninstall", e)
 
-    def start(self) -> None:
+    def start(self, persist: str | None = None) -> None:
         with self._lock:
+            if persist is not None:
+                self.persist_to(persist)
             if not self._started:
                 self._started = True
                 self.acquire()
 
     def stop(self) -> None:
         with self._lock:
+            self.persist_to(None)
             if self._started:
                 self._started = False
                 self.release()
+
+    def persist_to(self, path: str | None) -> None:
+        """Append every event to `path` as JSON lines from now on (None: stop persisting)."""
+        from ._persist import JsonlWriter
+
+        with self._lock:
+            if self._persist is not None:
+                writer, unsubscribe = self._persist
+                if path is not None and writer.path == os.fspath(path):
+                    return
+                unsubscribe()
+                writer.close()
+                self._persist = None
+            if path is not None:
+                writer = JsonlWriter(path, on_fault=lambda exc: self.fault("persist", exc))
+                self._persist = (writer, self.log.subscribe(writer))
+
+    @property
+    def persist_path(self) -> str | None:
+        return self._persist[0].path if self._persist is not None else None
 
     @property
     def recording(self) -> bool:
@@ -186,10 +213,14 @@ class Session:
         except Exception as e:
             self.fault("diagnosis", e)
             return None
-        self.log.append(event)
-        if not info.nested:
-            self._by_jax_name[info.jax_name] = (info.jax_name, info.function, info.location, info.key,
-                                                info.internal, info.jit_kind)
+        try:
+            self.log.append(event)
+            if not info.nested:
+                self._by_jax_name[info.jax_name] = (info.jax_name, info.function, info.location, info.key,
+                                                    info.internal, info.jit_kind)
+        except Exception as e:
+            self.fault("log", e)
+            return None
         for watch in list(self.watches):
             watch.count(event)  # raises RetraceError past a watch's max_traces
         return event
@@ -220,13 +251,21 @@ class Session:
             state.location = info.location
             state.cell = self.current_cell
             trace_number = state.traces
+        graph = info.graph
+        hint = diagnosis.hint
+        if graph is not None and graph.unrolled is not None:
+            loop = unrolled_hint(graph.unrolled, graph.eqns, graph.loop_where)
+            hint = f"{hint} {loop}" if hint else loop
         return Event(
             time=now(), cell=self.current_cell, function=info.function, location=info.location,
             kind="trace", internal=info.internal, nested=info.nested, trace_number=trace_number,
             cause=diagnosis.cause, leaf=diagnosis.leaf, before=diagnosis.before, after=diagnosis.after,
-            explanation=diagnosis.explanation, hint=diagnosis.hint, trace_s=info.elapsed_s,
+            explanation=diagnosis.explanation, hint=hint, trace_s=info.elapsed_s,
             lower_s=None, compile_s=None, cache_hit=None, cache_saved_s=None, jit=info.jit_kind,
             thread=info.thread, key=info.key,
+            eqns=graph.eqns if graph else None, eqns_total=graph.eqns_total if graph else None,
+            loop_repeats=graph.unrolled.repeats if graph and graph.unrolled else None,
+            loop_line=graph.loop_where if graph else None,
         )
 
     @staticmethod
@@ -301,6 +340,14 @@ class Session:
             state = self.functions.get(event.key)
             if state is not None:
                 state.compiles += 1
+            if event.eqns_total:
+                event.compile_s_per_keqn = float(seconds) / (event.eqns_total / 1000.0)
+        self.log.updated(event)
+
+    def on_cost(self, event: Event, cost: dict) -> None:
+        """FLOPs and bytes of the program compiled for `event`."""
+        for column, value in cost.items():
+            setattr(event, column, value)
         self.log.updated(event)
 
     def on_cache(self, event: Event, hit: bool) -> None:

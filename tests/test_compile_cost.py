@@ -1,0 +1,122 @@
+"""Graph size, unrolled loops, compile cost and the persistent compilation cache."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jaxtrace_nb._graph import Unrolled, find_unrolled
+
+
+def test_find_unrolled_on_plain_sequences():
+    assert find_unrolled(["dot_general", "tanh", "add"] * 200 + ["reduce_sum"]) == Unrolled(200, 3, 0)
+    assert find_unrolled(["mul"] * 5 + ["dot", "add", "dot", "add", "tanh"] * 40) == Unrolled(40, 5, 5)
+    assert find_unrolled(["dot", "tanh"] * 15) is None  # too few repetitions for a loop
+    assert find_unrolled(["a", "b", "c", "d"] * 3) is None
+    assert find_unrolled([]) is None
+
+
+def _unrolled(x):
+    for _ in range(200):
+        x = jnp.tanh(x @ x) + x
+    return x
+
+
+def _scanned(x):
+    def body(c, _):
+        return jnp.tanh(c @ c) + c, None
+
+    return jax.lax.scan(body, x, None, length=200)[0]
+
+
+def test_unrolled_loop_hint_and_equation_counts(jt):
+    x = jnp.ones((8, 8))
+    jax.jit(_unrolled)(x)
+    jax.jit(_scanned)(x)
+    df = jt.log(internal=False).set_index("function")
+    loop, scan = df.loc["_unrolled"], df.loc["_scanned"]
+    assert loop["loop_repeats"] == 200
+    assert "Python loop of about 200 iterations" in loop["hint"] and "lax.scan" in loop["hint"]
+    assert loop["loop_line"] == f"{__file__}:{_unrolled.__code__.co_firstlineno + 2}"
+    assert pd_isna(scan["loop_repeats"]) and "Python loop" not in scan["hint"]
+    closed_loop, closed_scan = jax.make_jaxpr(_unrolled)(x), jax.make_jaxpr(_scanned)(x)
+    assert loop["eqns"] == loop["eqns_total"] == len(closed_loop.jaxpr.eqns) == 600
+    assert scan["eqns"] == len(closed_scan.jaxpr.eqns) == 1
+    body = closed_scan.jaxpr.eqns[0].params["jaxpr"].jaxpr
+    assert scan["eqns_total"] == 1 + len(body.eqns)
+
+
+def pd_isna(value):
+    import pandas as pd
+
+    return bool(pd.isna(value))
+
+
+def test_compile_cost_columns_and_summary(jt):
+    x = jnp.ones((16, 16))
+    jax.jit(_unrolled)(x)
+    row = jt.log(internal=False).iloc[0]
+    assert row["flops"] > 200 * 2 * 16**3  # 200 matmuls of 16x16
+    assert row["arg_bytes"] == row["out_bytes"] == 16 * 16 * 4
+    assert row["temp_bytes"] >= 0
+    assert row["compile_s_per_keqn"] == pytest.approx(row["compile_s"] / 0.6)
+    jax.jit(_scanned)(x)
+    by_eqns = jt.summary(by="eqns")
+    assert by_eqns["function"].tolist() == ["_unrolled", "_scanned"]
+    assert by_eqns.loc[0, "eqns"] == 600 and by_eqns.loc[0, "loop_repeats"] == 200
+    assert jt.summary(by="compile_s")["compile_s"].is_monotonic_decreasing
+
+
+def test_capture_cost_off_records_no_graph(jt):
+    from jaxtrace_nb._session import get_session
+
+    probe = get_session().probe
+    probe.capture_cost = False
+    try:
+        jax.jit(_unrolled)(jnp.ones((4, 4)))
+    finally:
+        probe.capture_cost = True
+    row = jt.log(internal=False).iloc[0]
+    assert pd_isna(row["eqns"]) and pd_isna(row["flops"]) and row["hint"] == ""
+
+
+_CHILD = textwrap.dedent("""
+    import json, sys
+    import jax, jax.numpy as jnp
+    jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    import jaxtrace_nb as jt
+    jt.start()
+
+    @jax.jit
+    def cached_fn(x):
+        for _ in range(30):
+            x = jnp.sin(x) @ x
+        return x
+
+    cached_fn(jnp.ones((8, 8))).block_until_ready()
+    row = jt.log(internal=False).iloc[0]
+    print(json.dumps({"hit": None if row["cache_hit"] is None else bool(row["cache_hit"]),
+                      "saved": row["cache_saved_s"], "compile_s": row["compile_s"]}))
+    print(json.dumps(jt.summary()[["cache_hits", "cache_saved_s"]].iloc[0].tolist()))
+""")
+
+
+def test_persistent_cache_hit_is_marked(tmp_path):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path / "cache")], env=env,
+                             capture_output=True, text=True, timeout=120, check=True).stdout
+        lines = out.strip().splitlines()
+        runs.append((json.loads(lines[-2]), json.loads(lines[-1])))
+    (first, first_summary), (second, second_summary) = runs
+    assert first["hit"] is False and second["hit"] is True
+    assert isinstance(second["saved"], float)  # JAX's own figure: negative when loading was slower
+    assert first_summary[0] == 0 and second_summary == [1, second["saved"]]
