@@ -233,7 +233,9 @@ class Session:
                 fn = info.function_ref()
                 new_object = all(ref() is not fn for ref in state.refs)
                 if new_object and state.location is not None and state.location != info.location:
-                    rerun = f"re-defined at {info.location}, was {state.location}"
+                    rerun = (f"its cell was run again: defined at {info.location}, was {state.location}"
+                             if info.key.startswith("<cell>") else
+                             f"re-defined at {info.location}, was {state.location}")
                 elif new_object and self.current_cell is not None and state.cell is not None \
                         and state.cell != self.current_cell and info.key.startswith("<cell>"):
                     rerun = f"re-created in cell {self.current_cell}, last traced in cell {state.cell}"
