@@ -241,7 +241,7 @@ class Probe:
 
             def __call__(self, *args, **kwargs):
                 executable = orig(*args, **kwargs)
-                if self.active and probe.capture_cost:
+                if self.active and probe.capture_cost and tls.__dict__.get("compiling") is not None:
                     tls.executable = executable
                 return executable
 
