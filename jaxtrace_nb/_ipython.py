@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 from IPython.core import magic_arguments
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
@@ -12,12 +14,76 @@ from ._views import Report, mimebundle
 _STATE: dict = {}
 
 
+def _widgets_shown(shell) -> bool:
+    """Whether the frontend can show widgets: a kernel (ipykernel) yes, terminal IPython no."""
+    return getattr(shell, "kernel", None) is not None
+
+
+def _contained(step, *args, **kwargs):
+    """Run a display step; a failure is counted as a 'display' fault, never raised into the cell."""
+    try:
+        return step(*args, **kwargs)
+    except Exception as e:
+        get_session().fault("display", e)
+        return None
+
+
 def _display_report(events, title: str, *, internal: bool, dropped: int = 0) -> None:
-    """Show events: the live widget where a frontend can show one, else text + HTML."""
+    """Show events as the static text + HTML report (terminal IPython)."""
     from IPython.display import display
 
-    report = Report(events, title, internal=internal, dropped=dropped)
-    display(mimebundle(report), raw=True)
+    display(mimebundle(Report(events, title, internal=internal, dropped=dropped)), raw=True)
+
+
+def _display_live_table(title: str, *, since: int, internal: bool, dropped: int = 0):
+    """Show a table that follows the log from seq `since`; returns (table, display handle).
+
+    Its display bundle also carries the static text and HTML, so that nbconvert, GitHub and
+    terminals still show the report.
+    """
+    from IPython.display import display
+
+    from ._widget import TraceTable
+
+    table = TraceTable(Report((), title, internal=internal, dropped=dropped), show_all=internal)
+    try:
+        table.follow(get_session().log, since)
+        data, metadata = table._repr_mimebundle_()
+        return table, display(data, metadata=metadata, raw=True, display_id=True)
+    except Exception:
+        table.close()
+        raise
+
+
+def _update_display(table, handle) -> None:
+    """Re-send `table`'s bundle, so that a saved notebook's static fallback shows its last state."""
+    data, metadata = table._repr_mimebundle_()
+    handle.update(data, metadata=metadata, raw=True)
+
+
+def _set_session_table(table, handle) -> None:
+    """Make `table` the live session table; the previous one stops following the log."""
+    _stop_session_table()
+    _STATE["session_table"] = (weakref.ref(table), handle)
+
+
+def _stop_session_table() -> None:
+    entry = _STATE.pop("session_table", None)
+    table = entry[0]() if entry else None
+    if table is not None:
+        table.stop()
+
+
+def _refresh_session_table() -> None:
+    """After a cell: show the live session table's last events and refresh its static fallback."""
+    entry = _STATE.get("session_table")
+    table = entry[0]() if entry else None
+    if table is None or not table.live:
+        _STATE.pop("session_table", None)
+        return
+    table.flush()
+    if table.changed_since_display:
+        _update_display(table, entry[1])
 
 
 @magics_class
@@ -39,6 +105,10 @@ class TracewatchMagics(Magics):
         "--export", metavar="PATH", default=None,
         help="Line mode: write the session's log to PATH; the format follows the extension "
              "(.csv, .parquet or .json).")
+    @magic_arguments.argument(
+        "--persist", metavar="PATH", default=None,
+        help="Line mode: from now on also append every event to PATH as one JSON line, flushed at "
+             "once, so the log survives a kernel crash (jt.start(persist=PATH)).")
     @line_cell_magic
     def tracewatch(self, line: str, cell: str | None = None):
         """Show what jitted functions traced and compiled, and why each retraced.
@@ -49,7 +119,12 @@ class TracewatchMagics(Magics):
         also when the cell raised.
 
         As a line magic, ``%tracewatch`` shows the whole session (everything since
-        ``%load_ext jaxtrace_nb``), and can ``--reset`` or ``--export`` the log.
+        ``%load_ext jaxtrace_nb``), and can ``--reset``, ``--export`` or ``--persist`` the log.
+
+        In JupyterLab, Notebook 7 and VS Code the report is a live table: sort by any
+        column, filter functions and leaves, click a function for its history, export to
+        a variable or a CSV file. ``%%tracewatch`` shows the cell's traces as they happen;
+        the latest ``%tracewatch`` table keeps following the session in later cells.
 
         Examples::
 
@@ -63,17 +138,28 @@ class TracewatchMagics(Magics):
         session = get_session()
         if cell is None:
             return self._line(args, session)
+        cell_no = session.current_cell
+        title = f"%%tracewatch (cell {cell_no})" if cell_no is not None else "%%tracewatch"
+        live = None
+        if not args.quiet and _widgets_shown(self.shell):
+            live = _contained(_display_live_table, title, since=session.log.next_seq, internal=args.internal)
         with Watch(session, max_traces=args.max_traces) as watch:
             self.shell.run_cell(cell, store_history=False)
-        if not args.quiet:
-            cell_no = session.current_cell
-            title = f"%%tracewatch (cell {cell_no})" if cell_no is not None else "%%tracewatch"
-            _display_report(watch.records, title, internal=args.internal)
+        if live is not None:
+            live[0].stop()
+            _contained(_update_display, *live)  # the saved notebook's static fallback: the whole cell
+        elif not args.quiet:
+            _contained(_display_report, watch.records, title, internal=args.internal)
         return None
 
     def _line(self, args, session) -> None:
         if args.max_traces is not None:
             print("tracewatch: --max-traces applies to the cell magic %%tracewatch")
+        if args.persist:
+            from . import start
+
+            start(persist=args.persist)
+            print(f"tracewatch: appending every event to {args.persist}")
         if args.export:
             events = session.log.events()
             if not args.internal:
@@ -83,12 +169,23 @@ class TracewatchMagics(Magics):
         if args.reset:
             n = len(session.log.events())
             session.reset()
+            entry = _STATE.get("session_table")
+            table = entry[0]() if entry else None
+            if table is not None and table.live:
+                table.restart()
             print(f"tracewatch: forgot {n} event(s)")
             return
-        if not args.quiet and not args.export:
+        if not args.quiet and not args.export and not args.persist:
             title = "jaxtrace_nb session" + ("" if session.recording else " (not recording)")
-            _display_report(session.log.events(), title, internal=args.internal,
-                            dropped=session.log.dropped)
+            live = None
+            if _widgets_shown(self.shell):
+                live = _contained(_display_live_table, title, since=0, internal=args.internal,
+                                  dropped=session.log.dropped)
+            if live is not None:
+                _set_session_table(*live)
+            else:
+                _contained(_display_report, session.log.events(), title, internal=args.internal,
+                           dropped=session.log.dropped)
 
 
 def _cell_label(shell):
@@ -113,6 +210,7 @@ def load(shell) -> None:
 
     def post_run_cell(result=None):
         session.current_cell = None
+        _contained(_refresh_session_table)
 
     shell.register_magics(TracewatchMagics)
     shell.events.register("pre_run_cell", pre_run_cell)
@@ -132,6 +230,7 @@ def unload(shell) -> None:
             shell.events.unregister(name, callback)
         except ValueError:
             pass
+    _stop_session_table()
     session.stop()
     session.probe.cell_label = None
     session.current_cell = None

@@ -152,7 +152,8 @@ def _typed(df):
     df["kind"] = pd.Categorical(df["kind"], categories=["trace", "compile"])
     for col in ("function", "location", "leaf", "before", "after", "explanation", "hint", "jit", "key",
                 "loop_line"):
-        df[col] = df[col].astype(object)
+        column = df[col].astype(object)
+        df[col] = column.where(column.notna(), None)  # missing text is None, whatever pandas inferred
     return df
 
 
@@ -163,44 +164,71 @@ SUMMARY_COLUMNS = (
 )
 
 
+def _number(value) -> float | None:
+    """`value` as a float, or None when it is missing or NaN."""
+    return None if value is None or value != value else float(value)
+
+
+def event_eqns(e: Event) -> int | None:
+    """Jaxpr equations of one trace (sub-jaxprs included when known), or None."""
+    value = e.eqns_total if e.eqns_total is not None else e.eqns
+    return None if value is None or value != value else int(value)
+
+
+def function_row(events: list[Event]) -> dict:
+    """Aggregate one function's events (in order) into its summary row."""
+    first = events[0]
+    row = {
+        "function": first.function, "location": first.location, "internal": bool(first.internal),
+        "nested": bool(first.nested), "traces": 0, "compiles": 0, "trace_s": 0.0, "lower_s": 0.0,
+        "compile_s": 0.0, "total_s": 0.0, "eqns": None, "loop_repeats": None, "cache_hits": 0,
+        "cache_saved_s": 0.0, "last_cause": None, "last_leaf": None, "cells": "", "key": first.key,
+        "retraces": 0, "leaves": "",
+    }
+    cells: list = []
+    leaves: list = []
+    for e in events:
+        if e.kind == "trace":
+            row["traces"] += 1
+            row["nested"] = row["nested"] and bool(e.nested)
+        if e.compile_s is not None or e.kind == "compile":
+            row["compiles"] += 1
+        for col in ("trace_s", "lower_s", "compile_s", "cache_saved_s"):
+            value = _number(getattr(e, col))
+            if value is not None:
+                row[col] += value
+        for col, value in (("eqns", event_eqns(e)), ("loop_repeats", _number(e.loop_repeats))):
+            if value is not None and (row[col] is None or value > row[col]):
+                row[col] = int(value)
+        if e.cache_hit is True:
+            row["cache_hits"] += 1
+        if e.cause != "first" or row["last_cause"] is None:
+            row["last_cause"], row["last_leaf"] = e.cause, e.leaf
+        if e.cause != "first":
+            row["retraces"] += 1
+        if e.cell is not None and e.cell not in cells:
+            cells.append(e.cell)
+        if e.leaf and e.leaf not in leaves:
+            leaves.append(e.leaf)
+    row["total_s"] = row["trace_s"] + row["lower_s"] + row["compile_s"]
+    row["cells"] = ", ".join(str(c) for c in cells)
+    row["leaves"] = "\n".join(leaves)
+    return row
+
+
 def summary_frame(events: Iterable[Event]):
-    """One row per function: counts, seconds, last cause and leaf, the cells involved."""
+    """One row per function: counts, seconds, equations, last cause and leaf, the cells involved.
+
+    Most total seconds first.
+    """
     import pandas as pd
 
-    groups: dict[str, dict] = {}
+    by_function: dict[str, list[Event]] = {}
     for e in events:
-        g = groups.get(e.key)
-        if g is None:
-            g = groups[e.key] = {
-                "function": e.function, "location": e.location, "internal": bool(e.internal),
-                "nested": bool(e.nested), "traces": 0, "compiles": 0, "trace_s": 0.0, "lower_s": 0.0,
-                "compile_s": 0.0, "eqns": None, "loop_repeats": None, "cache_hits": 0, "cache_saved_s": 0.0,
-                "last_cause": None, "last_leaf": None, "cells": [], "key": e.key,
-            }
-        if e.kind == "trace":
-            g["traces"] += 1
-            g["nested"] = g["nested"] and bool(e.nested)
-        if e.compile_s is not None or e.kind == "compile":
-            g["compiles"] += 1
-        for col in ("trace_s", "lower_s", "compile_s", "cache_saved_s"):
-            value = getattr(e, col)
-            if value is not None and value == value:
-                g[col] += value
-        for col, value in (("eqns", e.eqns_total), ("loop_repeats", e.loop_repeats)):
-            if value is not None and (g[col] is None or value > g[col]):
-                g[col] = value
-        if e.cache_hit:
-            g["cache_hits"] += 1
-        if e.cause != "first" or g["last_cause"] is None:
-            g["last_cause"], g["last_leaf"] = e.cause, e.leaf
-        if e.cell is not None and e.cell not in g["cells"]:
-            g["cells"].append(e.cell)
-    rows = []
-    for g in groups.values():
-        g["total_s"] = g["trace_s"] + g["lower_s"] + g["compile_s"]
-        g["cells"] = ", ".join(str(c) for c in g["cells"])
-        rows.append(tuple(g[c] for c in SUMMARY_COLUMNS))
-    df = pd.DataFrame.from_records(rows, columns=list(SUMMARY_COLUMNS))
+        by_function.setdefault(e.key, []).append(e)
+    rows = sorted((function_row(history) for history in by_function.values()), key=lambda r: -r["total_s"])
+    df = pd.DataFrame.from_records([tuple(r[c] for c in SUMMARY_COLUMNS) for r in rows],
+                                   columns=list(SUMMARY_COLUMNS))
     df["last_cause"] = pd.Categorical(df["last_cause"], categories=list(CAUSES))
     for col in ("traces", "compiles", "cache_hits"):
         df[col] = df[col].astype("int64")
@@ -210,7 +238,7 @@ def summary_frame(events: Iterable[Event]):
         df[col] = df[col].astype("float64")
     for col in ("internal", "nested"):
         df[col] = df[col].astype(bool)
-    return df.sort_values("total_s", ascending=False, kind="stable").reset_index(drop=True)
+    return df
 
 
 def export_frame(df, path: str) -> str:

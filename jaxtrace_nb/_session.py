@@ -81,6 +81,7 @@ class Watch:
         return summary_frame(self.records)
 
     def count(self, event: Event) -> None:
+        __tracebackhide__ = True  # IPython and pytest show the user's frame, not ours
         if self.max_traces is None or event.internal:
             return
         self._counts[event.key] += 1

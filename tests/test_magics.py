@@ -82,7 +82,7 @@ def test_help_documents_flags(shell):
     from jaxtrace_nb._ipython import TracewatchMagics
 
     doc = TracewatchMagics.tracewatch.__doc__
-    for flag in ("--max-traces", "--internal", "--reset", "--export", "--quiet"):
+    for flag in ("--max-traces", "--internal", "--reset", "--export", "--quiet", "--persist"):
         assert flag in doc
 
 
@@ -124,3 +124,15 @@ def test_unload_leaves_jax_as_found_and_load_twice_records_once(shell):
     import jaxtrace_nb as jt
 
     assert len(jt.log(internal=False)) == 1
+
+
+def test_line_magic_persist_appends_every_event(shell, tmp_path, capsys):
+    shell.run_cell("%load_ext jaxtrace_nb")
+    path = tmp_path / "traces.jsonl"
+    shell.run_cell(f"%tracewatch --persist {path}")
+    assert f"appending every event to {path}" in capsys.readouterr().out
+    shell.run_cell("p = jax.jit(lambda x: x)\np(1.0)\np(jnp.ones(2))")
+    import jaxtrace_nb as jt
+
+    df = jt.load(path)
+    assert df[~df["internal"]]["cause"].tolist() == ["first", "shape"]
