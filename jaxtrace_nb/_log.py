@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import collections
 import datetime
+import operator
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -25,6 +27,9 @@ COLUMNS = (
 )
 
 
+_ALL_COLUMNS = operator.attrgetter(*COLUMNS)
+
+
 class Event:
     """One trace (with the compile that followed it) or one compile without a trace."""
 
@@ -32,10 +37,12 @@ class Event:
 
     def __init__(self, **fields: Any):
         for name in COLUMNS:
-            setattr(self, name, fields.get(name))
+            value = fields.get(name)
+            # Names, paths, hints and types repeat across events: share one copy of each.
+            setattr(self, name, sys.intern(value) if type(value) is str else value)
 
     def as_tuple(self) -> tuple:
-        return tuple(getattr(self, name) for name in COLUMNS)
+        return _ALL_COLUMNS(self)
 
     def as_dict(self) -> dict:
         return {name: getattr(self, name) for name in COLUMNS}

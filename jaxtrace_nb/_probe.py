@@ -114,7 +114,26 @@ class _Placeholder:
         self.leaf = leaf
 
 
+_AVAL_LEAVES: dict = {}  # aval -> Leaf: avals are abstract (shape, dtype), never user data
+_MAX_AVAL_LEAVES = 4096
+
+
 def _aval_leaf(aval: Any) -> Leaf:
+    try:
+        return _AVAL_LEAVES[aval]
+    except (KeyError, TypeError):
+        pass
+    leaf = _new_aval_leaf(aval)
+    try:
+        if len(_AVAL_LEAVES) >= _MAX_AVAL_LEAVES:
+            _AVAL_LEAVES.clear()
+        _AVAL_LEAVES[aval] = leaf
+    except TypeError:  # an unhashable aval
+        pass
+    return leaf
+
+
+def _new_aval_leaf(aval: Any) -> Leaf:
     try:
         shape = tuple(int(d) if isinstance(d, int) else str(d) for d in aval.shape)
         dtype = str(aval.dtype)
@@ -133,9 +152,28 @@ def _aval_leaf(aval: Any) -> Leaf:
 
 
 def _keystr(keypath: tuple) -> str:
-    from jax.tree_util import keystr
+    """`jax.tree_util.keystr` of a key path, without running a dict key's own `repr`."""
+    from jax import tree_util
 
-    return keystr(keypath)
+    parts = []
+    for key in keypath:
+        if isinstance(key, tree_util.DictKey):
+            parts.append(f"[{_dict_key_text(key.key)}]")
+        elif isinstance(key, tree_util.SequenceKey):
+            parts.append(f"[{key.idx}]")
+        elif isinstance(key, tree_util.GetAttrKey):
+            parts.append(f".{key.name}")
+        else:
+            parts.append(f"[{_dict_key_text(getattr(key, 'key', '?'))}]")
+    return "".join(parts)
+
+
+def _dict_key_text(key: Any) -> str:
+    if type(key) is str:
+        return repr(key)
+    if type(key) is int:
+        return str(key)
+    return summarize_static(key).text  # bounded, runs no user __repr__
 
 
 class Probe:
