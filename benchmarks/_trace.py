@@ -1,0 +1,256 @@
+"""Trace path: a retrace-heavy workload with and without recording, and beside JAX's and Equinox's own tools.
+
+Each workload retraces one freshly created function T times (a new shape every call), in
+one of these modes, rotated round after round in one process so that machine noise hits
+all of them:
+
+* ``baseline``: nothing observes JAX (jaxtrace_nb is stopped: `jt.stop()` restores JAX exactly);
+* ``recorded``: `jt.start()`; ``recorded_no_cost``: the same with the probe's compile-cost
+  capture switched off (when the probe has `capture_cost`);
+* ``explain``: `jax_explain_cache_misses` on, its messages formatted into an in-memory log;
+* ``eqx_assert``: the function wrapped in `eqx.debug.assert_max_traces` (under the jit).
+
+In the recorded modes the probe's per-trace work (decode + signature, diff + event) and
+its monitoring listeners are timed by wrapping them on the instances.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import gc
+import io
+import logging
+import statistics
+import time
+
+# The probe's per-trace steps, timed separately: (owner, method) -> field.
+PARTS = {("probe", "_trace_info"): "signature_s", ("probe", "_graph"): "graph_s",
+         ("session", "_trace_event"): "diff_s"}
+MODES = ("baseline", "recorded", "recorded_no_cost", "explain", "eqx_assert")
+
+
+class _SelfTimer:
+    """Times the probe's per-trace work and listeners by shadowing them on the instances."""
+
+    def __init__(self, session):
+        probe = session.probe
+        self.profiler = None  # a cProfile.Profile to run inside the probe's per-trace work, when set
+        self.records: list[dict] = []
+        self.listener_s = 0.0
+        self._current: dict | None = None
+        record_trace = probe._record_trace
+        on_duration, on_event = probe._on_duration, probe._on_event
+
+        def timed_record(*args, **kwargs):
+            top = args[3] if len(args) > 3 else kwargs.get("top")
+            rec = self._current = {"top": bool(top)} | dict.fromkeys(PARTS.values(), 0.0)
+            if self.profiler is not None:
+                self.profiler.enable()
+            start = time.perf_counter()
+            try:
+                return record_trace(*args, **kwargs)
+            finally:
+                rec["total_s"] = time.perf_counter() - start
+                if self.profiler is not None:
+                    self.profiler.disable()
+                self.records.append(rec)
+                self._current = None
+
+        def timed_part(fn, field):
+            def timed(*args, **kwargs):
+                start = time.perf_counter()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    if self._current is not None:
+                        self._current[field] += time.perf_counter() - start
+            return timed
+
+        def timed_listener(fn):
+            def timed(*args, **kwargs):
+                start = time.perf_counter()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    self.listener_s += time.perf_counter() - start
+            return timed
+
+        probe._record_trace = timed_record
+        for (owner, name), field in PARTS.items():
+            target = probe if owner == "probe" else session
+            if hasattr(target, name):
+                setattr(target, name, timed_part(getattr(target, name), field))
+        probe._on_duration = timed_listener(on_duration)  # registered by `install`, so wrap before start
+        probe._on_event = timed_listener(on_event)
+
+    def take(self) -> tuple[list[dict], float]:
+        records, listener_s = self.records, self.listener_s
+        self.records, self.listener_s = [], 0.0
+        return records, listener_s
+
+
+def _put(shape):
+    import jax
+    import numpy as np
+
+    return jax.device_put(np.ones(shape, np.float32))
+
+
+def _spec(shape):
+    import jax
+    import jax.numpy as jnp
+
+    return jax.ShapeDtypeStruct(shape, jnp.float32)
+
+
+def _tree_workload(n_leaves: int, n_traces: int, trace_only: bool):
+    """Parameters as a dict of `n_leaves` arrays; the first leaf's shape changes every call."""
+    import jax
+
+    leaf = _spec if trace_only else _put
+    shared = {f"w{i:05d}": leaf((4,)) for i in range(1, n_leaves)}
+    inputs = [({"w00000": leaf((k + 1,)), **shared},) for k in range(n_traces)]
+
+    def make():
+        def step(params):
+            return jax.tree.map(lambda a: a * 2.0, params)
+        return step
+
+    return make, inputs
+
+
+def _module_workload(n_traces: int):
+    """An Equinox MLP under `eqx.filter_jit`; the batch size changes every call."""
+    import equinox as eqx
+    import jax
+
+    model = eqx.nn.MLP(16, 16, 32, 8, key=jax.random.PRNGKey(0))
+    inputs = [(model, _put((b + 1, 16))) for b in range(n_traces)]
+
+    def make():
+        def forward(model, x):
+            return jax.vmap(model)(x)
+        return forward
+
+    return make, inputs
+
+
+def workloads(quick: bool) -> list[dict]:
+    """The workloads: name, leaves, traces per run, and how each call is made."""
+    if quick:
+        plan = [("calls", 10, 6), ("calls", 100, 3), ("module", None, 4),
+                ("trace", 10, 12), ("trace", 100, 6), ("trace", 1000, 3)]
+    else:
+        plan = [("calls", 10, 100), ("calls", 1000, 12), ("module", None, 60),
+                ("trace", 10, 300), ("trace", 1000, 40), ("trace", 10000, 4)]
+    out = []
+    for how, leaves, traces in plan:
+        if how == "module":
+            make, inputs = _module_workload(traces)
+            out.append({"name": f"eqx.filter_jit MLP module (18 leaves), {traces} calls, new batch size each",
+                        "how": "calls", "jit": "equinox", "leaves": 18, "traces": traces,
+                        "make": make, "inputs": inputs})
+        else:
+            make, inputs = _tree_workload(leaves, traces, how == "trace")
+            verb = "jax.jit(f).trace" if how == "trace" else "jax.jit call"
+            out.append({"name": f"{verb}, pytree of {leaves:,} leaves, {traces} traces", "how": how,
+                        "jit": "jax", "leaves": leaves, "traces": traces, "make": make, "inputs": inputs})
+    return out
+
+
+def _jitted(workload: dict, mode: str):
+    import equinox as eqx
+    import jax
+
+    fn = workload["make"]()
+    if mode == "eqx_assert":
+        fn = eqx.debug.assert_max_traces(fn, max_traces=10**9)
+    return eqx.filter_jit(fn) if workload["jit"] == "equinox" else jax.jit(fn)
+
+
+def _run(workload: dict, mode: str, inputs, ctx) -> dict:
+    """Retrace a fresh function once per input; seconds in total, and what the mode produced."""
+    import jax
+
+    jitted = _jitted(workload, mode)
+    jt, session, stream = ctx["jt"], ctx["session"], ctx["stream"]
+    if mode.startswith("recorded"):
+        jt.reset()
+        if ctx["has_capture_cost"]:
+            session.probe.capture_cost = mode == "recorded"
+        jt.start()
+    elif mode == "explain":
+        jax.config.update("jax_explain_cache_misses", True)
+    stream.seek(0)
+    stream.truncate()
+    gc.collect()
+    start = time.perf_counter()
+    try:
+        for args in inputs:
+            if workload["how"] == "trace":
+                jitted.trace(*args)
+            else:
+                jax.block_until_ready(jitted(*args))
+        total = time.perf_counter() - start
+    finally:
+        jt.stop()
+        jax.config.update("jax_explain_cache_misses", False)
+        if ctx["has_capture_cost"]:
+            session.probe.capture_cost = True
+    out = {"total_s": total, "traces": len(inputs)}
+    if mode.startswith("recorded"):
+        records, listener_s = ctx["timer"].take()
+        top = [r for r in records if r["top"]]
+        out.update(recorded_top_traces=len(top), self_s=sum(r["total_s"] for r in records) + listener_s,
+                   listener_s=listener_s, per_trace=[{k: r[k] for k in ("total_s", *PARTS.values())} for r in top])
+        jt.reset()
+    elif mode == "explain":
+        out["log_bytes"] = len(stream.getvalue())
+    return out
+
+
+def worker(quick: bool) -> dict:
+    """Every workload in every mode, `rounds` times, modes rotated each round."""
+    import jaxtrace_nb as jt
+    from jaxtrace_nb._session import get_session
+
+    from _stats import hot_spots
+
+    session = get_session()
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)  # users pay for formatting the explainer's messages
+    logging.getLogger().addHandler(handler)
+    has_capture_cost = hasattr(session.probe, "capture_cost")
+    modes = [m for m in MODES if m != "recorded_no_cost" or has_capture_cost]
+    ctx = {"jt": jt, "session": session, "stream": stream, "has_capture_cost": has_capture_cost,
+           "timer": _SelfTimer(session)}
+    rounds = 1 if quick else 3
+    plan = workloads(quick)
+    for workload in plan:  # warm-up: every code path once, not counted
+        for mode in modes:
+            _run(workload, mode, workload["inputs"][:1], ctx)
+    results = []
+    for workload in plan:
+        runs = {m: [] for m in modes}
+        for r in range(rounds):
+            for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
+                runs[mode].append(_run(workload, mode, workload["inputs"], ctx))
+        results.append({k: workload[k] for k in ("name", "how", "jit", "leaves", "traces")} | {"runs": runs})
+    # Where our per-trace time goes, on the largest trace-only workload (profiled apart from the timings).
+    largest = max((w for w in plan if w["how"] == "trace"), key=lambda w: w["leaves"])
+    ctx["timer"].profiler = cProfile.Profile()
+    _run(largest, "recorded", largest["inputs"], ctx)
+    profile = {"workload": largest["name"], "top_own_time": hot_spots(ctx["timer"].profiler, 12)}
+    ctx["timer"].profiler = None
+    logging.getLogger().removeHandler(handler)
+    return {"modes": modes, "rounds": rounds, "capture_cost_available": has_capture_cost,
+            "workloads": results, "self_profile": profile}
+
+
+def history_profile(per_trace_runs: list[list[tuple]]) -> dict:
+    """Median self-time per trace by trace number bucket (2–8, 9–16, 17–half, last quarter)."""
+    n = min(len(r) for r in per_trace_runs)
+    by_index = [statistics.median(run[i]["total_s"] for run in per_trace_runs) for i in range(n)]
+    buckets = {"#2-8": (1, 8), "#9-16": (8, 16), f"#17-{n // 2}": (16, n // 2),
+               f"#{n - n // 4 + 1}-{n}": (n - n // 4, n)}
+    return {label: statistics.median(by_index[lo:hi]) for label, (lo, hi) in buckets.items() if hi > lo}

@@ -1,0 +1,424 @@
+"""What jaxtrace_nb costs: every figure of issue 6 against its baseline, measured in one run.
+
+    python benchmarks/run.py              # full run -> benchmarks/results/<platform>-<date>.json and .txt
+    python benchmarks/run.py --quick      # small sizes, ~2 minutes (CI); results in a temporary folder
+    python benchmarks/run.py --quick --out DIR
+
+Sections: hot path (cache-hit calls, recording on vs. never loaded), trace path (a
+retrace-heavy workload vs. no recording, `jax_explain_cache_misses` and
+`eqx.debug.assert_max_traces`; our own seconds per trace; compile-cost capture on vs. off),
+log scale (`jt.log()`, `jt.summary()`, exports, bytes per event), widget state, and the
+GPU first-call accounting. Each measurement runs in a fresh subprocess (`--worker`), so
+"never loaded" never imports jaxtrace_nb; figures are medians of repeats with their
+min–max spread, and baseline and recorded repeats alternate so that noise hits both.
+This script asserts nothing: it reports each goal as met or not met.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULT_MARK = "@@RESULT "
+SECTIONS = ("hot", "trace", "log", "widget", "gpu")
+
+from _stats import fmt_spread, ratios, spread  # noqa: E402  (benchmarks/ is the script's folder)
+
+
+# ----------------------------------------------------------------- workers
+def _worker_main(args) -> None:
+    if args.worker == "hot":
+        from _hot import worker
+        result = worker(args.mode, args.quick)
+    elif args.worker == "trace":
+        from _trace import worker
+        result = worker(args.quick)
+    elif args.worker == "log":
+        from _logscale import worker
+        result = worker(args.quick)
+    elif args.worker == "widget":
+        from _widget_state import worker
+        result = worker(args.quick)
+    else:
+        from _first_call import worker
+        result = worker(args.quick, force=True)
+    if "jax" in sys.modules:
+        import jax
+        result["platform"] = jax.devices()[0].platform
+    print(RESULT_MARK + json.dumps(result), flush=True)
+
+
+def _spawn(worker: str, *, quick: bool, timeout: float, mode: str = "") -> dict:
+    """Run one worker in a fresh interpreter; its result, or {"error": ...}."""
+    cmd = [sys.executable, os.path.join(HERE, "run.py"), "--worker", worker]
+    if mode:
+        cmd += ["--mode", mode]
+    if quick:
+        cmd.append("--quick")
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=HERE)
+    except subprocess.TimeoutExpired:
+        return {"error": f"worker {worker} {mode} timed out after {timeout:.0f} s"}
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_MARK)]
+    if proc.returncode != 0 or not lines:
+        return {"error": f"worker {worker} {mode} exited {proc.returncode}: {proc.stderr[-2000:]}"}
+    result = json.loads(lines[-1][len(RESULT_MARK):])
+    result["wall_s"] = time.perf_counter() - started
+    return result
+
+
+def _progress(message: str) -> None:
+    print(f"[{datetime.datetime.now():%H:%M:%S}] {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- sections
+def hot_section(quick: bool) -> dict:
+    """Cache-hit calls: never-loaded and recorded processes alternated; one interleaved process."""
+    pairs = 1 if quick else 6
+    runs = {"never_loaded": [], "recorded": []}
+    for i in range(pairs):
+        for mode in (("never_loaded", "recorded") if i % 2 == 0 else ("recorded", "never_loaded")):
+            _progress(f"hot path: {mode} process {i + 1}/{pairs}")
+            runs[mode].append(_spawn("hot", quick=quick, timeout=600, mode=mode))
+    _progress("hot path: interleaved process")
+    inter = _spawn("hot", quick=quick, timeout=600, mode="interleaved")
+    errors = [r["error"] for rs in runs.values() for r in rs if "error" in r] + \
+        ([inter["error"]] if "error" in inter else [])
+    if errors:
+        return {"error": "; ".join(errors)}
+    cases = {}
+    never_loaded_clean = not any(r["jaxtrace_nb_imported"] for r in runs["never_loaded"])
+    for name in runs["recorded"][0]["cases"]:
+        base = [r["cases"][name]["median_s"] for r in runs["never_loaded"]]
+        rec = [r["cases"][name]["median_s"] for r in runs["recorded"]]
+        on, off = inter["cases"][name]["on_s"], inter["cases"][name]["off_s"]
+        cases[name] = {
+            "never_loaded_s": spread(base), "recorded_s": spread(rec),
+            "ratio": statistics.median(rec) / statistics.median(base),
+            "pair_ratios": spread(ratios(rec, base)),
+            "interleaved_ratio": spread(ratios(on, off)),
+            "calls_per_block": inter["cases"][name]["calls_per_block"],
+        }
+    return {"processes_per_mode": pairs, "never_loaded_clean": never_loaded_clean,
+            "blocks_per_process": len(inter["cases"][name]["on_s"]),
+            "cases": cases, "platform": inter.get("platform")}
+
+
+def trace_section(quick: bool) -> dict:
+    from _trace import history_profile
+
+    _progress("trace path: one process, every mode rotated round by round")
+    raw = _spawn("trace", quick=quick, timeout=3000)
+    if "error" in raw:
+        return raw
+    out = []
+    for w in raw["workloads"]:
+        runs = w["runs"]
+        base = [r["total_s"] for r in runs["baseline"]]
+        row = {k: w[k] for k in ("name", "how", "jit", "leaves", "traces")}
+        row["total_s"] = {m: spread(r["total_s"] for r in rs) for m, rs in runs.items()}
+        row["ratio_vs_baseline"] = {m: spread(ratios([r["total_s"] for r in rs], base))
+                                    for m, rs in runs.items() if m != "baseline"}
+        rec = [r["total_s"] for r in runs["recorded"]]
+        row["recorded_vs_explain"] = spread(ratios(rec, [r["total_s"] for r in runs["explain"]]))
+        if "recorded_no_cost" in runs:
+            row["capture_cost_ratio"] = spread(ratios(rec, [r["total_s"] for r in runs["recorded_no_cost"]]))
+        row["explain_log_bytes_per_trace"] = statistics.median(r["log_bytes"] for r in runs["explain"]) / w["traces"]
+        row["recorded_top_traces"] = [r["recorded_top_traces"] for r in runs["recorded"]]
+        per_trace = [t for r in runs["recorded"] for t in r["per_trace"][1:]]  # not the first trace
+        row["self_per_trace_s"] = {k: spread(t[k] for t in per_trace) for k in per_trace[0]} if per_trace else {}
+        row["self_total_fraction"] = spread(r["self_s"] / r["total_s"] for r in runs["recorded"])
+        row["added_per_trace_s"] = spread((r - b) / w["traces"] for r, b in zip(rec, base))
+        if w["how"] == "trace" and w["traces"] >= 32:
+            row["self_by_trace_number_s"] = history_profile([r["per_trace"] for r in runs["recorded"]])
+        out.append(row)
+    return {"rounds": raw["rounds"], "modes": raw["modes"], "capture_cost_available": raw["capture_cost_available"],
+            "workloads": out, "self_profile": raw["self_profile"], "platform": raw.get("platform")}
+
+
+def log_section(quick: bool) -> dict:
+    _progress("log scale")
+    raw = _spawn("log", quick=quick, timeout=3000)
+    if "error" in raw:
+        return raw
+    for row in raw["sizes"]:
+        for key in ("log_s", "summary_s", "parquet_s", "csv_s"):
+            row[key] = spread(row[key])
+    return raw
+
+
+def widget_section(quick: bool) -> dict:
+    _progress("widget state")
+    raw = _spawn("widget", quick=quick, timeout=900)
+    for key in ("build_and_follow_s", "live_update_s", "display_update_s", "resort_s"):
+        if key in raw:
+            raw[key] = spread(raw[key])
+    return raw
+
+
+def gpu_section(quick: bool) -> dict:
+    _progress("GPU first call")
+    return _spawn("gpu", quick=quick, timeout=1800)
+
+
+# ------------------------------------------------------------------ goals
+def _figure(section, figure, goal, measured, met, note=""):
+    return {"section": section, "figure": figure, "goal": goal, "measured": measured, "met": met, "note": note}
+
+
+def figures(results: dict, quick: bool) -> list[dict]:
+    """One row per figure of the issue: what it is, its goal, the measured value, met or not."""
+    rows = []
+    hot = results.get("hot", {})
+    if "cases" in hot:
+        worst = max(hot["cases"].items(), key=lambda kv: kv[1]["ratio"])
+        worst_in = max(hot["cases"].items(), key=lambda kv: kv[1]["interleaved_ratio"]["median"])
+        rows.append(_figure("1 hot path", "cache-hit call, recording on / never loaded (worst case)", "≤ 1.02",
+                            f"{worst[1]['ratio']:.3f} ({worst[0]}; pairs {fmt_spread(worst[1]['pair_ratios'])})",
+                            worst[1]["ratio"] <= 1.02))
+        rows.append(_figure("1 hot path", "same, interleaved in one process, on / off (worst case)", "≤ 1.02",
+                            f"{fmt_spread(worst_in[1]['interleaved_ratio'])} ({worst_in[0]})",
+                            worst_in[1]["interleaved_ratio"]["median"] <= 1.02))
+    else:
+        rows.append(_figure("1 hot path", "cache-hit call ratio", "≤ 1.02", "error", None, hot.get("error", "")))
+    trace = results.get("trace", {})
+    for w in trace.get("workloads", []):
+        r = w["ratio_vs_baseline"]["recorded"]
+        rows.append(_figure("2 trace path", f"{w['name']}: recorded / without", "≤ 1.05", fmt_spread(r),
+                            r["median"] <= 1.05))
+        e = w["recorded_vs_explain"]
+        rows.append(_figure("2 trace path", f"{w['name']}: recorded / jax_explain_cache_misses", "≤ 1.00",
+                            fmt_spread(e), e["median"] <= 1.0))
+        a = w["ratio_vs_baseline"].get("eqx_assert")
+        if a:
+            rows.append(_figure("2 trace path", f"{w['name']}: eqx.debug.assert_max_traces / without", "(reference)",
+                                fmt_spread(a), None))
+        c = w.get("capture_cost_ratio")
+        rows.append(_figure("2 trace path", f"{w['name']}: compile-cost capture on / off", "≤ 1.05",
+                            fmt_spread(c) if c else "unavailable (no Probe.capture_cost)",
+                            c["median"] <= 1.05 if c else None))
+        s = w["self_per_trace_s"].get("total_s")
+        if s:
+            rows.append(_figure("2 trace path", f"{w['name']}: our signature+diff per trace", "(absolute)",
+                                fmt_spread(s, "ms", 1e3), None))
+        if "self_by_trace_number_s" in w:
+            values = list(w["self_by_trace_number_s"].values())
+            growth = values[-1] / values[0] if values[0] else None
+            rows.append(_figure("2 trace path", f"{w['name']}: per-trace cost, last quarter / traces #2-8",
+                                "flat (≈ 1)", f"{growth:.2f}" if growth else "n/a",
+                                growth is not None and growth <= 1.5))
+    if not trace.get("workloads"):
+        rows.append(_figure("2 trace path", "retrace workload", "≤ 1.05", "error", None, trace.get("error", "")))
+    log = results.get("log", {})
+    goal_size = 10_000 if quick else 100_000
+    for row in log.get("sizes", []):
+        n = row["events"]
+        at_goal = n == goal_size
+        rows.append(_figure("3 log scale", f"jt.log() of {n:,} events", "< 1 s at 10^5" if at_goal else "",
+                            fmt_spread(row["log_s"], "s"), row["log_s"]["median"] < 1.0 if at_goal else None))
+        rows.append(_figure("3 log scale", f"jt.summary() of {n:,} events", "< 0.5 s at 10^5" if at_goal else "",
+                            fmt_spread(row["summary_s"], "s"), row["summary_s"]["median"] < 0.5 if at_goal else None))
+        rows.append(_figure("3 log scale", f"export {n:,} events to Parquet / CSV", "",
+                            f"{fmt_spread(row['parquet_s'], 's')} / {fmt_spread(row['csv_s'], 's')}", None))
+        memory = row["bytes_per_event_tracemalloc"] or row["bytes_per_event_rss"]
+        how = "tracemalloc" if row["bytes_per_event_tracemalloc"] else "RSS delta"
+        rows.append(_figure("3 log scale", f"memory per event in the log ({n:,} events, {how})", "< 1 KB (1,024 B)",
+                            f"{memory:,.0f} B", memory < 1024))
+    if not log.get("sizes"):
+        rows.append(_figure("3 log scale", "log scale", "", "error", None, log.get("error", "")))
+    widget = results.get("widget", {})
+    if widget.get("status") == "ok":
+        n = widget["events"]
+        for key, label in (("build_and_follow_s", "build the table and follow a log"),
+                           ("live_update_s", "live update: one new event + flush"),
+                           ("display_update_s", "refresh the display (static text + HTML fallback)"),
+                           ("resort_s", "re-sort (click on a column)")):
+            rows.append(_figure("4 widget", f"{label}, {n:,} events", "(no goal set)",
+                                fmt_spread(widget[key], "ms", 1e3), None))
+    else:
+        rows.append(_figure("4 widget", "widget state", "", widget.get("status") or widget.get("error", "?"), None))
+    gpu = results.get("gpu", {})
+    for m in gpu.get("models", []):
+        label = "" if gpu.get("platform") == "gpu" else " [dry run, not a GPU figure]"
+        rows.append(_figure("5 GPU", f"{m['model']}: recorded vs JAX's events{label}", "equal",
+                            f"max |diff| {m['max_abs_diff_vs_jax_s']:.1e} s", m["max_abs_diff_vs_jax_s"] < 1e-6))
+        rows.append(_figure("5 GPU", f"{m['model']}: first call accounted{label}", gpu.get("margin", ""),
+                            f"{m['first_call_s']:.3f} s = trace {m['recorded']['trace_s']:.3f} + lower "
+                            f"{m['recorded']['lower_s']:.3f} + compile {m['recorded']['compile_s']:.3f} + run "
+                            f"{m['second_call_s']:.3f} + {m['unaccounted_s']:+.3f} unaccounted",
+                            m["accounted_within_margin"]))
+    if gpu.get("status") != "ok":
+        rows.append(_figure("5 GPU", "GPU section", "", gpu.get("status") or gpu.get("error", "?"), None))
+    return rows
+
+
+# --------------------------------------------------------------- reporting
+def machine() -> dict:
+    """Where and on what this run happened."""
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            memory_gib = int(f.readline().split()[1]) / 2**20
+    except OSError:
+        memory_gib = None
+    versions = {}
+    for package in ("jax", "jaxlib", "equinox", "pandas", "pyarrow", "jaxtrace_nb"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=HERE, timeout=10).stdout.strip()
+    except Exception:
+        commit = ""
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": memory_gib, "python": platform.python_version(),
+            "os": platform.platform(), "versions": versions, "commit": commit}
+
+
+def render_text(results: dict) -> str:
+    """The human-readable report: the figures table, then each section's details."""
+    m = results["machine"]
+    lines = [f"jaxtrace_nb benchmarks ({'quick' if results['quick'] else 'full'}) — {results['date']}",
+             f"machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib'] or 0:.0f} GiB; platform "
+             f"{results['platform']}; python {m['python']}; "
+             + ", ".join(f"{k} {v}" for k, v in m["versions"].items()) + f"; commit {m['commit']}",
+             f"load average before / after: {results['load_before']} / {results['load_after']}; "
+             f"wall {results['wall_s']:.0f} s; command: {results['command']}", ""]
+    lines.append(_table(["section", "figure", "goal", "measured", "met"],
+                        [[f["section"], f["figure"], f["goal"], f["measured"],
+                          {True: "yes", False: "NO", None: ""}[f["met"]]] for f in results["figures"]]))
+    hot = results["sections"].get("hot", {})
+    if "cases" in hot:
+        lines += ["", f"Hot path: seconds per cache-hit call; median (min–max) of {hot['processes_per_mode']} "
+                      f"processes per mode x {hot['blocks_per_process']} blocks",
+                  _table(["case", "never loaded", "recorded", "ratio", "pair ratios", "interleaved on/off"],
+                         [[name, fmt_spread(c["never_loaded_s"], "µs", 1e6, 2),
+                           fmt_spread(c["recorded_s"], "µs", 1e6, 2), f"{c['ratio']:.3f}",
+                           fmt_spread(c["pair_ratios"]), fmt_spread(c["interleaved_ratio"])]
+                          for name, c in hot["cases"].items()])]
+    trace = results["sections"].get("trace", {})
+    if trace.get("workloads"):
+        modes = trace["modes"]
+        lines += ["", f"Trace path: total seconds per run, median (min–max) of {trace['rounds']} rounds, "
+                      "modes rotated",
+                  _table(["workload", *modes],
+                         [[w["name"], *(fmt_spread(w["total_s"][mo], "s") for mo in modes)]
+                          for w in trace["workloads"]]),
+                  "", "Trace path: ratio to baseline, per round",
+                  _table(["workload", *modes[1:], "recorded / explain"],
+                         [[w["name"], *(fmt_spread(w["ratio_vs_baseline"][mo]) for mo in modes[1:]),
+                           fmt_spread(w["recorded_vs_explain"])] for w in trace["workloads"]]),
+                  "", "Trace path: our own work per trace (recorded mode, traces after the first), ms",
+                  _table(["workload", "leaves", *(trace["workloads"][0]["self_per_trace_s"].keys()),
+                          "added per trace (end to end)", "explain log bytes / trace"],
+                         [[w["name"], str(w["leaves"]),
+                           *(fmt_spread(s, "", 1e3) for s in w["self_per_trace_s"].values()),
+                           fmt_spread(w["added_per_trace_s"], "", 1e3), f"{w['explain_log_bytes_per_trace']:.0f}"]
+                          for w in trace["workloads"]])]
+        for w in trace["workloads"]:
+            if "self_by_trace_number_s" in w:
+                lines.append(f"  per-trace cost by trace number, {w['name']}: " + ", ".join(
+                    f"{k}: {v * 1e3:.3f} ms" for k, v in w["self_by_trace_number_s"].items()))
+        if trace.get("self_profile"):
+            lines.append(f"  cProfile of our per-trace work only, {trace['self_profile']['workload']}, top own time:")
+            lines += [f"    {p}" for p in trace["self_profile"]["top_own_time"]]
+    log = results["sections"].get("log", {})
+    if log.get("sizes"):
+        lines += ["", "Log scale: seconds, median (min–max)",
+                  _table(["events", "jt.log()", "jt.summary()", "Parquet", "CSV", "B/event (tracemalloc)",
+                          "B/event (RSS)", "B/event (DataFrame)", "Parquet B/event", "CSV B/event"],
+                         [[f"{r['events']:,}", fmt_spread(r["log_s"]), fmt_spread(r["summary_s"]),
+                           fmt_spread(r["parquet_s"]), fmt_spread(r["csv_s"]),
+                           f"{r['bytes_per_event_tracemalloc']:.0f}" if r["bytes_per_event_tracemalloc"] else "",
+                           f"{r['bytes_per_event_rss']:.0f}", f"{r['frame_bytes_per_event']:.0f}",
+                           f"{r['parquet_bytes_per_event']:.0f}", f"{r['csv_bytes_per_event']:.0f}"]
+                          for r in log["sizes"]])]
+        for r in log["sizes"]:
+            if "memory_by_field" in r:
+                lines.append(f"  memory by field at {r['events']:,} events (bytes/event, sys.getsizeof of owned "
+                             f"objects): " + ", ".join(f"{k} {v:.0f}" for k, v in r["memory_by_field"].items()))
+            for key in ("profile_log", "profile_summary"):
+                if key in r:
+                    lines.append(f"  cProfile {key[8:]}() at {r['events']:,} events, top own time:")
+                    lines += [f"    {p}" for p in r[key]]
+    gpu = results["sections"].get("gpu", {})
+    lines += ["", f"GPU: {gpu.get('status') or gpu.get('error')}"]
+    for mo in gpu.get("models", []):
+        lines.append(f"  {mo['model']}: first call {mo['first_call_s']:.3f} s, recorded {mo['recorded']}, "
+                     f"JAX events {mo['jax_events']}, second call {mo['second_call_s']:.4f} s, unaccounted "
+                     f"{mo['unaccounted_s']:+.3f} s (without recording: {mo['unrecorded_unaccounted_s']:+.3f} s of "
+                     f"{mo['unrecorded_first_call_s']:.3f} s), compile share {mo['share_compile']:.0%}")
+    return "\n".join(lines) + "\n"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table (readable as plain text too)."""
+    def line(cells):
+        return "| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |"
+    return "\n".join([line(header), line(["---"] * len(header)), *(line(r) for r in rows)])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, a few repeats (CI: proves it runs)")
+    parser.add_argument("--out", help="folder for the results (default: benchmarks/results/, or a temporary "
+                                      "folder with --quick)")
+    parser.add_argument("--sections", default=",".join(SECTIONS), help=f"comma-separated subset of {SECTIONS}")
+    parser.add_argument("--worker", choices=SECTIONS, help=argparse.SUPPRESS)
+    parser.add_argument("--mode", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        _worker_main(args)
+        return 0
+    sections = [s for s in args.sections.split(",") if s]
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown sections: {sorted(unknown)}")
+    out = args.out or (tempfile.mkdtemp(prefix="jaxtrace-bench-") if args.quick else os.path.join(HERE, "results"))
+    os.makedirs(out, exist_ok=True)
+    started = time.perf_counter()
+    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    runners = {"hot": hot_section, "trace": trace_section, "log": log_section, "widget": widget_section,
+               "gpu": gpu_section}
+    results_by_section = {name: runners[name](args.quick) for name in sections}
+    platforms = [r.get("platform") for r in results_by_section.values() if r.get("platform")]
+    now = datetime.datetime.now()
+    results = {
+        "quick": args.quick, "date": now.isoformat(timespec="seconds"), "platform": platforms[0] if platforms else "?",
+        "command": "python benchmarks/run.py" + (" --quick" if args.quick else "")
+                   + (f" --sections {args.sections}" if args.sections != ",".join(SECTIONS) else ""),
+        "machine": machine(), "load_before": load_before,
+        "load_after": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "wall_s": time.perf_counter() - started, "sections": results_by_section,
+    }
+    results["figures"] = figures(results_by_section, args.quick)
+    stem = os.path.join(out, f"{results['platform']}-{now:%Y-%m-%d}" + ("-quick" if args.quick else ""))
+    with open(stem + ".json", "w") as f:
+        json.dump(results, f, indent=1)
+    text = render_text(results)
+    with open(stem + ".txt", "w") as f:
+        f.write(text)
+    print(text)
+    print(f"results: {stem}.json and {stem}.txt")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

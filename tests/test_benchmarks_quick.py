@@ -1,0 +1,42 @@
+"""The benchmark script runs end to end in quick mode and reports every section (no timings asserted)."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
+
+
+def test_quick_benchmark_reports_every_section(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (json_path,) = tmp_path.glob("*-quick.json")
+    assert json_path.with_suffix(".txt").read_text().startswith("jaxtrace_nb benchmarks (quick)")
+    results = json.loads(json_path.read_text())
+    sections = results["sections"]
+    assert set(sections) == {"hot", "trace", "log", "widget", "gpu"}
+    assert not [name for name, s in sections.items() if "error" in s]
+
+    hot = sections["hot"]
+    assert hot["never_loaded_clean"]  # the baseline processes never imported jaxtrace_nb
+    assert {"jax.jit f32[]", "eqx.filter_jit MLP module"} <= set(hot["cases"])
+
+    trace = sections["trace"]
+    assert trace["modes"][:2] == ["baseline", "recorded"] and {"explain", "eqx_assert"} <= set(trace["modes"])
+    for w in trace["workloads"]:  # the probe recorded every retrace of the workload, in every round
+        assert w["recorded_top_traces"] == [w["traces"]] * trace["rounds"], w["name"]
+        assert w["self_per_trace_s"]["total_s"]["n"] > 0
+    assert any(w["jit"] == "equinox" for w in trace["workloads"])
+    assert trace["self_profile"]["top_own_time"]
+
+    assert [row["events"] for row in sections["log"]["sizes"]] == [1_000, 10_000]
+    assert sections["widget"]["status"] == "ok" or sections["widget"]["status"].startswith("pending")
+    gpu = sections["gpu"]
+    assert gpu["status"] == "ok" or gpu["status"].startswith("not run: no GPU")
+    assert [m["max_abs_diff_vs_jax_s"] for m in gpu["models"]] == [0.0, 0.0]  # recorded = JAX's own seconds
+
+    figure_sections = {f["section"] for f in results["figures"]}
+    assert figure_sections == {"1 hot path", "2 trace path", "3 log scale", "4 widget", "5 GPU"}
+    assert all(f["met"] in (True, False, None) for f in results["figures"])
