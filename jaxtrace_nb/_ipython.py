@@ -198,6 +198,17 @@ def _cell_label(shell):
     return label
 
 
+def _running_cell_number(shell, info) -> int:
+    """The In[n] number of the cell that `pre_run_cell` announces."""
+    import IPython
+
+    n = shell.execution_count
+    # IPython >= 9.8 counts a cell stored in history before `pre_run_cell`, earlier versions after.
+    if IPython.version_info >= (9, 8) and getattr(info, "store_history", False):
+        n -= 1
+    return n
+
+
 def load(shell) -> None:
     session = get_session()
     if _STATE.get("shell") is shell:
@@ -205,11 +216,17 @@ def load(shell) -> None:
     if _STATE:
         unload(_STATE["shell"])
 
+    depth = [0]  # %%tracewatch runs its cell through a nested run_cell, part of the same cell
+
     def pre_run_cell(info=None):
-        session.current_cell = shell.execution_count
+        if depth[0] == 0:
+            session.current_cell = _running_cell_number(shell, info)
+        depth[0] += 1
 
     def post_run_cell(result=None):
-        session.current_cell = None
+        depth[0] = max(0, depth[0] - 1)
+        if depth[0] == 0:
+            session.current_cell = None
         _contained(_refresh_session_table)
 
     shell.register_magics(TracewatchMagics)

@@ -30,7 +30,7 @@ from ._graph import GraphStats, find_unrolled
 from ._signature import NODE_SUFFIX, NONE_LEAF, Leaf, Signature, array_leaf, node_leaf, static_leaf
 from ._summary import clip, summarize_static
 
-SUPPORTED_JAX = ((0, 10, 0), (0, 12, 0))  # [min, max) of versions the full probe is tested on
+SUPPORTED_JAX = ((0, 9, 0), (0, 11, 0))  # [min, max) of versions the full probe is tested on
 
 TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
 LOWER_EVENT = "/jax/core/compile/jaxpr_to_mlir_module_duration"
@@ -92,7 +92,7 @@ def detect() -> _Capabilities:
         )
     target = getattr(pe, "trace_to_jaxpr", None)
     if target is None or not hasattr(target, "cache_info"):
-        return _Capabilities(False, "partial_eval.trace_to_jaxpr is missing or not a cache")
+        return _Capabilities(False, f"JAX {jax.__version__} has no cached partial_eval.trace_to_jaxpr to observe")
     return _Capabilities(True, "")
 
 
@@ -224,8 +224,11 @@ class Probe:
         self._installed = True
         if self.capabilities.trace_hook:
             return ""
-        return (f"jaxtrace_nb: {self.capabilities.reason}; recording timings per function name only "
-                f"(no retrace causes). jax {jax.__version__}")
+        if not self._listeners:  # JAX < 0.8.1: jax.monitoring cannot remove a listener again
+            return (f"jaxtrace_nb: {self.capabilities.reason}, and its jax.monitoring cannot unregister "
+                    "a listener; recording nothing.")
+        return (f"jaxtrace_nb: {self.capabilities.reason}; recording traces and their seconds per "
+                "function name only (no retrace causes, leaves or locations).")
 
     def uninstall(self) -> None:
         if not self._installed:
@@ -705,9 +708,12 @@ class Probe:
             from jax._src import config
 
             values = config.trace_context()
-            names = config.trace_context_names() if hasattr(config, "trace_context_names") else None
         except Exception:
             return ()
+        try:
+            names = config.trace_context_names()  # JAX >= 0.10.2
+        except Exception:
+            names = None
         if names is None or len(names) != len(values):
             names = [f"context[{i}]" for i in range(len(values))]
         return tuple((str(n), _context_value(v)) for n, v in zip(names, values))

@@ -24,7 +24,19 @@ def test_trace_context_change(jt):
         mm(a)
     (event,) = [e for e in jt.log(internal=False).itertuples() if e.trace_number == 2]
     assert event.cause == "context"
-    assert "matmul_precision" in event.explanation and "matmul_precision" in event.after
+    if _jax_names_trace_context():
+        assert "matmul_precision" in event.explanation and "matmul_precision" in event.after
+    else:  # JAX < 0.10.2 gives the entries of its trace context no names
+        assert "context[" in event.explanation
+
+
+def _jax_names_trace_context() -> bool:
+    from jax._src import config
+
+    try:
+        return bool(config.trace_context_names())
+    except Exception:
+        return False
 
 
 def test_numpy_float64_array_is_a_dtype_change_with_x64(jt):

@@ -136,3 +136,12 @@ def test_line_magic_persist_appends_every_event(shell, tmp_path, capsys):
 
     df = jt.load(path)
     assert df[~df["internal"]]["cause"].tolist() == ["first", "shape"]
+
+
+def test_tracewatch_cell_events_carry_its_cell_number(shell):
+    import jaxtrace_nb as jt
+
+    shell.run_cell("%load_ext jaxtrace_nb", store_history=True)
+    result = shell.run_cell("%%tracewatch\nh = jax.jit(lambda x: x + 1)\nh(1.0)\n", store_history=True)
+    result2 = shell.run_cell("h(jnp.ones(2))", store_history=True)
+    assert jt.log(internal=False)["cell"].tolist() == [result.execution_count, result2.execution_count]
