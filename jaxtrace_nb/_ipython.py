@@ -248,7 +248,16 @@ def unload(shell) -> None:
         except ValueError:
             pass
     _stop_session_table()
+    _unregister_magics(shell)
     session.stop()
     session.probe.cell_label = None
     session.current_cell = None
     _STATE.clear()
+
+
+def _unregister_magics(shell) -> None:
+    """Remove ``%tracewatch`` and ``%%tracewatch`` (IPython has no public call for it)."""
+    manager = shell.magics_manager
+    for kind in ("line", "cell"):
+        manager.magics.get(kind, {}).pop("tracewatch", None)
+    manager.registry.pop(TracewatchMagics.__name__, None)

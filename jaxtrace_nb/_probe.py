@@ -18,6 +18,7 @@ monitoring listeners are installed (timings and counts per function name).
 from __future__ import annotations
 
 import inspect
+import itertools
 import os
 import re
 import sys
@@ -28,7 +29,7 @@ from typing import Any, NamedTuple
 
 from ._graph import GraphStats, find_unrolled
 from ._signature import NODE_SUFFIX, NONE_LEAF, Leaf, Signature, array_leaf, node_leaf, static_leaf
-from ._summary import clip, summarize_static
+from ._summary import clip, printable, summarize_static
 
 SUPPORTED_JAX = ((0, 9, 0), (0, 11, 0))  # [min, max) of versions the full probe is tested on
 
@@ -153,15 +154,14 @@ def _new_aval_leaf(aval: Any) -> Leaf:
 
 def _keystr(keypath: tuple) -> str:
     """`jax.tree_util.keystr` of a key path, without running a dict key's own `repr`."""
-    from jax import tree_util
-
     parts = []
     for key in keypath:
-        if isinstance(key, tree_util.DictKey):
+        kind = type(key).__name__
+        if kind == "DictKey":
             parts.append(f"[{_dict_key_text(key.key)}]")
-        elif isinstance(key, tree_util.SequenceKey):
+        elif kind == "SequenceKey":
             parts.append(f"[{key.idx}]")
-        elif isinstance(key, tree_util.GetAttrKey):
+        elif kind == "GetAttrKey":
             parts.append(f".{key.name}")
         else:
             parts.append(f"[{_dict_key_text(getattr(key, 'key', '?'))}]")
@@ -174,6 +174,9 @@ def _dict_key_text(key: Any) -> str:
     if type(key) is int:
         return str(key)
     return summarize_static(key).text  # bounded, runs no user __repr__
+
+
+_TRACEBACK_EXCLUDED: list = []
 
 
 class Probe:
@@ -330,10 +333,15 @@ class Probe:
 
     @staticmethod
     def _exclude_from_tracebacks() -> None:
+        """Hide our forwarding frames from JAX's filtered tracebacks, once per process: JAX
+        cannot remove an exclusion, and each start would add one more."""
+        if _TRACEBACK_EXCLUDED:
+            return
         try:
             from jax._src import traceback_util
 
             traceback_util.register_exclusion(os.path.dirname(__file__))
+            _TRACEBACK_EXCLUDED.append(True)
         except Exception:
             pass
 
@@ -417,27 +425,37 @@ class Probe:
         return GraphStats(len(eqns), _count_equations(jaxpr, {}), found, where)
 
     def _loop_location(self, body) -> str | None:
-        """`file:line` of the first line of an unrolled loop's body, from JAX's source info."""
+        """`file:line` of the statement that every equation of an unrolled loop's body came from.
+
+        That is the innermost user frame shared by all of the body's equations: the loop's
+        line in the traced function, not a line of a helper the loop calls.
+        """
         try:
             from jax._src import source_info_util
         except Exception:
             return None
-        frames = []
+        stacks = []
         for eqn in body:
-            frame = source_info_util.user_frame(getattr(eqn.source_info, "traceback", None))
-            if frame is not None:
-                frames.append((frame.file_name, frame.start_line))
-        if not frames:
+            frames = source_info_util.user_frames(getattr(eqn.source_info, "traceback", None))
+            stacks.append([(f.file_name, f.start_line) for f in itertools.islice(frames, 64)])
+        stacks = [stack for stack in stacks if stack]
+        if not stacks:
             return None
-        filename = frames[0][0]
-        line = min(line for name, line in frames if name == filename)
-        return self._location(filename, line)
+        shared = set(stacks[0]).intersection(*stacks[1:])
+        for filename, line in stacks[0]:  # innermost first
+            if (filename, line) in shared:
+                return self._location(filename, line)
+        return self._location(*stacks[0][0])
 
     # ------------------------------------------------------------ decoding
     def _trace_info(self, fun, in_type, dbg, nested: bool, elapsed: float) -> TraceInfo:
         jit_kind, user_fun, parts = self._split(fun, in_type)
         function, filename, line = self._user_identity(user_fun, dbg, jit_kind, parts)
-        signature = self._signature(fun, in_type, jit_kind, user_fun, parts, function)
+        try:
+            signature = self._signature(fun, in_type, jit_kind, user_fun, parts, function)
+        except Exception as e:  # the trace is still recorded, by name, without a cause
+            self._sink.fault("signature", e)
+            signature = None
         try:
             ref = weakref.ref(user_fun) if user_fun is not None and not parts.get("fun_is_module") else None
         except TypeError:
@@ -503,6 +521,11 @@ class Probe:
         }
 
     def _user_identity(self, user_fun, dbg, jit_kind, parts) -> tuple[str, str, int]:
+        """The user's function name (printable, bounded), file and line."""
+        name, filename, line = self._raw_identity(user_fun, dbg, jit_kind, parts)
+        return printable(name), filename, line
+
+    def _raw_identity(self, user_fun, dbg, jit_kind, parts) -> tuple[str, str, int]:
         target = user_fun
         if jit_kind == "equinox" and parts.get("fun_is_module"):
             # eqx.filter_jit(module): the function is the module's __call__
@@ -540,7 +563,7 @@ class Probe:
                 label = self.cell_label(filename)
             except Exception:
                 label = None
-        return f"{label or filename}:{line}"
+        return printable(f"{label or filename}:{line}", 400)
 
     @staticmethod
     def _key(function: str, filename: str) -> str:

@@ -214,14 +214,14 @@ class Session:
         except Exception as e:
             self.fault("diagnosis", e)
             return None
-        try:
-            self.log.append(event)
-            if not info.nested:
-                self._by_jax_name[info.jax_name] = (info.jax_name, info.function, info.location, info.key,
-                                                    info.internal, info.jit_kind)
-        except Exception as e:
-            self.fault("log", e)
+        if self._append(event) is None:
             return None
+        if not info.nested:
+            names = self._by_jax_name
+            if len(names) >= _MAX_FUNCTIONS and info.jax_name not in names:
+                names.pop(next(iter(names)))
+            names[info.jax_name] = (info.jax_name, info.function, info.location, info.key, info.internal,
+                                    info.jit_kind)
         for watch in list(self.watches):
             watch.count(event)  # raises RetraceError past a watch's max_traces
         return event
@@ -313,7 +313,15 @@ class Session:
         except Exception as e:
             self.fault("diagnosis", e)
             return None
-        return self.log.append(event)
+        return self._append(event)
+
+    def _append(self, event: Event) -> Event | None:
+        """Append to the log; a failure there is counted (stage 'log'), never raised."""
+        try:
+            return self.log.append(event)
+        except Exception as e:
+            self.fault("log", e)
+            return None
 
     def on_public_trace(self, jax_name: str, seconds: float, thread: int) -> Event | None:
         """A trace seen only through jax.monitoring (reduced mode: JAX outside the range)."""
@@ -334,8 +342,7 @@ class Session:
         except Exception as e:
             self.fault("diagnosis", e)
             return None
-        self.log.append(event)
-        return event
+        return self._append(event)
 
     def on_timing(self, event: Event, column: str, seconds: float) -> None:
         setattr(event, column, float(seconds))

@@ -165,6 +165,16 @@ def clip(text: str, limit: int = MAX_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def printable(text: str, limit: int = MAX_CHARS) -> str:
+    """A user-given name as plain text: an exact `str`, at most `limit` characters, every
+    non-printable character (control characters, bidi overrides, NUL) written as its
+    Python escape (``\\x1b``), so that no terminal or page interprets it."""
+    s = str.__str__(text)[: limit + 1]  # a str subclass's own __str__ never runs
+    if not s.isprintable():
+        s = "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
+    return clip(s, limit)
+
+
 def summarize_static(obj: Any) -> StaticInfo:
     """Summarise a static (hashable, non-array) argument value without storing it.
 

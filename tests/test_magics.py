@@ -100,32 +100,6 @@ def test_line_magic_session_reset_and_export(shell, tmp_path, capsys):
     assert jt.log().empty
 
 
-def test_unload_leaves_jax_as_found_and_load_twice_records_once(shell):
-    from jax._src import config
-    from jax._src import monitoring as mon
-    from jax._src.interpreters import partial_eval as pe
-
-    def snapshot():
-        return (pe.trace_to_jaxpr, list(mon._event_duration_secs_listeners), list(mon._event_listeners),
-                list(mon._event_time_span_listeners), list(mon._scalar_listeners),
-                config.explain_cache_misses.value, config.log_compiles.value,
-                len(shell.events.callbacks["pre_run_cell"]), len(shell.events.callbacks["post_run_cell"]))
-
-    before = snapshot()
-    for _ in range(5):
-        shell.run_cell("%load_ext jaxtrace_nb")
-        shell.run_cell("%load_ext jaxtrace_nb")
-        shell.run_cell("%reload_ext jaxtrace_nb")
-        shell.run_cell("%unload_ext jaxtrace_nb")
-    assert snapshot() == before
-    shell.run_cell("%load_ext jaxtrace_nb")
-    shell.run_cell("%load_ext jaxtrace_nb")
-    shell.run_cell("q = jax.jit(lambda x: x)\nq(1.0)")
-    import jaxtrace_nb as jt
-
-    assert len(jt.log(internal=False)) == 1
-
-
 def test_line_magic_persist_appends_every_event(shell, tmp_path, capsys):
     shell.run_cell("%load_ext jaxtrace_nb")
     path = tmp_path / "traces.jsonl"
