@@ -8,6 +8,7 @@ const COLUMNS = [
   ["traces", "traces", "int"],
   ["compiles", "compiles", "int"],
   ["eqns", "eqns", "int"],
+  ["loop_repeats", "loop ×", "int"],
   ["trace_s", "trace s", "s"],
   ["lower_s", "lower s", "s"],
   ["compile_s", "compile s", "bar"],
@@ -25,6 +26,7 @@ const HISTORY = [
   ["change", "before → after", "code"],
   ["explanation", "why / hint", "why"],
   ["eqns", "eqns", "int"],
+  ["flops", "FLOPs", "num"],
   ["cache_hit", "cache", "cache"],
   ["trace_s", "trace s", "s"],
   ["lower_s", "lower s", "s"],
@@ -54,6 +56,8 @@ function cell(name, kind, value, row, scale) {
     bar.style.width = `${scale > 0 ? Math.round((80 * (value || 0)) / scale) : 0}px`;
     td.appendChild(bar);
     td.appendChild(document.createTextNode(seconds(value)));
+  } else if (kind === "num") {
+    td.textContent = value === null || value === undefined ? "" : Number(value).toPrecision(3);
   } else if (kind === "cache") {
     td.textContent = value === true ? "hit" : value === false ? "miss" : "";
   } else if (kind === "why") {

@@ -31,10 +31,10 @@ THROTTLE_S = 0.25
 _MAX_RENDER_SHARE = 20
 _HERE = pathlib.Path(__file__).parent
 _TEXT_COLUMNS = ("function", "location", "last_cause", "last_leaf")
-SORT_COLUMNS = ("function", "location", "traces", "compiles", "eqns", "trace_s", "lower_s", "compile_s",
-                "total_s", "last_cause", "last_leaf")
-_ROW_FIELDS = ("key", "function", "location", "internal", "nested", "traces", "compiles", "eqns", "trace_s",
-               "lower_s", "compile_s", "total_s", "last_cause", "last_leaf")
+SORT_COLUMNS = ("function", "location", "traces", "compiles", "eqns", "loop_repeats", "trace_s", "lower_s",
+                "compile_s", "total_s", "last_cause", "last_leaf")
+_ROW_FIELDS = ("key", "function", "location", "internal", "nested", "traces", "compiles", "eqns", "loop_repeats",
+               "trace_s", "lower_s", "compile_s", "total_s", "last_cause", "last_leaf")
 
 
 def _sorted(rows: list[dict], column: str, descending: bool) -> list[dict]:
@@ -53,6 +53,7 @@ def _history_row(e, slowest_seq) -> dict:
         "seq": e.seq, "cell": e.cell, "time": e.time.strftime("%H:%M:%S") if e.time is not None else None,
         "trace_number": e.trace_number, "kind": e.kind, "cause": e.cause, "leaf": e.leaf,
         "change": change(e), "explanation": e.explanation, "hint": e.hint, "eqns": event_eqns(e),
+        "flops": e.flops if e.flops is not None and e.flops == e.flops else None,
         "cache_hit": e.cache_hit, "trace_s": e.trace_s, "lower_s": e.lower_s, "compile_s": e.compile_s,
         "total_s": e.total_s, "slowest": e.seq == slowest_seq,
     }

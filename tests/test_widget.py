@@ -219,3 +219,18 @@ def test_notebook_keeps_widget_state_and_static_fallback(tmp_path):
     exported, _ = HTMLExporter().from_notebook_node(nb)
     assert "widget-view+json" not in exported and "<img src=x" not in exported
     assert "f32[2] → f32[3]" in exported and "&lt;img src=x onerror=alert(1)&gt;" in exported
+
+
+def test_compile_cost_columns_unrolled_loop_and_flops():
+    events = _known_log()
+    events.append(Event(
+        time=datetime.datetime(2025, 1, 1, 12, 0, 9), cell=4, function="simulate", location="sim.py:3", kind="trace",
+        internal=False, nested=False, trace_number=1, cause="first", explanation="First trace of this function.",
+        hint="A Python loop of about 100 iterations was unrolled", trace_s=0.04, lower_s=0.02, compile_s=3.3,
+        eqns=1200, eqns_total=1200, loop_repeats=100, flops=2.5e6, key="k:simulate", seq=9))
+    table = TraceTable(Report(events, "t"))
+    table.sort_by, table.descending = "loop_repeats", True
+    assert _names(table)[0] == "simulate" and table.rows[0]["loop_repeats"] == 100
+    table.selected = "k:simulate"
+    (only,) = table.history
+    assert only["flops"] == 2.5e6 and "unrolled" in only["hint"]
