@@ -170,10 +170,6 @@ class Session:
                 self._persist = (writer, self.log.subscribe(writer))
 
     @property
-    def persist_path(self) -> str | None:
-        return self._persist[0].path if self._persist is not None else None
-
-    @property
     def recording(self) -> bool:
         return self.probe.installed
 
