@@ -87,7 +87,7 @@ def _first_and_second(fn, args, seen: list) -> tuple[float, float, list]:
 def worker(quick: bool, force: bool) -> dict:
     """Runs on a GPU; elsewhere only with `force`, as a dry run with small models that proves the code works."""
     import jax
-    from jax import monitoring
+    from jaxtrace_nb._jax_internals import listener_api
 
     import jaxtrace_nb as jt
     from jaxtrace_nb._session import get_session
@@ -102,7 +102,8 @@ def worker(quick: bool, force: bool) -> dict:
         if event.startswith("/jax/core/compile/"):
             seen.append((event.rsplit("/", 1)[-1], seconds, str(kwargs.get("fun_name"))))
 
-    monitoring.register_event_duration_secs_listener(listener)
+    register, unregister = listener_api("duration")
+    register(listener)
     models = []
     try:
         for name, fn, args in _models("small" if quick or platform != "gpu" else "full"):
@@ -137,7 +138,7 @@ def worker(quick: bool, force: bool) -> dict:
                 "share_compile": recorded["compile_s"] / first if first else None,
             })
     finally:
-        monitoring.unregister_event_duration_listener(listener)
+        unregister(listener)
         jt.stop()
         jt.reset()
     status = "ok" if platform == "gpu" else \

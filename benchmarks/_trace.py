@@ -10,8 +10,8 @@ all of them:
 * ``explain``: `jax_explain_cache_misses` on, its messages formatted into an in-memory log;
 * ``eqx_assert``: the function wrapped in `eqx.debug.assert_max_traces` (under the jit).
 
-In the recorded modes the probe's per-trace work (decode + signature, diff + event) and
-its monitoring listeners are timed by wrapping them on the instances.
+In the recorded modes the probe's per-trace work (decode + signature, diagnosis, graph) and
+its monitoring listeners are timed by wrapping them (see `_SelfTimer`).
 """
 
 from __future__ import annotations
@@ -23,63 +23,86 @@ import logging
 import statistics
 import time
 
-# The probe's per-trace steps, timed separately: (owner, method) -> field.
-PARTS = {("probe", "_trace_info"): "signature_s", ("probe", "_graph"): "graph_s",
-         ("session", "_trace_event"): "diff_s"}
+# The probe's per-trace steps, timed separately: (owner, attribute) -> field.
+PARTS = {("decoder", "trace_record"): "signature_s", ("probe_module", "graph_stats"): "graph_s",
+         ("session", "_diagnose_trace"): "diff_s"}
 MODES = ("baseline", "recorded", "recorded_no_cost", "explain", "eqx_assert")
 
 
 class _SelfTimer:
-    """Times the probe's per-trace work and listeners by shadowing them on the instances."""
+    """Times the probe's per-trace work (the trace-start hook and the trace-end listener) and its
+    listeners by shadowing them: on the instances, and on the decoder class and probe module."""
 
     def __init__(self, session):
+        from jaxtrace_nb import _probe
+        from jaxtrace_nb._decode import Decoder
+
         probe = session.probe
         self.profiler = None  # a cProfile.Profile to run inside the probe's per-trace work, when set
         self.records: list[dict] = []
         self.listener_s = 0.0
         self._current: dict | None = None
-        record_trace = probe._record_trace
+        on_trace_start, trace_end = probe._on_trace_start, probe._trace_end
         on_duration, on_event = probe._on_duration, probe._on_event
 
-        def timed_record(*args, **kwargs):
-            top = args[3] if len(args) > 3 else kwargs.get("top")
-            rec = self._current = {"top": bool(top)} | dict.fromkeys(PARTS.values(), 0.0)
-            if self.profiler is not None:
-                self.profiler.enable()
-            start = time.perf_counter()
-            try:
-                return record_trace(*args, **kwargs)
-            finally:
-                rec["total_s"] = time.perf_counter() - start
+        def timed(fn, finish):
+            def run(*args, **kwargs):
                 if self.profiler is not None:
-                    self.profiler.disable()
-                self.records.append(rec)
+                    self.profiler.enable()
+                start = time.perf_counter()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    finish(time.perf_counter() - start)
+                    if self.profiler is not None:
+                        self.profiler.disable()
+            return run
+
+        def start_hook(frame):
+            rec = self._current = {"top": probe.internals.is_top_level(), "total_s": 0.0} | \
+                dict.fromkeys(PARTS.values(), 0.0)
+            self.records.append(rec)
+
+            def finish(seconds):
+                rec["total_s"] += seconds
                 self._current = None
+            return timed(on_trace_start, finish)(frame)
+
+        def end_hook(duration):
+            rec = self._current = next((r for r in reversed(self.records) if r["top"]), None)
+
+            def finish(seconds):
+                if rec is not None:
+                    rec["total_s"] += seconds
+                self.listener_s -= seconds  # counted in the trace, not as listener time
+                self._current = None
+            return timed(trace_end, finish)(duration)
 
         def timed_part(fn, field):
-            def timed(*args, **kwargs):
+            def part(*args, **kwargs):
                 start = time.perf_counter()
                 try:
                     return fn(*args, **kwargs)
                 finally:
                     if self._current is not None:
                         self._current[field] += time.perf_counter() - start
-            return timed
+            return part
 
         def timed_listener(fn):
-            def timed(*args, **kwargs):
+            def listener(*args, **kwargs):
                 start = time.perf_counter()
                 try:
                     return fn(*args, **kwargs)
                 finally:
                     self.listener_s += time.perf_counter() - start
-            return timed
+            return listener
 
-        probe._record_trace = timed_record
+        probe._on_trace_start = start_hook  # captured by `install`, so shadow before start
+        probe._trace_end = end_hook
+        owners = {"decoder": Decoder, "probe_module": _probe, "session": session}
         for (owner, name), field in PARTS.items():
-            target = probe if owner == "probe" else session
-            if hasattr(target, name):
-                setattr(target, name, timed_part(getattr(target, name), field))
+            target = owners[owner]
+            setattr(target, name, timed_part(getattr(target, name), field))
         probe._on_duration = timed_listener(on_duration)  # registered by `install`, so wrap before start
         probe._on_event = timed_listener(on_event)
 
@@ -135,17 +158,42 @@ def _module_workload(n_traces: int):
     return make, inputs
 
 
+def _helpers_workload(n_layers: int, n_traces: int):
+    """A model whose every trace runs hundreds of nested traces of JAX's own jitted helpers
+    (`jnp` ufuncs and `jax.nn` functions, each traced anew per shape): 120 layers of distinct
+    widths; the batch size changes every call."""
+    import jax
+
+    widths = [8 + (7 * i) % 40 for i in range(n_layers + 1)]
+    weights = [_spec((a, b)) for a, b in zip(widths[:-1], widths[1:])]
+    inputs = [(weights, _spec((k + 1, widths[0]))) for k in range(n_traces)]
+
+    def make():
+        def model(weights, x):
+            for w in weights:
+                x = jax.nn.relu(x @ w) * 0.5 + jax.numpy.tanh(x @ w)
+            return x.sum()
+        return model
+
+    return make, inputs
+
+
 def workloads(quick: bool) -> list[dict]:
     """The workloads: name, leaves, traces per run, and how each call is made."""
     if quick:
         plan = [("calls", 10, 6), ("calls", 100, 3), ("module", None, 4),
-                ("trace", 10, 12), ("trace", 100, 6), ("trace", 1000, 3)]
+                ("trace", 10, 12), ("trace", 100, 6), ("trace", 1000, 3), ("helpers", 20, 3)]
     else:
-        plan = [("calls", 10, 100), ("calls", 1000, 12), ("module", None, 60),
-                ("trace", 10, 300), ("trace", 1000, 40), ("trace", 10000, 4)]
+        plan = [("calls", 10, 100), ("calls", 1000, 12), ("calls", 10000, 3), ("module", None, 60),
+                ("trace", 10, 300), ("trace", 1000, 40), ("trace", 10000, 4), ("helpers", 120, 12)]
     out = []
     for how, leaves, traces in plan:
-        if how == "module":
+        if how == "helpers":
+            make, inputs = _helpers_workload(leaves, traces)
+            out.append({"name": f"jax.jit(model).trace, {leaves} layers: hundreds of nested jnp helper traces "
+                                f"each, {traces} traces", "how": "trace", "jit": "jax", "leaves": leaves + 1,
+                        "traces": traces, "make": make, "inputs": inputs})
+        elif how == "module":
             make, inputs = _module_workload(traces)
             out.append({"name": f"eqx.filter_jit MLP module (18 leaves), {traces} calls, new batch size each",
                         "how": "calls", "jit": "equinox", "leaves": 18, "traces": traces,

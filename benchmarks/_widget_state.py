@@ -2,28 +2,21 @@
 
 Mirrors what `%tracewatch` does in a kernel: a `TraceTable` over an empty `Report` that
 follows the session log (`follow`), a live update after a cell (`flush` after one new
-event), the static fallback re-rendered for the display update (`_repr_mimebundle_`), and a
-click on a column header (a trait change that re-sorts).
+event), the static report re-rendered for the display update (`static_bundle`), a click on
+a column header (`resort_s`: the kernel only records the new order, the browser sorts), and
+a click on a function (`history_s`: the kernel builds its grouped history).
 """
 
 from __future__ import annotations
 
 import gc
-import importlib.util
 import time
-
-
-def available() -> bool:
-    """Whether the widget module exists in this checkout."""
-    return importlib.util.find_spec("jaxtrace_nb._widget") is not None
 
 
 def worker(quick: bool) -> dict:
     """Median-able samples of each step for a log of 10^4 events (10^3 in quick mode)."""
-    if not available():
-        return {"status": "pending: jaxtrace_nb._widget does not exist yet"}
     from jaxtrace_nb._log import EventLog
-    from jaxtrace_nb._views import Report
+    from jaxtrace_nb._report import Report
     from jaxtrace_nb._widget import TraceTable
 
     from _events import real_templates, synthetic
@@ -32,7 +25,7 @@ def worker(quick: bool) -> dict:
     repeats = 3 if quick else 5
     templates = real_templates()
     samples: dict[str, list[float]] = {"build_and_follow_s": [], "live_update_s": [], "display_update_s": [],
-                                       "resort_s": []}
+                                       "resort_s": [], "history_s": []}
     for _ in range(repeats):
         log = EventLog(max_events=n + 10)
         for event in synthetic(templates, n):
@@ -50,11 +43,16 @@ def worker(quick: bool) -> dict:
         samples["live_update_s"].append(time.perf_counter() - start)
 
         start = time.perf_counter()
-        table._repr_mimebundle_()
+        table.static_bundle()
         samples["display_update_s"].append(time.perf_counter() - start)
 
         start = time.perf_counter()
         table.sort_by = "function" if table.sort_by != "function" else "total_s"
         samples["resort_s"].append(time.perf_counter() - start)
+
+        busiest = max(table.rows, key=lambda r: r["traces"])["key"]
+        start = time.perf_counter()
+        table.selected = busiest
+        samples["history_s"].append(time.perf_counter() - start)
         table.close()
     return {"status": "ok", "events": n, "functions": 200, "repeats": repeats} | samples

@@ -161,7 +161,7 @@ def log_section(quick: bool) -> dict:
 def widget_section(quick: bool) -> dict:
     _progress("widget state")
     raw = _spawn("widget", quick=quick, timeout=900)
-    for key in ("build_and_follow_s", "live_update_s", "display_update_s", "resort_s"):
+    for key in ("build_and_follow_s", "live_update_s", "display_update_s", "resort_s", "history_s"):
         if key in raw:
             raw[key] = spread(raw[key])
     return raw
@@ -243,7 +243,8 @@ def figures(results: dict, quick: bool) -> list[dict]:
         for key, label in (("build_and_follow_s", "build the table and follow a log"),
                            ("live_update_s", "live update: one new event + flush"),
                            ("display_update_s", "refresh the display (static text + HTML fallback)"),
-                           ("resort_s", "re-sort (click on a column)")):
+                           ("resort_s", "a column click reaching the kernel (the browser sorts)"),
+                           ("history_s", "open a function's history (grouped)")):
             rows.append(_figure("4 widget", f"{label}, {n:,} events", "(no goal set)",
                                 fmt_spread(widget[key], "ms", 1e3), None))
     else:

@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import os
 
-from ._probe import SUPPORTED_JAX, RetraceError
-from ._session import JaxtraceWarning, Watch, get_session
+from ._jax_internals import SUPPORTED_JAX
+from ._session import JaxtraceWarning, get_session
+from ._watch import RetraceError, Watch
 
 __version__ = "0.1.0"
 
 __all__ = [
     "JaxtraceWarning", "RetraceError", "SUPPORTED_JAX", "Watch", "dropped", "faults", "load",
     "load_ipython_extension", "log", "reset", "start", "stop", "summary", "unload_ipython_extension", "watch",
+    "report", "show",
 ]
 
 
@@ -48,18 +50,25 @@ def start(*, max_events: int | None = None, persist: str | os.PathLike | None = 
     session.start(persist=None if persist is None else os.fspath(persist))
 
 
-def load(path: str | os.PathLike):
-    """The DataFrame of a log persisted with ``start(persist=path)``, as :func:`log` gives it.
+def load(paths):
+    """The DataFrame of one or more logs persisted with ``start(persist=path)``, as :func:`log` gives it.
 
-    Tolerates a torn last line (a kernel killed while writing). Example::
+    `paths` is a path or a list of paths (e.g. one per process of a multi-process run); their
+    events are merged in time order, each row with its `host` and `process`. Tolerates a torn
+    last line (a kernel killed while writing). Example::
 
         df = jt.load("traces.jsonl")   # after the kernel died
         df[df["compile_s"].isna()]      # the trace whose compile never finished
+        jt.load(["p0.jsonl", "p1.jsonl"]).groupby("process")["compile_s"].sum()
     """
     from ._log import events_frame
     from ._persist import load_events
 
-    return events_frame(load_events(path))
+    if isinstance(paths, (str, os.PathLike)):
+        return events_frame(load_events(paths))
+    events = [e for path in paths for e in load_events(path)]
+    events.sort(key=lambda e: (e.time is None, e.time or 0))
+    return events_frame(events)
 
 
 def stop() -> None:
@@ -67,12 +76,14 @@ def stop() -> None:
     get_session().stop()
 
 
-def watch(*, max_traces: int | None = None) -> Watch:
+def watch(*, max_traces: int | None = None, max_retraces: int | None = None) -> Watch:
     """A context manager that records the traces inside it; works with or without `start`.
 
     With `max_traces=N`, the (N+1)-th trace of any one (non-internal) function inside
     the scope raises :class:`RetraceError` naming the function, the changed leaf and
-    before → after, whatever the order of decorators.
+    before → after, whatever the order of decorators. With `max_retraces=N`, the
+    (N+1)-th retrace inside the scope does: a trace of a function already traced before
+    (in this scope or earlier in the session). `max_retraces=0` stops at the first retrace.
 
     Example::
 
@@ -81,7 +92,7 @@ def watch(*, max_traces: int | None = None) -> Watch:
                 step(model, batch)
         w.events, w.summary()
     """
-    return Watch(get_session(), max_traces=max_traces)
+    return Watch(get_session(), max_traces=max_traces, max_retraces=max_retraces)
 
 
 def log(*, internal: bool = True):
@@ -140,3 +151,32 @@ def unload_ipython_extension(ipython) -> None:
     from ._ipython import unload
 
     unload(ipython)
+
+
+def report(path, events=None, *, internal: bool = False) -> str:
+    """Write one self-contained HTML report to `path` (returned): the sortable, filterable table
+    with each function's history, readable offline, with no request to any server.
+
+    `events` is what to report: None (the log of this session), a DataFrame (``jt.log()``,
+    ``jt.load(...)``), the path of a persisted log, or a list of paths (merged; a multi-process
+    run also gets the section "Differs across processes"). `internal=True` lists JAX's and
+    libraries' internal jitted helpers from the start. Example::
+
+        jt.report("retraces.html")                                  # this session
+        jt.report("run.html", events=["p0.jsonl", "p1.jsonl"])     # logs of a 2-process run
+    """
+    from ._standalone import write_report
+
+    return write_report(path, events, internal=internal)
+
+
+def show(events_or_paths) -> None:
+    """Display the interactive table (in a notebook) or the text report (elsewhere) of a log
+    other than the live one: a DataFrame, a persisted log's path, or a list of paths. Example::
+
+        jt.show("traces.jsonl")          # the log a script wrote with `python -m jaxtrace_nb run --persist`
+        jt.show(jt.log().query("cell == 4"))
+    """
+    from ._ipython import show as display
+
+    display(events_or_paths)

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import sysconfig
+import types
 import weakref
 
 from IPython.core import magic_arguments
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from ._log import events_frame, export_frame
-from ._session import Watch, get_session
-from ._views import Report, mimebundle
+from ._session import get_session
+from ._watch import RetraceError, Watch
+from ._report import Report
+from ._views import mimebundle, render_text
 
 _STATE: dict = {}
 
@@ -35,30 +42,38 @@ def _display_report(events, title: str, *, internal: bool, dropped: int = 0) -> 
     display(mimebundle(Report(events, title, internal=internal, dropped=dropped)), raw=True)
 
 
-def _display_live_table(title: str, *, since: int, internal: bool, dropped: int = 0):
-    """Show a table that follows the log from seq `since`; returns (table, display handle).
+def display_table(table, *, display_id: bool = False):
+    """Show `table` as two outputs: the live widget, then its static report (text and HTML).
 
-    Its display bundle also carries the static text and HTML, so that nbconvert, GitHub and
-    terminals still show the report.
+    The static output is what nbconvert (offline too), GitHub, terminals and kernel-less
+    viewers show; next to a rendered widget the stylesheet hides it. In a terminal only the
+    static report is shown. Returns the static output's display handle (with `display_id`).
     """
+    from IPython import get_ipython
     from IPython.display import display
 
+    if _widgets_shown(get_ipython()):
+        data, metadata = table._repr_mimebundle_()
+        display(data, metadata=metadata, raw=True)
+    return display(table.static_bundle(), raw=True, display_id=display_id or None)
+
+
+def _display_live_table(title: str, *, since: int, internal: bool, dropped: int = 0):
+    """Show a table that follows the log from seq `since`; returns (table, static display handle)."""
     from ._widget import TraceTable
 
     table = TraceTable(Report((), title, internal=internal, dropped=dropped), show_all=internal)
     try:
         table.follow(get_session().log, since)
-        data, metadata = table._repr_mimebundle_()
-        return table, display(data, metadata=metadata, raw=True, display_id=True)
+        return table, display_table(table, display_id=True)
     except Exception:
         table.close()
         raise
 
 
 def _update_display(table, handle) -> None:
-    """Re-send `table`'s bundle, so that a saved notebook's static fallback shows its last state."""
-    data, metadata = table._repr_mimebundle_()
-    handle.update(data, metadata=metadata, raw=True)
+    """Re-send `table`'s static report, so that a saved notebook shows its last state."""
+    handle.update(table.static_bundle(), raw=True)
 
 
 def _set_session_table(table, handle) -> None:
@@ -75,7 +90,7 @@ def _stop_session_table() -> None:
 
 
 def _refresh_session_table() -> None:
-    """After a cell: show the live session table's last events and refresh its static fallback."""
+    """After a cell: show the live session table's last events and refresh its static report."""
     entry = _STATE.get("session_table")
     table = entry[0]() if entry else None
     if table is None or not table.live:
@@ -86,16 +101,83 @@ def _refresh_session_table() -> None:
         _update_display(table, entry[1])
 
 
+@contextlib.contextmanager
+def _numbered_as(shell, number: int | None):
+    """Run the cell's body under the cell's own number (IPython >= 9.8 has counted the next one)."""
+    saved = shell.execution_count
+    if number is not None:
+        shell.execution_count = number
+    try:
+        yield
+    finally:
+        shell.execution_count = saved
+
+
+def _library_frame(frame) -> bool:
+    """A frame of JAX, a library or ours: hidden (`__tracebackhide__`), installed, or the stdlib's."""
+    filename = frame.f_code.co_filename
+    return bool(frame.f_locals.get("__tracebackhide__")) or any(
+        filename.startswith(root + os.sep) for root in _library_roots())
+
+
+def _library_roots() -> list[str]:
+    paths = sysconfig.get_paths()
+    return [os.path.normpath(paths[name]) for name in ("stdlib", "purelib", "platlib")] + [
+        os.path.normpath(p) for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+
+
+def _visible(tb):
+    """`tb` ending at the innermost frame of the user's code (where the user called the function)."""
+    entries = []
+    while tb is not None:
+        entries.append((tb.tb_frame, tb.tb_lasti, tb.tb_lineno))
+        tb = tb.tb_next
+    while len(entries) > 1 and _library_frame(entries[-1][0]):
+        entries.pop()
+    out = None
+    for frame, lasti, lineno in reversed(entries):
+        out = types.TracebackType(out, frame, lasti, lineno)
+    return out
+
+
+@contextlib.contextmanager
+def _retrace_tracebacks(shell):
+    """While the cell runs, show a `RetraceError` ending at the user's line: IPython always
+    shows the innermost frame, hidden or not, and that one is ours (a library's wrapper, such
+    as chex's, comes before it). A handler of the user's own (`set_custom_exc`) is left alone."""
+    if shell.custom_exceptions:
+        yield
+        return
+
+    def handler(self, etype, value, tb, tb_offset=None):
+        self.showtraceback((etype, value, _visible(tb)), tb_offset=tb_offset, running_compiled_code=True)
+
+    shell.set_custom_exc((RetraceError,), handler)
+    try:
+        yield
+    finally:
+        if shell.custom_exceptions == (RetraceError,):
+            shell.set_custom_exc((), None)  # IPython's own default
+
+
 @magics_class
 class TracewatchMagics(Magics):
     @magic_arguments.magic_arguments()
     @magic_arguments.argument(
         "--max-traces", type=int, default=None, metavar="N",
-        help="Cell mode: stop the cell with RetraceError at the (N+1)-th trace of any one "
-             "function, naming the changed leaf (stops a retrace storm at its first step).")
+        help="Cell mode: stop the cell with RetraceError when any one function (not JAX's internal helpers) "
+             "is traced for the (N+1)-th time inside this cell. Traces made before this cell do not count: "
+             "a function compiled in an earlier cell may still be traced N more times here.")
+    @magic_arguments.argument(
+        "--max-retraces", type=int, default=None, metavar="N",
+        help="Cell mode: stop the cell with RetraceError at the (N+1)-th retrace inside this cell of any one "
+             "function, a retrace being a trace of a function already traced before, in this cell or in an "
+             "earlier one. --max-retraces 0 stops at the first retrace: the first trace of a function "
+             "that was already compiled before this cell, or the second trace of one first traced here.")
     @magic_arguments.argument(
         "--internal", action="store_true",
-        help="Also show JAX's own jitted helpers (eager jnp ops, convert_element_type, ...).")
+        help="Also show internal functions: the jitted helpers of JAX and libraries (eager jnp ops, "
+             "convert_element_type, ...), hidden by default.")
     @magic_arguments.argument(
         "--quiet", action="store_true", help="Record, but display nothing.")
     @magic_arguments.argument(
@@ -114,21 +196,26 @@ class TracewatchMagics(Magics):
         """Show what jitted functions traced and compiled, and why each retraced.
 
         As a cell magic, ``%%tracewatch`` runs the cell and then shows its traces: one row
-        per function (traces, compiles, trace / lower / XLA compile seconds) and each
-        retrace's cause, changed leaf and before → after, with a hint. It shows them
-        also when the cell raised.
+        per function (traces, compiles, trace / lower / XLA compile seconds, the latest
+        retrace's cause, leaf, before → after and hint), and the retraces grouped by cause
+        and leaf. It shows them also when the cell raised. ``--max-traces N`` and
+        ``--max-retraces N`` stop the cell with ``RetraceError`` (its traceback points at
+        the line of this cell that called the function).
 
         As a line magic, ``%tracewatch`` shows the whole session (everything since
         ``%load_ext jaxtrace_nb``), and can ``--reset``, ``--export`` or ``--persist`` the log.
 
         In JupyterLab, Notebook 7 and VS Code the report is a live table: sort by any
-        column, filter functions and leaves, click a function for its history, export to
-        a variable or a CSV file. ``%%tracewatch`` shows the cell's traces as they happen;
-        the latest ``%tracewatch`` table keeps following the session in later cells.
+        column, filter by function, leaf, cause, cell (``In[4]``) or file, click a function
+        for its history, export to a variable or a CSV file. ``%%tracewatch`` shows the
+        cell's traces as they happen; the latest ``%tracewatch`` table keeps following the
+        session in later cells. Functions hidden by default: JAX's and libraries' internal
+        jitted helpers (``--internal`` shows them); functions traced inside another jit
+        are shown, marked ``nested``.
 
         Examples::
 
-            %%tracewatch --max-traces 1
+            %%tracewatch --max-retraces 0
             for batch in batches:
                 model, opt_state = step(model, opt_state, batch)
 
@@ -143,22 +230,21 @@ class TracewatchMagics(Magics):
         live = None
         if not args.quiet and _widgets_shown(self.shell):
             live = _contained(_display_live_table, title, since=session.log.next_seq, internal=args.internal)
-        with Watch(session, max_traces=args.max_traces) as watch:
-            self.shell.run_cell(cell, store_history=False)
+        with Watch(session, max_traces=args.max_traces, max_retraces=args.max_retraces) as watch:
+            with _numbered_as(self.shell, cell_no), _retrace_tracebacks(self.shell):
+                self.shell.run_cell(cell, store_history=False)
         if live is not None:
             live[0].stop()
-            _contained(_update_display, *live)  # the saved notebook's static fallback: the whole cell
+            _contained(_update_display, *live)  # the saved notebook's static report: the whole cell
         elif not args.quiet:
             _contained(_display_report, watch.records, title, internal=args.internal)
         return None
 
     def _line(self, args, session) -> None:
-        if args.max_traces is not None:
-            print("tracewatch: --max-traces applies to the cell magic %%tracewatch")
+        if args.max_traces is not None or args.max_retraces is not None:
+            print("tracewatch: --max-traces and --max-retraces apply to the cell magic %%tracewatch")
         if args.persist:
-            from . import start
-
-            start(persist=args.persist)
+            session.start(persist=args.persist)
             print(f"tracewatch: appending every event to {args.persist}")
         if args.export:
             events = session.log.events()
@@ -186,6 +272,22 @@ class TracewatchMagics(Magics):
             else:
                 _contained(_display_report, session.log.events(), title, internal=args.internal,
                            dropped=session.log.dropped)
+
+
+def show(source) -> None:
+    """Display the table of `source` (a DataFrame, persisted log paths, events); see `jt.show`."""
+    from IPython import get_ipython
+
+    from ._standalone import events_from, source_title
+
+    events = events_from(source)
+    report = Report(events, f"{source_title(source)}: {len(events)} event(s)")
+    if get_ipython() is None:
+        print(render_text(report))
+        return
+    from ._widget import TraceTable
+
+    display_table(TraceTable(report))
 
 
 def _cell_label(shell):

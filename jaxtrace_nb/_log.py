@@ -9,25 +9,50 @@ from __future__ import annotations
 import collections
 import datetime
 import operator
-import sys
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ._signature import CAUSES
+from ._diagnosis import CAUSES
+from ._records import Stage
 
 DEFAULT_MAX_EVENTS = 100_000
 
-# Order of the DataFrame's columns; the first 17 are the design note's contract.
-COLUMNS = (
-    "time", "cell", "function", "location", "kind", "internal", "nested", "trace_number",
-    "cause", "leaf", "before", "after", "explanation", "hint", "trace_s", "lower_s", "compile_s",
-    "cache_hit", "cache_saved_s", "eqns", "eqns_total", "loop_repeats", "loop_line", "flops",
-    "arg_bytes", "out_bytes", "temp_bytes", "compile_s_per_keqn", "jit", "thread", "key", "seq",
+# The DataFrame's columns, in order, by dtype; the first 17 are the documented contract.
+_TEXT, _INT, _FLOAT, _BOOL = "text", "Int64", "float64", "bool"
+COLUMN_TYPES = (
+    ("time", "datetime"), ("cell", _INT), ("function", _TEXT), ("location", _TEXT), ("kind", "kind"),
+    ("internal", _BOOL), ("nested", _BOOL), ("trace_number", _INT), ("cause", "cause"), ("leaf", _TEXT),
+    ("before", _TEXT), ("after", _TEXT), ("explanation", _TEXT), ("hint", _TEXT), ("trace_s", _FLOAT),
+    ("lower_s", _FLOAT), ("compile_s", _FLOAT), ("call_site", _TEXT), ("cache_hit", "boolean"),
+    ("cache_saved_s", _FLOAT), ("eqns", _INT), ("eqns_total", _INT), ("loop_repeats", _INT),
+    ("loop_line", _TEXT), ("flops", _FLOAT), ("arg_bytes", _INT), ("out_bytes", _INT), ("temp_bytes", _INT),
+    ("compile_s_per_keqn", _FLOAT), ("jit", _TEXT), ("thread", _INT), ("key", _TEXT), ("seq", _INT),
+    ("host", _TEXT), ("process", _INT), ("signature", _TEXT),
 )
-
+COLUMNS = tuple(name for name, _ in COLUMN_TYPES)
+# Where each timed stage's seconds go: the only place stages meet column names.
+STAGE_COLUMNS = {Stage.TRACE: "trace_s", Stage.LOWER: "lower_s", Stage.COMPILE: "compile_s",
+                 Stage.CACHE_SAVED: "cache_saved_s"}
+_XLA_COST_COLUMNS = ("flops", "arg_bytes", "out_bytes", "temp_bytes")
 
 _ALL_COLUMNS = operator.attrgetter(*COLUMNS)
+_COLUMN_SET = frozenset(COLUMNS)
+
+
+_STRINGS: dict[str, str] = {}  # one copy of each text recent events repeat (names, paths, hints)
+_MAX_STRINGS = 2048
+
+
+def _shared(text: str) -> str:
+    """`text`, as the copy recent events share. Not `sys.intern`: from Python 3.12 an interned
+    string is never freed, and event texts (values, explanations) are unbounded."""
+    shared = _STRINGS.get(text)
+    if shared is None:
+        if len(_STRINGS) >= _MAX_STRINGS:
+            del _STRINGS[next(iter(_STRINGS))]  # the oldest
+        shared = _STRINGS[text] = text
+    return shared
 
 
 class Event:
@@ -36,16 +61,23 @@ class Event:
     __slots__ = COLUMNS
 
     def __init__(self, **fields: Any):
+        unknown = fields.keys() - _COLUMN_SET
+        if unknown:
+            raise TypeError(f"Event has no field(s) {sorted(unknown)}")
         for name in COLUMNS:
             value = fields.get(name)
-            # Names, paths, hints and types repeat across events: share one copy of each.
-            setattr(self, name, sys.intern(value) if type(value) is str else value)
+            setattr(self, name, _shared(value) if type(value) is str else value)
 
     def as_tuple(self) -> tuple:
         return _ALL_COLUMNS(self)
 
-    def as_dict(self) -> dict:
-        return {name: getattr(self, name) for name in COLUMNS}
+    def set_seconds(self, stage: Stage, seconds: float) -> None:
+        setattr(self, STAGE_COLUMNS[stage], float(seconds))
+
+    def set_xla_cost(self, cost) -> None:
+        for name, value in zip(_XLA_COST_COLUMNS, cost):
+            if value is not None:
+                setattr(self, name, value)
 
     @property
     def total_s(self) -> float:
@@ -143,30 +175,31 @@ def events_frame(events: Iterable[Event]):
 def _typed(df):
     import pandas as pd
 
-    df["time"] = pd.to_datetime(df["time"], utc=False)
-    df["cell"] = df["cell"].astype("Int64")
-    df["trace_number"] = df["trace_number"].astype("Int64")
-    df["thread"] = df["thread"].astype("Int64")
-    df["seq"] = df["seq"].astype("Int64")
-    for col in ("eqns", "eqns_total", "loop_repeats", "arg_bytes", "out_bytes", "temp_bytes"):
-        df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
-    for col in ("trace_s", "lower_s", "compile_s", "cache_saved_s", "flops", "compile_s_per_keqn"):
-        df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
-    for col in ("internal", "nested"):
-        df[col] = df[col].astype(bool)
-    df["cache_hit"] = df["cache_hit"].astype("boolean")
-    df["cause"] = pd.Categorical(df["cause"], categories=list(CAUSES))
-    df["kind"] = pd.Categorical(df["kind"], categories=["trace", "compile"])
-    for col in ("function", "location", "leaf", "before", "after", "explanation", "hint", "jit", "key",
-                "loop_line"):
-        column = df[col].astype(object)
-        df[col] = column.where(column.notna(), None)  # missing text is None, whatever pandas inferred
+    for name, kind in COLUMN_TYPES:
+        column = df[name]
+        if kind == "datetime":
+            df[name] = pd.to_datetime(column, utc=False)
+        elif kind == _INT:
+            df[name] = pd.to_numeric(column, errors="coerce").astype("Int64")
+        elif kind == _FLOAT:
+            df[name] = pd.to_numeric(column, errors="coerce").astype("float64")
+        elif kind == _BOOL:
+            df[name] = column.astype(bool)
+        elif kind == "boolean":
+            df[name] = column.astype("boolean")
+        elif kind == "cause":
+            df[name] = pd.Categorical(column, categories=list(CAUSES))
+        elif kind == "kind":
+            df[name] = pd.Categorical(column, categories=["trace", "compile"])
+        else:
+            column = column.astype(object)
+            df[name] = column.where(column.notna(), None)  # missing text is None, whatever pandas inferred
     return df
 
 
 SUMMARY_COLUMNS = (
     "function", "location", "internal", "nested", "traces", "compiles", "trace_s", "lower_s",
-    "compile_s", "total_s", "eqns", "loop_repeats", "cache_hits", "cache_saved_s", "last_cause",
+    "compile_s", "total_s", "eqns", "eqns_total", "loop_repeats", "cache_hits", "cache_saved_s", "last_cause",
     "last_leaf", "cells", "key",
 )
 
@@ -176,21 +209,26 @@ def _number(value) -> float | None:
     return None if value is None or value != value else float(value)
 
 
-def event_eqns(e: Event) -> int | None:
-    """Jaxpr equations of one trace (sub-jaxprs included when known), or None."""
-    value = e.eqns_total if e.eqns_total is not None else e.eqns
-    return None if value is None or value != value else int(value)
+def _add(total: float | None, value) -> float | None:
+    """`total` + `value`, where None (nothing recorded yet) + a missing value stays None."""
+    value = _number(value)
+    return total if value is None else (value if total is None else total + value)
 
 
 def function_row(events: list[Event]) -> dict:
-    """Aggregate one function's events (in order) into its summary row."""
+    """Aggregate one function's events (in order) into its summary row.
+
+    Seconds are the sum of what JAX reported, None when it reported none (a trace nested in
+    another jit has no seconds of its own); `eqns` and `eqns_total` are those of the
+    function's largest trace (top level; sub-jaxprs included).
+    """
     first = events[0]
     row = {
         "function": first.function, "location": first.location, "internal": bool(first.internal),
-        "nested": bool(first.nested), "traces": 0, "compiles": 0, "trace_s": 0.0, "lower_s": 0.0,
-        "compile_s": 0.0, "total_s": 0.0, "eqns": None, "loop_repeats": None, "cache_hits": 0,
-        "cache_saved_s": 0.0, "last_cause": None, "last_leaf": None, "cells": "", "key": first.key,
-        "retraces": 0, "leaves": "",
+        "nested": bool(first.nested), "traces": 0, "compiles": 0, "trace_s": None, "lower_s": None,
+        "compile_s": None, "total_s": None, "eqns": None, "eqns_total": None, "loop_repeats": None,
+        "cache_hits": 0, "cache_saved_s": 0.0, "last_cause": None, "last_leaf": None, "cells": "",
+        "key": first.key, "retraces": 0, "leaves": "",
     }
     cells: list = []
     leaves: list = []
@@ -200,11 +238,11 @@ def function_row(events: list[Event]) -> dict:
             row["nested"] = row["nested"] and bool(e.nested)
         if e.compile_s is not None or e.kind == "compile":
             row["compiles"] += 1
-        for col in ("trace_s", "lower_s", "compile_s", "cache_saved_s"):
+        for col in ("trace_s", "lower_s", "compile_s"):
+            row[col] = _add(row[col], getattr(e, col))
+        row["cache_saved_s"] = _add(row["cache_saved_s"], e.cache_saved_s)
+        for col in ("eqns", "eqns_total", "loop_repeats"):
             value = _number(getattr(e, col))
-            if value is not None:
-                row[col] += value
-        for col, value in (("eqns", event_eqns(e)), ("loop_repeats", _number(e.loop_repeats))):
             if value is not None and (row[col] is None or value > row[col]):
                 row[col] = int(value)
         if e.cache_hit is True:
@@ -217,7 +255,8 @@ def function_row(events: list[Event]) -> dict:
             cells.append(e.cell)
         if e.leaf and e.leaf not in leaves:
             leaves.append(e.leaf)
-    row["total_s"] = row["trace_s"] + row["lower_s"] + row["compile_s"]
+    for col in ("trace_s", "lower_s", "compile_s"):
+        row["total_s"] = _add(row["total_s"], row[col])
     row["cells"] = ", ".join(str(c) for c in cells)
     row["leaves"] = "\n".join(leaves)
     return row
@@ -233,16 +272,16 @@ def summary_frame(events: Iterable[Event]):
     by_function: dict[str, list[Event]] = {}
     for e in events:
         by_function.setdefault(e.key, []).append(e)
-    rows = sorted((function_row(history) for history in by_function.values()), key=lambda r: -r["total_s"])
+    rows = sorted((function_row(history) for history in by_function.values()), key=lambda r: -(r["total_s"] or 0.0))
     df = pd.DataFrame.from_records([tuple(r[c] for c in SUMMARY_COLUMNS) for r in rows],
                                    columns=list(SUMMARY_COLUMNS))
     df["last_cause"] = pd.Categorical(df["last_cause"], categories=list(CAUSES))
     for col in ("traces", "compiles", "cache_hits"):
         df[col] = df[col].astype("int64")
-    for col in ("eqns", "loop_repeats"):
+    for col in ("eqns", "eqns_total", "loop_repeats"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
     for col in ("trace_s", "lower_s", "compile_s", "total_s", "cache_saved_s"):
-        df[col] = df[col].astype("float64")
+        df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
     for col in ("internal", "nested"):
         df[col] = df[col].astype(bool)
     return df

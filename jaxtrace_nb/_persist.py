@@ -73,9 +73,13 @@ def load_events(path: str | os.PathLike) -> list[Event]:
                 latest[key].update(record)
             else:
                 latest[key] = record
+    # One run is one process: events recorded before JAX knew its process index get the run's.
+    process_of_run = {r.get("run"): r["process"] for r in latest.values() if r.get("process") is not None}
     events = []
     for record in latest.values():
         fields = {name: record.get(name) for name in COLUMNS}
+        if fields["process"] is None:
+            fields["process"] = process_of_run.get(record.get("run"))
         if isinstance(fields["time"], str):
             try:
                 fields["time"] = datetime.datetime.fromisoformat(fields["time"])

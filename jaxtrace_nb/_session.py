@@ -1,8 +1,8 @@
-"""The recording session: turns the probe's plain records into diagnosed log events.
+"""The recording session: turns the probe's records into diagnosed log events.
 
-Holds, per function, a few recent signatures (for the diff) and weak references to the
-function objects seen (to tell a re-created function from a changed input). Nothing
-here holds a user array, tracer or object.
+Holds, per function, a few recent trace and compile signatures (for the diff) and weak
+references to the function objects seen (to tell a re-created function from a changed
+input). Nothing here holds a user array, tracer or object. Implements `_records.Sink`.
 """
 
 from __future__ import annotations
@@ -12,10 +12,16 @@ import os
 import sys
 import threading
 import warnings
-from ._graph import unrolled_hint
-from ._log import Event, EventLog, events_frame, now, summary_frame
-from ._probe import Probe, RetraceError, TraceInfo
-from ._signature import Diagnosis, Signature, diagnose
+from typing import NamedTuple
+
+from ._diagnosis import (FIRST, NO_SIGNATURE, REDUCED, REDUCED_COMPILE, Diagnosis, diagnose, diagnose_compile,
+                         first_after_failures, unrolled_loop_hint)
+from ._log import Event, EventLog, now
+from ._probe import Probe
+from ._processes import signature_column
+from ._records import FunctionIdentity, GraphStats, LoweringRecord, Stage, TraceRecord, XlaCost
+from ._signature import Signature
+from ._watch import RetraceError, Watch
 
 _SIGNATURES_PER_FUNCTION = 8
 _LEAF_BUDGET_PER_FUNCTION = 200_000  # leaves kept across a function's stored signatures
@@ -27,75 +33,38 @@ class JaxtraceWarning(UserWarning):
 
 
 class _FunctionState:
-    __slots__ = ("traces", "compiles", "signatures", "refs", "location", "cell")
+    __slots__ = ("identity", "traces", "compiles", "signatures", "lowerings", "refs", "location", "cell",
+                 "cache_generation", "arg_names", "failed")
 
-    def __init__(self):
+    def __init__(self, identity: FunctionIdentity | None):
+        self.identity = identity
         self.traces = 0
         self.compiles = 0
         self.signatures: collections.deque[Signature] = collections.deque(maxlen=_SIGNATURES_PER_FUNCTION)
+        self.lowerings: collections.deque[Signature] = collections.deque(maxlen=_SIGNATURES_PER_FUNCTION)
         self.refs: collections.deque = collections.deque(maxlen=_SIGNATURES_PER_FUNCTION)
         self.location: str | None = None
         self.cell: int | None = None
+        self.cache_generation = 0
+        self.arg_names: dict | None = None  # JAX's argument name -> the user's path
+        self.failed = 0  # trace attempts that raised (not recorded as traces)
 
 
-class Watch:
-    """A recording scope; see :func:`jaxtrace_nb.watch`."""
+class _PendingTrace(NamedTuple):
+    """A trace diagnosed at its start, recorded when it ends (a trace that raises never does)."""
 
-    def __init__(self, session: Session, max_traces: int | None = None):
-        if max_traces is not None and max_traces < 1:
-            raise ValueError("max_traces must be a positive integer")
-        self._session = session
-        self.max_traces = max_traces
-        self._start: int | None = None
-        self._end: int | None = None
-        self._counts: collections.Counter = collections.Counter()
-
-    def __enter__(self) -> Watch:
-        self._session.acquire()
-        self._start = self._session.log.next_seq
-        self._session.watches.append(self)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._end = self._session.log.next_seq
-        try:
-            self._session.watches.remove(self)
-        except ValueError:
-            pass
-        self._session.release()
-
-    @property
-    def records(self) -> list[Event]:
-        """The events recorded inside this scope (so far, if still open)."""
-        if self._start is None:
-            return []
-        return self._session.log.events(self._start, self._end)
-
-    @property
-    def events(self):
-        """DataFrame: one row per trace (or compile without a trace) inside this scope."""
-        return events_frame(self.records)
-
-    def summary(self):
-        """DataFrame: one row per function traced inside this scope."""
-        return summary_frame(self.records)
-
-    def count(self, event: Event) -> None:
-        __tracebackhide__ = True  # IPython and pytest show the user's frame, not ours
-        if self.max_traces is None or event.internal:
-            return
-        self._counts[event.key] += 1
-        if self._counts[event.key] > self.max_traces:
-            raise RetraceError(_retrace_message(event, self._counts[event.key], self.max_traces))
+    event: Event
+    record: TraceRecord
+    new_object: bool
 
 
-def _retrace_message(event: Event, count: int, limit: int) -> str:
-    where = f" at `{event.leaf}`" if event.leaf else ""
-    change = f": {event.before} → {event.after}" if event.before is not None else ""
-    hint = f" Hint: {event.hint}" if event.hint else ""
-    return (f"{event.function} ({event.location}) was traced {count} times, more than "
-            f"max_traces={limit}. Trace #{event.trace_number} cause: {event.cause}{where}{change}. "
-            f"{event.explanation}{hint}")
+def _keep(signatures: collections.deque, signature: Signature) -> collections.deque:
+    """`signatures` with `signature` appended, keeping fewer when signatures are large."""
+    keep = max(1, min(_SIGNATURES_PER_FUNCTION, _LEAF_BUDGET_PER_FUNCTION // max(1, len(signature.leaves))))
+    if signatures.maxlen != keep:
+        signatures = collections.deque(signatures, maxlen=keep)
+    signatures.append(signature)
+    return signatures
 
 
 class Session:
@@ -109,12 +78,13 @@ class Session:
         self.current_cell: int | None = None
         self.notice = ""
         self.fault_counts: collections.Counter = collections.Counter()
-        # The last top-level function traced under each JAX name, for compiles without a trace.
-        self._by_jax_name: dict[str, tuple] = {}
+        # The function each traced program belongs to, for compiles without a new trace.
+        self._programs: dict[tuple, str] = {}  # (JAX name, JAX source info) -> function key
         self._lock = threading.RLock()
         self._users = 0
         self._started = False  # jt.start() holds one use until jt.stop()
         self._persist: tuple | None = None  # (writer, unsubscribe)
+        self._where: tuple | None = None  # (host, JAX process index), read at the first event
         self.log.on_fault = lambda exc: self.fault("log", exc)
 
     # ------------------------------------------------------------ lifecycle
@@ -177,7 +147,7 @@ class Session:
         with self._lock:
             self.log.reset()
             self.functions.clear()
-            self._by_jax_name.clear()
+            self._programs.clear()
 
     # -------------------------------------------------------------- faults
     def fault(self, stage: str, exc: BaseException) -> None:
@@ -196,120 +166,197 @@ class Session:
             pass
 
     # ------------------------------------------------------------ from probe
-    def _state(self, key: str) -> _FunctionState:
+    def _state(self, key: str, identity: FunctionIdentity | None = None) -> _FunctionState:
         state = self.functions.get(key)
         if state is None:
             if len(self.functions) >= _MAX_FUNCTIONS:
                 self.functions.pop(next(iter(self.functions)))
-            state = self.functions[key] = _FunctionState()
+            state = self.functions[key] = _FunctionState(identity)
+        elif identity is not None:
+            state.identity = identity
         return state
 
-    def on_trace(self, info: TraceInfo) -> Event | None:
+    def on_trace(self, record: TraceRecord) -> _PendingTrace | None:
+        __tracebackhide__ = True
         try:
-            event = self._trace_event(info)
+            pending = self._diagnose_trace(record)
         except Exception as e:
             self.fault("diagnosis", e)
             return None
-        if self._append(event) is None:
-            return None
-        if not info.nested:
-            names = self._by_jax_name
-            if len(names) >= _MAX_FUNCTIONS and info.jax_name not in names:
-                names.pop(next(iter(names)))
-            names[info.jax_name] = (info.jax_name, info.function, info.location, info.key, info.internal,
-                                    info.jit_kind)
-        for watch in list(self.watches):
-            watch.count(event)  # raises RetraceError past a watch's max_traces
-        return event
-
-    def _trace_event(self, info: TraceInfo) -> Event:
-        with self._lock:
-            state = self._state(info.key)
-            new_object, rerun = False, None
-            if state.traces and info.function_ref is not None:
-                fn = info.function_ref()
-                new_object = all(ref() is not fn for ref in state.refs)
-                if new_object and state.location is not None and state.location != info.location:
-                    rerun = (f"its cell was run again: defined at {info.location}, was {state.location}"
-                             if info.key.startswith("<cell>") else
-                             f"re-defined at {info.location}, was {state.location}")
-                elif new_object and self.current_cell is not None and state.cell is not None \
-                        and state.cell != self.current_cell and info.key.startswith("<cell>"):
-                    rerun = f"re-created in cell {self.current_cell}, last traced in cell {state.cell}"
-            signature = info.signature
-            if signature is None:
-                diagnosis = Diagnosis("unknown" if state.traces else "first", None, None, None,
-                                      "No signature was recorded for this trace.", "")
-            else:
-                diagnosis = diagnose(signature, list(state.signatures), new_object=new_object,
-                                     rerun_note=rerun)
-                self._keep_signature(state, signature)
-            if info.function_ref is not None and (new_object or not state.refs):
-                state.refs.append(info.function_ref)
-            state.traces += 1
-            state.location = info.location
-            state.cell = self.current_cell
-            trace_number = state.traces
-        graph = info.graph
-        hint = diagnosis.hint
-        if graph is not None and graph.unrolled is not None:
-            loop = unrolled_hint(graph.unrolled, graph.eqns, graph.loop_where)
-            hint = f"{hint} {loop}" if hint else loop
-        return Event(
-            time=now(), cell=self.current_cell, function=info.function, location=info.location,
-            kind="trace", internal=info.internal, nested=info.nested, trace_number=trace_number,
-            cause=diagnosis.cause, leaf=diagnosis.leaf, before=diagnosis.before, after=diagnosis.after,
-            explanation=diagnosis.explanation, hint=hint, trace_s=info.elapsed_s,
-            lower_s=None, compile_s=None, cache_hit=None, cache_saved_s=None, jit=info.jit_kind,
-            thread=info.thread, key=info.key,
-            eqns=graph.eqns if graph else None, eqns_total=graph.eqns_total if graph else None,
-            loop_repeats=graph.unrolled.repeats if graph and graph.unrolled else None,
-            loop_line=graph.loop_where if graph else None,
-        )
-
-    @staticmethod
-    def _keep_signature(state: _FunctionState, signature: Signature) -> None:
-        n = max(1, len(signature.leaves))
-        keep = max(1, min(_SIGNATURES_PER_FUNCTION, _LEAF_BUDGET_PER_FUNCTION // n))
-        if state.signatures.maxlen != keep:
-            state.signatures = collections.deque(state.signatures, maxlen=keep)
-        state.signatures.append(signature)
-
-    def on_compile_without_trace(self, jax_name: str, identity: tuple | None, thread: int,
-                                 full_probe: bool) -> Event | None:
         try:
-            if identity is None:
-                identity = self._by_jax_name.get(jax_name)
-            if identity is not None:
-                _, function, location, key, internal, jit_kind = identity
+            for watch in list(self.watches):
+                watch.check(pending.event)  # raises RetraceError past a watch's limit
+        except RetraceError:
+            self._append(pending.event)  # the trace it stopped, with its cause, for the views
+            raise
+        return pending
+
+    def _diagnose_trace(self, record: TraceRecord) -> _PendingTrace:
+        identity = record.identity
+        with self._lock:
+            state = self.functions.get(identity.key)
+            traces = state.traces if state is not None else 0
+            new_object, rerun = self._new_object(state, record) if state is not None else (False, None)
+            if record.signature is None:
+                diagnosis = Diagnosis(None, None, None, None, NO_SIGNATURE, "") if traces else FIRST
+            elif state is None or not state.traces:
+                diagnosis = first_after_failures(state.failed if state is not None else 0)
             else:
-                function, location, key, internal, jit_kind = jax_name, "?", f"?::{jax_name}", False, "jit"
+                diagnosis = diagnose(record.signature, list(state.signatures), new_object=new_object,
+                                     rerun_note=rerun,
+                                     cache_cleared=record.cache_generation != state.cache_generation)
+        event = self._event(identity, "trace", diagnosis, traces + 1, record.thread, nested=record.nested,
+                            call_site=record.call_site)
+        if self._persist is not None and record.signature is not None and not identity.internal:
+            # A persisted log (one per process of a multi-process run) keeps the argument leaves
+            # of each trace, bounded, so that processes can be compared (`_processes`).
+            event.signature = signature_column({path: leaf.text for path, leaf in record.signature.leaves.items()})
+        return _PendingTrace(event, record, new_object)
+
+    def on_trace_end(self, pending: _PendingTrace, seconds: float | None, graph: GraphStats | None) -> Event | None:
+        try:
+            event, record = pending.event, pending.record
             with self._lock:
-                state = self._state(key)
-                seen = state.traces > 0 or state.compiles > 0
-                trace_number = state.traces
-            if identity is not None and seen:
-                cause = "sharding"
-                explanation = ("Compiled again without a new trace: the argument types match a cached "
-                               "trace, so their placement changed (committed device, sharding or layout).")
-                hint = ("An argument became committed to a device (`jax.device_put(x, device)`) or its "
-                        "sharding/layout changed: keep arguments' placement consistent across calls.")
-            else:
-                cause = "unknown" if full_probe else "first"
-                explanation = ("Compiled without a trace seen by jaxtrace_nb (traced before recording "
-                               "started, or an ahead-of-time compile).") if full_probe else \
-                    "Compile recorded through jax.monitoring only (reduced mode)."
-                hint = ""
-            event = Event(
-                time=now(), cell=self.current_cell, function=function, location=location, kind="compile",
-                internal=internal, nested=False, trace_number=trace_number, cause=cause, leaf=None,
-                before=None, after=None, explanation=explanation, hint=hint, trace_s=None, lower_s=None,
-                compile_s=None, cache_hit=None, cache_saved_s=None, jit=jit_kind, thread=thread, key=key,
-            )
+                state = self._state(record.identity.key, record.identity)
+                if record.signature is not None:
+                    state.signatures = _keep(state.signatures, record.signature)
+                if record.function_ref is not None and (pending.new_object or not state.refs):
+                    state.refs.append(record.function_ref)
+                state.traces += 1
+                state.location = record.identity.location
+                state.cell = self.current_cell
+                state.cache_generation = record.cache_generation
+                if record.arg_names is not None:
+                    state.arg_names = record.arg_names
+                self._remember_program(record.identity)
+                event.trace_number = state.traces
+            if seconds is not None:
+                event.set_seconds(Stage.TRACE, seconds)
+            if graph is not None:
+                self._set_graph(event, graph)
         except Exception as e:
             self.fault("diagnosis", e)
             return None
         return self._append(event)
+
+    def _new_object(self, state: _FunctionState, record: TraceRecord) -> tuple[bool, str | None]:
+        """Whether the traced function object is one not seen before, and why (a re-run cell)."""
+        if not state.traces or record.function_ref is None:
+            return False, None
+        fn = record.function_ref()
+        if not all(ref() is not fn for ref in state.refs):
+            return False, None
+        identity = record.identity
+        if state.location is not None and state.location != identity.location:
+            return True, (f"its cell was run again: defined at {identity.location}, was {state.location}"
+                          if identity.in_cell else f"re-defined at {identity.location}, was {state.location}")
+        if self.current_cell is not None and state.cell is not None and state.cell != self.current_cell \
+                and identity.in_cell:
+            return True, f"re-created in cell {self.current_cell}, last traced in cell {state.cell}"
+        return True, None
+
+    def _remember_program(self, identity: FunctionIdentity) -> None:
+        programs = self._programs
+        program = (identity.jax_name, identity.src_info)
+        if len(programs) >= _MAX_FUNCTIONS and program not in programs:
+            programs.pop(next(iter(programs)))
+        programs[program] = identity.key
+
+    def _event(self, identity: FunctionIdentity, kind: str, d: Diagnosis, trace_number: int, thread: int, *,
+               nested: bool = False, call_site: str | None = None) -> Event:
+        host, process = self._place()
+        return Event(time=now(), cell=self.current_cell, function=identity.name, location=identity.location,
+                     kind=kind, internal=identity.internal, nested=nested, trace_number=trace_number,
+                     cause=d.cause, leaf=d.leaf, before=d.before, after=d.after, explanation=d.explanation,
+                     hint=d.hint, call_site=call_site, jit=identity.jit_kind, thread=thread, key=identity.key,
+                     host=host, process=process)
+
+    def _place(self) -> tuple[str, int | None]:
+        """This machine's name and JAX's process index, read without initializing JAX's backends.
+
+        Asking ``jax.process_index()`` before the program has run any computation would start
+        the backends, after which the program's own ``jax.distributed.initialize()`` fails. So:
+        the index ``jax.distributed.initialize`` set, else ``jax.process_index()`` once the
+        backends are up; until then the process is None and asked again at the next event.
+        """
+        if self._where is not None:
+            return self._where
+        import socket
+
+        process = None
+        try:
+            from jax._src import distributed, xla_bridge
+
+            if distributed.global_state.client is not None:
+                process = int(distributed.global_state.process_id)
+            elif xla_bridge.backends_are_initialized():
+                import jax
+
+                process = int(jax.process_index())
+        except Exception:
+            pass
+        where = (socket.gethostname(), process)
+        if process is not None:
+            self._where = where
+            for event in self.log.events():  # recorded before JAX knew it: the same process
+                if event.process is None:
+                    event.process = process
+        return where
+
+    def on_trace_failed(self, pending: _PendingTrace) -> None:
+        try:
+            with self._lock:
+                self._state(pending.record.identity.key, pending.record.identity).failed += 1
+        except Exception as e:
+            self.fault("diagnosis", e)
+
+    @staticmethod
+    def _set_graph(event: Event, graph: GraphStats) -> None:
+        event.eqns, event.eqns_total, event.loop_line = graph.eqns, graph.eqns_total, graph.loop_where
+        if graph.unrolled is not None:
+            event.loop_repeats = graph.unrolled.repeats
+            loop = unrolled_loop_hint(graph.unrolled, graph.eqns, graph.loop_where)
+            event.hint = f"{event.hint} {loop}" if event.hint else loop
+
+    def on_lowering(self, event: Event | None, record: LoweringRecord) -> Event | None:
+        try:
+            with self._lock:
+                if event is not None:  # the compile of a trace just recorded
+                    state = self.functions.get(event.key)
+                    if state is not None and record.signature is not None:
+                        state.lowerings = _keep(state.lowerings, self._user_names(state, record.signature))
+                    return event
+                return self._compile_event(record)
+        except Exception as e:
+            self.fault("diagnosis", e)
+            return None
+
+    def _compile_event(self, record: LoweringRecord) -> Event | None:
+        key = self._programs.get((record.jax_name, record.src_info))
+        if key is None and record.signature is not None:  # traced before recording started
+            key = next((k for (name, _), k in reversed(self._programs.items()) if name == record.jax_name), None)
+        state = self.functions.get(key) if key is not None else None
+        if state is None or state.identity is None:
+            identity = record.identity or FunctionIdentity(record.jax_name, "?", 0, "?", f"?::{record.jax_name}",
+                                                           False, False, "jit", record.jax_name, record.src_info)
+            state = self._state(identity.key, identity)
+        identity = state.identity
+        if record.signature is None:
+            diagnosis = Diagnosis("first" if not state.compiles else None, None, None, None, REDUCED_COMPILE, "")
+        else:
+            signature = self._user_names(state, record.signature)
+            diagnosis = diagnose_compile(signature, list(state.lowerings), traced=state.traces > 0)
+            state.lowerings = _keep(state.lowerings, signature)
+        event = self._event(identity, "compile", diagnosis, state.traces, record.thread)
+        return self._append(event)
+
+    @staticmethod
+    def _user_names(state: _FunctionState, signature: Signature) -> Signature:
+        """A lowering signature under the user's argument paths instead of JAX's names."""
+        names = state.arg_names
+        if not names:
+            return signature
+        return signature._replace(leaves={names.get(path, path): leaf for path, leaf in signature.leaves.items()})
 
     def _append(self, event: Event) -> Event | None:
         """Append to the log; a failure there is counted (stage 'log'), never raised."""
@@ -322,27 +369,21 @@ class Session:
     def on_public_trace(self, jax_name: str, seconds: float, thread: int) -> Event | None:
         """A trace seen only through jax.monitoring (reduced mode: JAX outside the range)."""
         try:
-            key = f"?::{jax_name}"
+            identity = FunctionIdentity(jax_name, "?", 0, "?", f"?::{jax_name}", False, False, "jit", jax_name, "")
             with self._lock:
-                state = self._state(key)
+                state = self._state(identity.key, identity)
                 state.traces += 1
                 n = state.traces
-            event = Event(
-                time=now(), cell=self.current_cell, function=jax_name, location="?", kind="trace",
-                internal=False, nested=False, trace_number=n, cause="first" if n == 1 else "unknown",
-                leaf=None, before=None, after=None,
-                explanation="Reduced mode: the cause of a retrace is not available on this JAX version.",
-                hint="", trace_s=seconds, lower_s=None, compile_s=None, cache_hit=None, cache_saved_s=None,
-                jit="jit", thread=thread, key=key,
-            )
+            event = self._event(identity, "trace", FIRST if n == 1 else REDUCED, n, thread)
+            event.set_seconds(Stage.TRACE, seconds)
         except Exception as e:
             self.fault("diagnosis", e)
             return None
         return self._append(event)
 
-    def on_timing(self, event: Event, column: str, seconds: float) -> None:
-        setattr(event, column, float(seconds))
-        if column == "compile_s":
+    def on_timing(self, event: Event, stage: Stage, seconds: float) -> None:
+        event.set_seconds(stage, seconds)
+        if stage is Stage.COMPILE:
             state = self.functions.get(event.key)
             if state is not None:
                 state.compiles += 1
@@ -350,10 +391,8 @@ class Session:
                 event.compile_s_per_keqn = float(seconds) / (event.eqns_total / 1000.0)
         self.log.updated(event)
 
-    def on_cost(self, event: Event, cost: dict) -> None:
-        """FLOPs and bytes of the program compiled for `event`."""
-        for column, value in cost.items():
-            setattr(event, column, value)
+    def on_xla_cost(self, event: Event, cost: XlaCost) -> None:
+        event.set_xla_cost(cost)
         self.log.updated(event)
 
     def on_cache(self, event: Event, hit: bool) -> None:
@@ -366,5 +405,3 @@ SESSION = Session()
 
 def get_session() -> Session:
     return SESSION
-
-

@@ -1,187 +1,181 @@
-"""One data model (`Report`) and its text and static-HTML renderers (no JAX, no probe).
+"""The text and static-HTML renderings of a `Report` (terminal IPython, nbconvert, GitHub).
 
-`Report` aggregates events into one row per function and keeps each function's history;
-the text view, the static HTML view and the widget (`_widget.py`) all render it. It can be
-built at once or fed event by event (the live widget). Every user-derived string is
-escaped in HTML.
+Both draw the same rows, groups and headline as the widget (`_report`, `_rows`), under the
+same column labels; the HTML uses the widget's stylesheet (`_widget.css`, inlined) and its
+class names. Every user-derived string is escaped; control characters never reach here raw
+(the log stores them escaped).
 """
 
 from __future__ import annotations
 
+import functools
 import html
-from collections.abc import Iterable
+import pathlib
+import re
 
-from ._log import Event, event_eqns, function_row
+from . import _format as fmt
+from ._report import GROUP_COLUMNS, SUMMARY_COLUMNS, Column, Report
+from ._rows import group_row, table_row
 
-_MAX_RETRACES_SHOWN = 20
-_MAX_ROWS_SHOWN = 200
-_SECONDS = ("trace_s", "lower_s", "compile_s")
-
-
-class Report:
-    """What every view shows: one row per function and each function's history.
-
-    `internal=False` hides JAX's own jitted helpers from `rows`, `notable` and the headline
-    (the widget filters `functions()` itself). `add` and `touch` keep it current as events
-    arrive or gain fields; rows are re-aggregated lazily, only for the functions touched.
-    """
-
-    def __init__(self, events: Iterable[Event] = (), title: str = "", *, internal: bool = False,
-                 dropped: int = 0):
-        self.title = title
-        self.internal = internal
-        self.dropped = dropped
-        self.n_events = 0
-        self._history: dict[str, list[Event]] = {}
-        self._rows: dict[str, dict] = {}
-        self._dirty: set[str] = set()
-        for e in events:
-            self.add(e)
-
-    def add(self, event: Event) -> None:
-        """Fold in a new event."""
-        self._history.setdefault(event.key, []).append(event)
-        self._dirty.add(event.key)
-        self.n_events += 1
-
-    def touch(self, event: Event) -> None:
-        """Note that an event already added gained fields (compile seconds, cache hit)."""
-        if event.key in self._history:
-            self._dirty.add(event.key)
-
-    def functions(self) -> list[dict]:
-        """Every function's summary row (internal ones included), in order of first trace."""
-        for key in self._dirty:
-            self._rows[key] = function_row(self._history[key])
-        self._dirty.clear()
-        return [self._rows[key] for key in self._history]
-
-    def history(self, key: str) -> list[Event]:
-        """One function's events in the order they happened."""
-        return self._history.get(key, [])
-
-    @property
-    def rows(self) -> list[dict]:
-        """The shown functions, most total seconds first."""
-        shown = [f for f in self.functions() if self.internal or not f["internal"]]
-        return sorted(shown, key=lambda f: -f["total_s"])
-
-    @property
-    def notable(self) -> list[Event]:
-        """The shown functions' retraces, and first traces with a hint (an unrolled loop), in order."""
-        events = [e for f in self.rows for e in self._history[f["key"]] if e.cause != "first" or e.hint]
-        return sorted(events, key=lambda e: e.seq if e.seq is not None else 0)
-
-    def headline(self, rows: list[dict] | None = None, hidden_what: str = "JAX-internal") -> str:
-        """One line: counts and seconds of `rows` (default: the shown rows) and what is hidden."""
-        rows = self.rows if rows is None else rows
-        t = {c: sum(f[c] for f in rows) for c in _SECONDS}
-        total = sum(t.values())
-        text = (f"{self.title}: {sum(f['traces'] for f in rows)} trace(s), "
-                f"{sum(f['compiles'] for f in rows)} compile(s) of {len(rows)} function(s), "
-                f"{sum(f['retraces'] for f in rows)} retrace(s); "
-                f"{total:.3f} s = trace {t['trace_s']:.3f} + lower {t['lower_s']:.3f} + "
-                f"XLA compile {t['compile_s']:.3f}")
-        hidden = self.n_events - sum(len(self._history[f["key"]]) for f in rows)
-        if hidden:
-            text += f" ({hidden} {hidden_what} event(s) hidden)"
-        if self.dropped:
-            text += f" ({self.dropped} oldest event(s) dropped by the log cap)"
-        return text
+MAX_GROUPS_SHOWN = 20
+MAX_ROWS_SHOWN = 200
+_NUMERIC = ("int", "num", "seconds", "bar")
+_BREAK_AFTER = re.compile(r"(?<=[./\[])")
 
 
-def change(e: Event) -> str:
-    """``before → after`` of an event, or "" when it has neither."""
-    if e.before is None and e.after is None:
-        return ""
-    return f"{e.before} → {e.after}"
+@functools.lru_cache(maxsize=1)
+def stylesheet() -> str:
+    """The one stylesheet of every HTML view (`_widget.css`)."""
+    return (pathlib.Path(__file__).parent / "_widget.css").read_text(encoding="utf-8")
 
 
-def _cause(f: dict) -> str:
-    return f"{f['last_cause']} at {f['last_leaf']}" if f["last_leaf"] else str(f["last_cause"] or "")
+# ---------------------------------------------------------------------------- text
+def _text_value(column: Column, row: dict) -> str:
+    value = row.get(column.name)
+    if column.kind in ("seconds", "bar"):
+        return fmt.seconds(value)
+    return "" if value is None else str(value)
+
+
+def _text_table(rows: list[dict]) -> list[str]:
+    columns = [c for c in SUMMARY_COLUMNS if c.text_width]
+    widths = [max(c.text_width, len(c.label)) for c in columns]
+
+    def line(values: list[str]) -> str:
+        cells = []
+        for c, w, v in zip(columns, widths, values):
+            v = v[:w] if c is not columns[-1] else v
+            cells.append(v.rjust(w) if c.kind in _NUMERIC else v.ljust(w))
+        return " ".join(cells).rstrip()
+
+    header = line([c.label for c in columns])
+    body = [line([_text_value(c, r) for c in columns]) for r in rows]
+    return [header, "-" * len(header), *body]
+
+
+def group_line(g: dict) -> str:
+    """The one-line title of a group of retraces: where, which, how many, what changed."""
+    count = f" ×{g['count']}" if g["count"] > 1 else ""
+    leaf = f" `{g['leaf']}`" if g["leaf"] else ""
+    what = f": {g['change']}" if g["change"] else ""
+    called = f"; {'first ' if g['count'] > 1 else ''}called at {g['call_site']}" if g["call_site"] else ""
+    cells = f"{g['cells']} " if g["cells"] else ""
+    return f"{cells}{g['function']} {g['numbers']} {g['kind']}{count}: {g['cause']}{leaf}{what}{called}"
 
 
 def render_text(report: Report) -> str:
-    rows = report.rows
+    rows = report.rows()
     lines = [report.headline()]
     if not rows:
         return lines[0] + "\n(no jitted function was traced)"
-    with_eqns = any(f["eqns"] is not None for f in rows)
-    eqns_head = f" {'eqns':>7}" if with_eqns else ""
-    header = (f"{'function':<28} {'traces':>6} {'compiles':>8}{eqns_head} {'trace s':>8} {'lower s':>8} "
-              f"{'compile s':>9}  last cause")
-    lines += ["", header, "-" * len(header)]
-    for f in rows[:_MAX_ROWS_SHOWN]:
-        eqns = f" {'' if f['eqns'] is None else f['eqns']:>7}" if with_eqns else ""
-        lines.append(f"{f['function'][:28]:<28} {f['traces']:>6} {f['compiles']:>8}{eqns} {f['trace_s']:>8.3f} "
-                     f"{f['lower_s']:>8.3f} {f['compile_s']:>9.3f}  {_cause(f)}")
-    if len(rows) > _MAX_ROWS_SHOWN:
-        lines.append(f"… {len(rows) - _MAX_ROWS_SHOWN} more function(s) in jt.summary()")
-    notable = report.notable
-    if notable:
-        lines += ["", "Retraces and notes:"]
-        for e in notable[-_MAX_RETRACES_SHOWN:]:
-            cell = f"[{e.cell}] " if e.cell is not None else ""
-            leaf = f" `{e.leaf}`" if e.leaf else ""
-            what = f": {change(e)}" if change(e) else ""
-            lines.append(f"  {cell}{e.function} #{e.trace_number} {e.kind}: {e.cause}{leaf}{what}")
-            lines.append(f"      {e.explanation}")
-            if e.hint:
-                lines.append(f"      hint: {e.hint}")
-        if len(notable) > _MAX_RETRACES_SHOWN:
-            lines.append(f"  … {len(notable) - _MAX_RETRACES_SHOWN} earlier one(s) in jt.log()")
+    lines += ["", *_text_table([table_row(r) for r in rows[:MAX_ROWS_SHOWN]])]
+    if len(rows) > MAX_ROWS_SHOWN:
+        lines.append(f"… {len(rows) - MAX_ROWS_SHOWN} more function(s) in jt.summary()")
+    groups = report.notable()
+    if groups:
+        lines += ["", "Retraces and notes (repeats grouped by cause and leaf):"]
+        for g in map(group_row, groups[-MAX_GROUPS_SHOWN:]):
+            lines.append("  " + group_line(g))
+            lines.append(f"      {g['explanation']}")
+            if g["hint"]:
+                lines.append(f"      hint: {g['hint']}")
+        if len(groups) > MAX_GROUPS_SHOWN:
+            lines.append(f"  … {len(groups) - MAX_GROUPS_SHOWN} earlier group(s) in jt.log()")
+    for section in _process_section(report, "text"):
+        lines += ["", section]
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------------- HTML
 def _e(value) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-_STYLE = (
-    "<style>.jtnb table{border-collapse:collapse;font-size:12px}"
-    ".jtnb th,.jtnb td{padding:2px 8px;border-bottom:1px solid #ddd;text-align:left;vertical-align:top}"
-    ".jtnb td.n{text-align:right;font-variant-numeric:tabular-nums}"
-    ".jtnb code{background:#f4f4f4;padding:0 3px}.jtnb .hint{color:#555}"
-    ".jtnb .bar{display:inline-block;height:8px;background:#e07b39;margin-right:4px}</style>"
-)
+def breakable(text) -> str:
+    """Escaped `text` that wraps only at spaces and after `.`, `/` or `[`, never inside a word."""
+    return "<wbr>".join(_e(piece) for piece in _BREAK_AFTER.split(str(text)))
+
+
+def prose(text) -> str:
+    """Escaped `text` with its backtick-quoted spans in `<code>`."""
+    return "".join(f"<code>{breakable(piece)}</code>" if code else _e(piece) for code, piece in fmt.code_spans(text))
+
+
+def _why_html(g: dict | None) -> str:
+    if not g:
+        return ""
+    count = f"<span class='jtnb-count'>×{g['count']}</span> " if g["count"] > 1 else ""
+    leaf = f" at <code>{breakable(g['leaf'])}</code>" if g["leaf"] else ""
+    change = (f": <code class='jtnb-change' title='{_e(g['full']['change'])}'>{breakable(g['change'])}</code>"
+              if g["change"] else "")
+    first = "first " if g["count"] > 1 else ""
+    called = f" <span class='jtnb-called'>· {first}called at {_e(g['call_site'])}</span>" if g["call_site"] else ""
+    hint = f"<div class='jtnb-hint'>{prose(g['hint'])}</div>" if g["hint"] else ""
+    return f"<div>{count}{_e(g['cause'])}{leaf}{change}{called}</div>{hint}"
+
+
+def _cell_html(column: Column, row: dict, scale: float) -> str:
+    value, kind = row.get(column.name), column.kind
+    full = row.get("full", {}).get(column.name)
+    title = f" title='{_e(full)}'" if full else ""
+    css = f"jtnb-c-{column.name}" + (" jtnb-n" if kind in _NUMERIC else "")
+    if kind in ("seconds", "bar"):
+        inner = fmt.seconds(value)
+        if kind == "bar" and value:
+            inner = f"<span class='jtnb-bar' style='width:{round(80 * value / scale) if scale else 0}px'></span>" + inner
+    elif kind == "code":
+        inner = f"<code>{breakable(value)}</code>" if value else ""
+    elif kind == "change":
+        inner = f"<code class='jtnb-change'>{breakable(value)}</code>" if value else ""
+    elif kind == "why":
+        inner = _why_html(value)
+    elif kind == "prose":
+        inner = prose(value) + (f"<div class='jtnb-hint'>hint: {prose(row['hint'])}</div>" if row.get("hint") else "")
+    else:
+        inner = _e(value)
+    return f"<td class='{css}'{title}>{inner}</td>"
+
+
+def _html_table(name: str, columns: tuple[Column, ...], rows: list[dict], scale: float = 0.0) -> str:
+    head = "".join(f"<th class='jtnb-c-{c.name}{' jtnb-n' if c.kind in _NUMERIC else ''}' title='{_e(c.title)}'>"
+                   f"{_e(c.label)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(_cell_html(c, r, scale) for c in columns) + "</tr>" for r in rows)
+    return (f"<div class='jtnb-scroll'><table class='jtnb-table jtnb-{name}'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{body}</tbody></table></div>")
 
 
 def render_html(report: Report) -> str:
-    rows = report.rows
-    parts = [_STYLE, '<div class="jtnb">', f"<p><b>{_e(report.headline())}</b></p>"]
+    """The static report: the widget's stylesheet, the headline, the table, the groups."""
+    rows = [table_row(r) for r in report.rows()]
+    parts = [f"<style>{stylesheet()}</style><div class='jtnb-static jtnb-root'>",
+             f"<div class='jtnb-headline'>{_e(report.headline())}</div>"]
     if rows:
-        with_eqns = any(f["eqns"] is not None for f in rows)
-        max_compile = max(f["compile_s"] for f in rows) or 1.0
-        parts.append("<table><thead><tr><th>function</th><th>location</th><th>traces</th><th>compiles</th>"
-                     + ("<th>eqns</th>" if with_eqns else "")
-                     + "<th>trace s</th><th>lower s</th><th>compile s</th><th>last cause</th><th>leaf</th>"
-                     "</tr></thead><tbody>")
-        for f in rows[:_MAX_ROWS_SHOWN]:
-            width = int(60 * f["compile_s"] / max_compile)
-            eqns = f"<td class='n'>{_e(f['eqns'])}</td>" if with_eqns else ""
-            parts.append(
-                f"<tr><td><code>{_e(f['function'])}</code></td><td>{_e(f['location'])}</td>"
-                f"<td class='n'>{f['traces']}</td><td class='n'>{f['compiles']}</td>{eqns}"
-                f"<td class='n'>{f['trace_s']:.3f}</td><td class='n'>{f['lower_s']:.3f}</td>"
-                f"<td class='n'><span class='bar' style='width:{width}px'></span>{f['compile_s']:.3f}</td>"
-                f"<td>{_e(f['last_cause'])}</td><td><code>{_e(f['last_leaf'])}</code></td></tr>")
-        parts.append("</tbody></table>")
-        if len(rows) > _MAX_ROWS_SHOWN:
-            parts.append(f"<p>… {len(rows) - _MAX_ROWS_SHOWN} more function(s) in <code>jt.summary()</code></p>")
-    notable = report.notable
-    if notable:
-        parts.append("<p><b>Retraces and notes</b></p><table><thead><tr><th>cell</th><th>function</th><th>#</th>"
-                     "<th>cause</th><th>leaf</th><th>before → after</th><th>why / hint</th></tr></thead><tbody>")
-        for e in notable[-_MAX_RETRACES_SHOWN:]:
-            parts.append(
-                f"<tr><td class='n'>{_e(e.cell)}</td><td><code>{_e(e.function)}</code></td>"
-                f"<td class='n'>{_e(e.trace_number)}</td><td>{_e(e.cause)}</td><td><code>{_e(e.leaf)}</code></td>"
-                f"<td><code>{_e(change(e))}</code></td>"
-                f"<td>{_e(e.explanation)}<div class='hint'>{_e(e.hint)}</div></td></tr>")
-        parts.append("</tbody></table>")
+        scale = max((r["compile_s"] or 0.0 for r in rows), default=0.0)
+        parts.append(_html_table("summary", SUMMARY_COLUMNS, rows[:MAX_ROWS_SHOWN], scale))
+        if len(rows) > MAX_ROWS_SHOWN:
+            parts.append(f"<p>… {len(rows) - MAX_ROWS_SHOWN} more function(s) in <code>jt.summary()</code></p>")
+    groups = report.notable()
+    if groups:
+        parts.append("<div class='jtnb-section'>Retraces and notes (repeats grouped by cause and leaf)</div>")
+        parts.append(_html_table("groups", GROUP_COLUMNS, [group_row(g) for g in groups[-MAX_GROUPS_SHOWN:]]))
     parts.append("</div>")
+    # Outside the static copy, which a live table hides: the widget does not show this section.
+    parts += [f"<div class='jtnb-root'>{section}</div>" for section in _process_section(report, "html")]
     return "".join(parts)
 
 
 def mimebundle(report: Report) -> dict[str, str]:
     return {"text/plain": render_text(report), "text/html": render_html(report)}
+
+
+# ----------------------------------------------------------- several processes
+def _process_section(report: Report, kind: str) -> list[str]:
+    """"Differs across processes" (found and rendered by `_processes`), when the events come
+    from more than one JAX process; [] otherwise or when nothing differs."""
+    if len(report.processes()) < 2:
+        return []
+    from . import _processes
+
+    diffs = _processes.differences(report.all_events())
+    section = _processes.render_text_section(diffs) if kind == "text" else _processes.render_html_section(diffs)
+    return [fmt.short_paths_in(section)] if section else []

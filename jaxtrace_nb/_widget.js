@@ -1,38 +1,10 @@
-// View of jaxtrace_nb's trace table. The kernel sorts, filters and pages; this file draws
-// one page and sends clicks back. Every string is set through textContent, never as HTML.
-// It imports nothing, so it works offline.
+// View of jaxtrace_nb's trace table, for the live widget (anywidget) and the self-contained
+// HTML report (a LocalModel over the data embedded in the page). The kernel (or the report
+// writer) sends every row, already formatted, with the column spec; this view filters, sorts
+// and pages them, and shows one function's history. Every string goes in through
+// textContent, never as HTML. It imports nothing, so it works offline.
 
-const COLUMNS = [
-  ["function", "function", "code"],
-  ["location", "file:line", "text"],
-  ["traces", "traces", "int"],
-  ["compiles", "compiles", "int"],
-  ["eqns", "eqns", "int"],
-  ["loop_repeats", "loop ×", "int"],
-  ["trace_s", "trace s", "s"],
-  ["lower_s", "lower s", "s"],
-  ["compile_s", "compile s", "bar"],
-  ["total_s", "total s", "s"],
-  ["last_cause", "last cause", "text"],
-  ["last_leaf", "leaf", "code"],
-];
-
-const HISTORY = [
-  ["cell", "cell", "int"],
-  ["time", "time", "text"],
-  ["trace_number", "#", "int"],
-  ["cause", "cause", "text"],
-  ["leaf", "leaf", "code"],
-  ["change", "before → after", "code"],
-  ["explanation", "why / hint", "why"],
-  ["eqns", "eqns", "int"],
-  ["flops", "FLOPs", "num"],
-  ["cache_hit", "cache", "cache"],
-  ["trace_s", "trace s", "s"],
-  ["lower_s", "lower s", "s"],
-  ["compile_s", "compile s", "s"],
-  ["total_s", "total s", "bar"],
-];
+const NUMERIC = new Set(["int", "num", "seconds", "bar"]);
 
 function h(tag, className, text) {
   const node = document.createElement(tag);
@@ -41,32 +13,115 @@ function h(tag, className, text) {
   return node;
 }
 
+// Text that may wrap at spaces and after . / [ but never inside a word.
+function breakable(text) {
+  const out = document.createDocumentFragment();
+  String(text ?? "").split(/(?<=[./[])/).forEach((piece, i) => {
+    if (i) out.appendChild(document.createElement("wbr"));
+    out.appendChild(document.createTextNode(piece));
+  });
+  return out;
+}
+
+function code(text, className) {
+  const node = h("code", className);
+  node.appendChild(breakable(text));
+  return node;
+}
+
+// Prose whose `backticked` spans are code.
+function prose(text) {
+  const out = document.createDocumentFragment();
+  const pieces = String(text ?? "").split("`");
+  if (pieces.length % 2 === 0) pieces.splice(-2, 2, pieces.at(-2) + "`" + pieces.at(-1));
+  pieces.forEach((piece, i) => {
+    if (piece) out.appendChild(i % 2 ? code(piece) : document.createTextNode(piece));
+  });
+  return out;
+}
+
 function seconds(value) {
   return value === null || value === undefined || Number.isNaN(value) ? "" : Number(value).toFixed(3);
 }
 
-function cell(name, kind, value, row, scale) {
-  const td = h("td", `jtnb-c-${name}${kind === "text" || kind === "code" || kind === "why" ? "" : " jtnb-n"}`);
-  if (kind === "code") {
-    if (value !== null && value !== undefined && value !== "") td.appendChild(h("code", "", value));
-  } else if (kind === "s") {
-    td.textContent = seconds(value);
-  } else if (kind === "bar") {
-    const bar = h("span", "jtnb-bar");
-    bar.style.width = `${scale > 0 ? Math.round((80 * (value || 0)) / scale) : 0}px`;
-    td.appendChild(bar);
-    td.appendChild(document.createTextNode(seconds(value)));
-  } else if (kind === "num") {
-    td.textContent = value === null || value === undefined ? "" : Number(value).toPrecision(3);
-  } else if (kind === "cache") {
-    td.textContent = value === true ? "hit" : value === false ? "miss" : "";
-  } else if (kind === "why") {
-    td.appendChild(h("div", "", value || ""));
-    if (row.hint) td.appendChild(h("div", "jtnb-hint", `hint: ${row.hint}`));
-  } else {
-    td.textContent = value === null || value === undefined ? "" : String(value);
+function hint(text, prefix) {
+  const node = h("div", "jtnb-hint", prefix || "");
+  node.appendChild(prose(text));
+  return node;
+}
+
+// The why of a function at a glance: ×N cause at leaf: before → after · first called at, and the hint.
+function why(g) {
+  const box = document.createDocumentFragment();
+  if (!g) return box;
+  const line = h("div", "jtnb-why-line");
+  if (g.count > 1) line.append(h("span", "jtnb-count", `×${g.count}`), " ");
+  line.append(g.cause);
+  if (g.leaf) line.append(" at ", code(g.leaf));
+  if (g.change) {
+    const change = code(g.change, "jtnb-change");
+    change.title = g.full.change;
+    line.append(": ", change);
   }
+  if (g.call_site) {
+    line.append(h("span", "jtnb-called", ` · ${g.count > 1 ? "first " : ""}called at ${g.call_site}`));
+  }
+  box.appendChild(line);
+  if (g.hint) box.appendChild(hint(g.hint));
+  return box;
+}
+
+const DRAW = {
+  code: (td, v, row, column) => {
+    if (v !== null && v !== undefined && v !== "") td.appendChild(code(v));
+    if (column.name === "function" && row.nested) {
+      const tag = h("span", "jtnb-tag", "nested");
+      tag.title = "traced inside another jit: JAX reports no seconds of its own, the outer trace's include them";
+      td.append(" ", tag);
+    }
+  },
+  change: (td, v) => { if (v) td.appendChild(code(v, "jtnb-change")); },
+  seconds: (td, v) => { td.textContent = seconds(v); },
+  bar: (td, v, row, column, scale) => {
+    const bar = h("span", "jtnb-bar");
+    bar.style.width = `${scale > 0 && v ? Math.round((80 * v) / scale) : 0}px`;
+    td.append(bar, seconds(v));
+  },
+  num: (td, v) => { td.textContent = v === null || v === undefined ? "" : Number(v).toPrecision(3); },
+  cache: (td, v) => { td.textContent = v === true ? "hit" : v === false ? "miss" : ""; },
+  why: (td, v) => { td.appendChild(why(v)); },
+  prose: (td, v, row) => {
+    td.appendChild(prose(v));
+    if (row.hint) td.appendChild(hint(row.hint, "hint: "));
+  },
+};
+
+function cell(column, row, scale) {
+  const td = h("td", `jtnb-c-${column.name}${NUMERIC.has(column.kind) ? " jtnb-n" : ""}`);
+  const value = row[column.name];
+  const draw = DRAW[column.kind];
+  if (draw) draw(td, value, row, column, scale);
+  else td.textContent = value === null || value === undefined ? "" : String(value);
+  const full = row.full && row.full[column.name];
+  if (full) td.title = full;
   return td;
+}
+
+function head(columns, onSort) {
+  const thead = h("thead");
+  const tr = h("tr");
+  for (const column of columns) {
+    const th = h("th", `jtnb-c-${column.name}${NUMERIC.has(column.kind) ? " jtnb-n" : ""}`, column.label);
+    th.title = column.title;
+    th.dataset.column = column.name;
+    if (onSort) {
+      th.classList.add("jtnb-sortable");
+      th.addEventListener("click", () => onSort(column));
+    }
+    tr.appendChild(th);
+  }
+  thead.appendChild(tr);
+  return thead;
 }
 
 function pager(page, size, total, onPage) {
@@ -79,9 +134,165 @@ function pager(page, size, total, onPage) {
   prev.addEventListener("click", () => onPage(page - 1));
   next.addEventListener("click", () => onPage(page + 1));
   const first = total ? page * size + 1 : 0;
-  const last = Math.min(total, (page + 1) * size);
-  box.append(prev, h("span", "jtnb-range", `${first}–${last} of ${total}`), next);
+  box.append(prev, h("span", "jtnb-range", `${first}–${Math.min(total, (page + 1) * size)} of ${total}`), next);
   return box;
+}
+
+// Every row, parsed once per change of the JSON text the kernel sends.
+const PARSED = new WeakMap();
+function allRows(model) {
+  const text = model.get("rows_json");
+  let parsed = PARSED.get(model);
+  if (!parsed || parsed.text !== text) PARSED.set(model, (parsed = { text, rows: JSON.parse(text) }));
+  return parsed.rows;
+}
+
+// Rows the toggle and the filter let through (every word of the filter must match), sorted;
+// blanks last in either direction.
+function visibleRows(model) {
+  const words = model.get("filter").toLowerCase().split(/\s+/).filter(Boolean);
+  const showAll = model.get("show_all");
+  const rows = allRows(model).filter((r) => (showAll || !r.hidden) && words.every((w) => r.search.includes(w)));
+  const name = model.get("sort_by");
+  const column = model.get("columns").find((c) => c.name === name);
+  const numeric = column && NUMERIC.has(column.kind);
+  const key = (r) => (numeric ? r[name] : String(r[name] ?? "").toLowerCase());
+  const blank = (r) => r[name] === null || r[name] === undefined || r[name] === "";
+  const present = rows.filter((r) => !blank(r));
+  present.sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0));
+  if (model.get("descending")) present.reverse();
+  return present.concat(rows.filter(blank));
+}
+
+function controls(model, set) {
+  const box = h("div", "jtnb-controls");
+  const filter = h("input", "jtnb-filter");
+  filter.type = "search";
+  filter.placeholder = "filter: function, leaf, cause, In[n], file";
+  filter.title = "shows the functions whose name, leaves, causes, cells, locations or call sites contain every word";
+  let debounce = null; // while set, the box holds an edit the model has not seen yet
+  filter.addEventListener("input", () => {
+    clearTimeout(debounce);
+    debounce = setTimeout(() => {
+      debounce = null;
+      set({ filter: filter.value, page: 0 });
+    }, 150);
+  });
+  const toggleLabel = h("label", "jtnb-toggle");
+  const toggle = h("input");
+  toggle.type = "checkbox";
+  toggle.addEventListener("change", () => set({ show_all: toggle.checked, page: 0 }));
+  toggleLabel.append(toggle, " internal functions");
+  toggleLabel.title = "also list the jitted helpers of JAX and libraries (hidden by default)";
+  box.append(filter, toggleLabel);
+  const exports = model.get("exportable") ? exportControls(model) : [];
+  box.append(...exports);
+  const refresh = () => {
+    toggle.checked = model.get("show_all");
+    if (document.activeElement !== filter && debounce === null) filter.value = model.get("filter");
+    for (const node of exports) node.refresh?.();
+  };
+  return { box, refresh, cleanup: () => clearTimeout(debounce) };
+}
+
+function exportControls(model) {
+  const variable = h("input", "jtnb-variable");
+  variable.type = "text";
+  variable.size = 10;
+  variable.title = "variable name for the DataFrame";
+  const keys = () => visibleRows(model).map((r) => r.key);
+  const toVariable = h("button", "jtnb-export-variable", "→ variable");
+  toVariable.title = "put the events of the listed functions in this kernel variable (DataFrame)";
+  toVariable.addEventListener("click", () => model.send({ export: "variable", name: variable.value, keys: keys() }));
+  const toCsv = h("button", "jtnb-export-csv", "→ CSV");
+  toCsv.title = "write the events of the listed functions to a CSV file next to the notebook";
+  toCsv.addEventListener("click", () => model.send({ export: "csv", keys: keys() }));
+  const status = h("span", "jtnb-status");
+  variable.refresh = () => { if (document.activeElement !== variable) variable.value = model.get("variable"); };
+  status.refresh = () => { status.textContent = model.get("status"); };
+  return [variable, toVariable, toCsv, status];
+}
+
+function summaryTable(model, set, tbody, pagerBox) {
+  const rows = visibleRows(model);
+  const size = Math.max(1, model.get("page_size"));
+  const page = Math.min(Math.max(0, model.get("page")), Math.max(0, Math.ceil(rows.length / size) - 1));
+  const columns = model.get("columns");
+  const scale = Math.max(0, ...rows.map((r) => r.compile_s || 0));
+  const selected = model.get("selected");
+  const trs = rows.slice(page * size, (page + 1) * size).map((row) => {
+    const tr = h("tr", `jtnb-row${row.key === selected ? " jtnb-selected" : ""}${row.hidden ? " jtnb-internal" : ""}`);
+    tr.dataset.key = row.key;
+    tr.title = "click for this function's history";
+    for (const column of columns) tr.appendChild(cell(column, row, scale));
+    const open = h("button", "jtnb-open", row.key === selected ? "▾" : "▸");
+    open.title = "show this function's history";
+    tr.firstChild.prepend(open);
+    tr.addEventListener("click", () => set({ selected: row.key === model.get("selected") ? "" : row.key }));
+    return tr;
+  });
+  if (!trs.length) {
+    const td = h("td", "jtnb-empty", model.get("filter") ? "no function matches the filter" : "no jitted function traced yet");
+    td.colSpan = columns.length;
+    trs.push(h("tr"));
+    trs[0].appendChild(td);
+  }
+  tbody.replaceChildren(...trs);
+  pagerBox.replaceChildren(...(rows.length > size ? [pager(page, size, rows.length, (p) => set({ page: p }))] : []));
+}
+
+function groupRows(model, group, open, toggle) {
+  const tr = h("tr", `jtnb-group${open ? " jtnb-open-group" : ""}`);
+  for (const column of model.get("group_columns")) tr.appendChild(cell(column, group, 0));
+  const button = h("button", "jtnb-expand", `${open ? "▾" : "▸"} ${group.count} event(s)`);
+  button.title = "list the events of this group";
+  tr.firstChild.prepend(button, " ");
+  tr.addEventListener("click", toggle);
+  if (!open) return [tr];
+  const sub = h("tr", "jtnb-events-row");
+  const td = h("td");
+  td.colSpan = model.get("group_columns").length;
+  const columns = model.get("event_columns");
+  const table = h("table", "jtnb-table jtnb-events");
+  const body = h("tbody");
+  const scale = Math.max(0, ...group.events.map((e) => e.total_s || 0));
+  for (const event of group.events) {
+    const row = h("tr", `jtnb-event${event.slowest ? " jtnb-slowest" : ""}`);
+    if (event.slowest) row.title = "the slowest trace of this function";
+    for (const column of columns) row.appendChild(cell(column, event, scale));
+    body.appendChild(row);
+  }
+  table.append(head(columns), body);
+  td.appendChild(table);
+  if (group.omitted) td.appendChild(h("div", "jtnb-note", `… ${group.omitted} earlier event(s) in jt.log()`));
+  sub.appendChild(td);
+  return [tr, sub];
+}
+
+function historyPanel(model, box, opened) {
+  const history = model.get("history");
+  if (!model.get("selected") || !history.groups || !history.groups.length) {
+    box.replaceChildren();
+    return;
+  }
+  const title = h("div", "jtnb-history-title");
+  title.append(h("b", "", history.title), " ");
+  const close = h("button", "jtnb-close", "×");
+  close.title = "close";
+  close.addEventListener("click", () => { model.set("selected", ""); model.save_changes(); });
+  title.append(close);
+  const note = h("div", "jtnb-note", `${history.note} · repeats grouped by cause and leaf: click a group for its events`);
+  const body = h("tbody");
+  for (const group of history.groups) {
+    const id = `${history.key}:${group.first_seq}`;
+    const toggle = () => { opened.has(id) ? opened.delete(id) : opened.add(id); historyPanel(model, box, opened); };
+    body.append(...groupRows(model, group, opened.has(id), toggle));
+  }
+  const table = h("table", "jtnb-table jtnb-groups");
+  table.append(head(model.get("group_columns")), body);
+  const scroll = h("div", "jtnb-scroll");
+  scroll.appendChild(table);
+  box.replaceChildren(title, note, scroll);
 }
 
 function render({ model, el }) {
@@ -90,146 +301,42 @@ function render({ model, el }) {
     for (const [name, value] of Object.entries(changes)) model.set(name, value);
     model.save_changes();
   };
-
-  const root = h("div", "jtnb-widget");
+  const root = h("div", "jtnb-widget jtnb-root");
   const top = h("div", "jtnb-top");
-  const headline = h("div", "jtnb-headline");
   const live = h("span", "jtnb-live");
+  const headline = h("span", "jtnb-headline");
   top.append(live, headline);
-
-  const controls = h("div", "jtnb-controls");
-  const filter = h("input", "jtnb-filter");
-  filter.type = "search";
-  filter.placeholder = "filter functions and leaves";
-  filter.value = model.get("filter");
-  let debounce = null;
-  filter.addEventListener("input", () => {
-    clearTimeout(debounce);
-    debounce = setTimeout(() => set({ filter: filter.value, page: 0 }), 200);
-  });
-  const toggleLabel = h("label", "jtnb-toggle");
-  const toggle = h("input");
-  toggle.type = "checkbox";
-  toggle.addEventListener("change", () => set({ show_all: toggle.checked, page: 0 }));
-  toggleLabel.append(toggle, document.createTextNode(" JAX-internal and nested"));
-  const variable = h("input", "jtnb-variable");
-  variable.type = "text";
-  variable.size = 10;
-  variable.title = "variable name for the DataFrame";
-  variable.value = model.get("variable");
-  const toVariable = h("button", "jtnb-export-variable", "→ variable");
-  toVariable.title = "put the events of the listed functions in this kernel variable (DataFrame)";
-  toVariable.addEventListener("click", () => model.send({ export: "variable", name: variable.value }));
-  const toCsv = h("button", "jtnb-export-csv", "→ CSV");
-  toCsv.title = "write the events of the listed functions to a CSV file next to the notebook";
-  toCsv.addEventListener("click", () => model.send({ export: "csv" }));
-  const status = h("span", "jtnb-status");
-  controls.append(filter, toggleLabel, variable, toVariable, toCsv, status);
-
+  const bar = controls(model, set);
   const table = h("table", "jtnb-table jtnb-summary");
-  const thead = h("thead");
-  const headRow = h("tr");
-  for (const [name, label] of COLUMNS) {
-    const th = h("th", "jtnb-sortable", label);
-    th.dataset.column = name;
-    th.title = "sort";
-    th.addEventListener("click", () => {
-      const numeric = !["function", "location", "last_cause", "last_leaf"].includes(name);
-      if (model.get("sort_by") === name) set({ descending: !model.get("descending"), page: 0 });
-      else set({ sort_by: name, descending: numeric, page: 0 });
-    });
-    headRow.appendChild(th);
-  }
-  thead.appendChild(headRow);
+  const onSort = (column) => {
+    if (model.get("sort_by") === column.name) set({ descending: !model.get("descending"), page: 0 });
+    else set({ sort_by: column.name, descending: NUMERIC.has(column.kind), page: 0 });
+  };
   const tbody = h("tbody");
-  table.append(thead, tbody);
-  const pagerBox = h("div");
-  const historyBox = h("div", "jtnb-history");
   const scroll = h("div", "jtnb-scroll");
   scroll.appendChild(table);
-  root.append(top, controls, scroll, pagerBox, historyBox);
+  const pagerBox = h("div");
+  const offer = h("div", "jtnb-note jtnb-offer", "▸ click a function for its history: every trace, repeats grouped, before → after");
+  const historyBox = h("div", "jtnb-history");
+  root.append(top, bar.box, scroll, pagerBox, offer, historyBox);
   el.appendChild(root);
+  const opened = new Set();
 
-  function drawTop() {
-    headline.textContent = model.get("headline");
+  const drawTop = () => {
+    headline.textContent = model.get(model.get("show_all") ? "headline_all" : "headline");
     live.textContent = model.get("live") ? "● live" : "";
-    status.textContent = model.get("status");
-    toggle.checked = model.get("show_all");
-    if (document.activeElement !== filter) filter.value = model.get("filter");
-    if (document.activeElement !== variable) variable.value = model.get("variable");
-  }
-
-  function drawTable() {
-    const sortBy = model.get("sort_by");
-    for (const th of headRow.children) {
-      const active = th.dataset.column === sortBy;
+    bar.refresh();
+  };
+  const drawTable = () => {
+    table.replaceChildren(head(model.get("columns"), onSort), tbody);
+    for (const th of table.querySelectorAll("th")) {
+      const active = th.dataset.column === model.get("sort_by");
       th.classList.toggle("jtnb-sorted", active);
       th.dataset.arrow = active ? (model.get("descending") ? "▼" : "▲") : "";
     }
-    const scale = model.get("max_compile_s");
-    const selected = model.get("selected");
-    const rows = [];
-    for (const row of model.get("rows")) {
-      const tr = h("tr", "jtnb-row");
-      if (row.key === selected) tr.classList.add("jtnb-selected");
-      if (row.internal || row.nested) tr.classList.add("jtnb-internal");
-      tr.dataset.key = row.key;
-      tr.title = "show this function's traces";
-      for (const [name, , kind] of COLUMNS) tr.appendChild(cell(name, kind, row[name], row, scale));
-      tr.addEventListener("click", () => set({ selected: row.key === model.get("selected") ? "" : row.key }));
-      rows.push(tr);
-    }
-    tbody.replaceChildren(...rows);
-    if (!rows.length) {
-      const tr = h("tr", "jtnb-empty");
-      const td = h("td", "", model.get("filter") ? "no function matches the filter" : "no jitted function traced yet");
-      td.colSpan = COLUMNS.length;
-      tr.appendChild(td);
-      tbody.appendChild(tr);
-    }
-    const size = model.get("page_size");
-    const total = model.get("n_rows");
-    pagerBox.replaceChildren(...(total > size ? [pager(model.get("page"), size, total, (p) => set({ page: p }))] : []));
-  }
-
-  function drawHistory() {
-    const events = model.get("history");
-    if (!model.get("selected") || !events.length) {
-      historyBox.replaceChildren();
-      return;
-    }
-    const title = h("div", "jtnb-history-title");
-    title.append(h("b", "", model.get("history_title")));
-    const close = h("button", "jtnb-close", "×");
-    close.title = "close";
-    close.addEventListener("click", () => set({ selected: "" }));
-    title.append(" ", close);
-    const note = h("div", "jtnb-note", model.get("history_note"));
-    const scale = Math.max(0, ...events.map((e) => e.total_s || 0));
-    const hist = h("table", "jtnb-table jtnb-history-table");
-    const head = h("tr");
-    for (const [, label] of HISTORY) head.appendChild(h("th", "", label));
-    const thead = h("thead");
-    thead.appendChild(head);
-    const body = h("tbody");
-    for (const event of events) {
-      const tr = h("tr", "jtnb-event");
-      if (event.slowest) {
-        tr.classList.add("jtnb-slowest");
-        tr.title = "the slowest trace of this function";
-      }
-      for (const [name, , kind] of HISTORY) tr.appendChild(cell(name, kind, event[name], event, scale));
-      body.appendChild(tr);
-    }
-    hist.append(thead, body);
-    const histScroll = h("div", "jtnb-scroll");
-    histScroll.appendChild(hist);
-    const size = model.get("page_size");
-    const total = model.get("history_total");
-    historyBox.replaceChildren(title, note, histScroll);
-    if (total > size) historyBox.appendChild(pager(model.get("history_page"), size, total, (p) => set({ history_page: p })));
-  }
-
+    summaryTable(model, set, tbody, pagerBox);
+  };
+  const drawHistory = () => historyPanel(model, historyBox, opened);
   drawTop();
   drawTable();
   drawHistory();
@@ -237,17 +344,47 @@ function render({ model, el }) {
 
   // One listener per trait: not every frontend's model splits space-separated event names.
   const handlers = [];
-  const listen = (names, handler) => {
-    for (const name of names) handlers.push([`change:${name}`, handler]);
-  };
-  listen(["headline", "live", "status", "show_all", "filter", "variable"], drawTop);
-  listen(["rows", "sort_by", "descending", "selected", "max_compile_s", "n_rows", "page"], drawTable);
-  listen(["history", "history_note", "history_title"], drawHistory);
+  const listen = (names, handler) => names.forEach((name) => handlers.push([`change:${name}`, handler]));
+  listen(["headline", "headline_all", "live", "status", "show_all", "filter", "variable"], drawTop);
+  listen(["rows_json", "columns", "sort_by", "descending", "selected", "filter", "show_all", "page", "page_size"], drawTable);
+  listen(["history"], drawHistory);
   for (const [event, handler] of handlers) model.on(event, handler);
   return () => {
-    clearTimeout(debounce);
+    bar.cleanup();
     for (const [event, handler] of handlers) model.off(event, handler);
   };
 }
 
+// The model of the self-contained report: the widget's state, and every function's history.
+class LocalModel {
+  constructor(state, histories) {
+    this.state = { ...state };
+    this.histories = histories;
+    this.handlers = new Map();
+  }
+
+  get(name) {
+    return this.state[name];
+  }
+
+  set(name, value) {
+    this.state[name] = value;
+    if (name === "selected") this.set("history", this.histories[value] || { groups: [] });
+    for (const handler of this.handlers.get(`change:${name}`) || []) handler();
+  }
+
+  save_changes() {}
+
+  send() {}
+
+  on(event, handler) {
+    this.handlers.set(event, [...(this.handlers.get(event) || []), handler]);
+  }
+
+  off(event, handler) {
+    this.handlers.set(event, (this.handlers.get(event) || []).filter((f) => f !== handler));
+  }
+}
+
+export { LocalModel, render };
 export default { render };

@@ -1,18 +1,19 @@
-"""The interactive trace table: an anywidget whose kernel side sorts, filters and pages a Report.
+"""The interactive trace table: an anywidget over a `Report`.
 
-The kernel is the source of truth: it holds the `Report`, and the browser view (`_widget.js`)
-renders one page of rows and one page of a function's history, sending the user's clicks
-back as trait changes (sort, filter, toggle, page, selection) or messages (export). Live
-tables follow the event log through its `subscribe` API, re-rendering at most every
+The kernel holds the `Report` and sends the browser every function's row, formatted
+(`_rows.table_row`), the column spec (`_report`), both headlines (internal functions hidden,
+shown), and the history of the function the user selects. The view (`_widget.js`) filters,
+sorts and pages those rows itself, so the same view serves the self-contained report.
+Live tables follow the event log through its `subscribe` API, re-rendering at most every
 `THROTTLE_S` seconds (longer when a render is slow, so that rendering takes at most
-1/`_MAX_RENDER_SHARE` of the time), so that a storm of retraces sends a few messages, not
-thousands, and is not slowed down.
+1/`_MAX_RENDER_SHARE` of the time): a storm of retraces sends a few messages, not thousands.
 Imported only when a table is first shown (it imports anywidget, ipywidgets and pandas).
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 import keyword
 import os
 import pathlib
@@ -23,73 +24,45 @@ import anywidget
 import traitlets as t
 
 from ._log import EventLog, events_frame, export_frame
-from ._log import event_eqns
-from ._views import Report, change, mimebundle
+from ._report import Report
+from ._rows import SPECS, history_view, table_content
+from ._views import mimebundle
 
 PAGE_SIZE = 50
 THROTTLE_S = 0.25
 _MAX_RENDER_SHARE = 20
 _HERE = pathlib.Path(__file__).parent
-_TEXT_COLUMNS = ("function", "location", "last_cause", "last_leaf")
-SORT_COLUMNS = ("function", "location", "traces", "compiles", "eqns", "loop_repeats", "trace_s", "lower_s",
-                "compile_s", "total_s", "last_cause", "last_leaf")
-_ROW_FIELDS = ("key", "function", "location", "internal", "nested", "traces", "compiles", "eqns", "loop_repeats",
-               "trace_s", "lower_s", "compile_s", "total_s", "last_cause", "last_leaf")
-
-
-def _sorted(rows: list[dict], column: str, descending: bool) -> list[dict]:
-    """`rows` ordered by `column`; rows where it is blank come last in either direction."""
-    present = [r for r in rows if r.get(column) is not None]
-    blank = [r for r in rows if r.get(column) is None]
-    if column in _TEXT_COLUMNS:
-        present.sort(key=lambda r: str(r[column]).lower(), reverse=descending)
-    else:
-        present.sort(key=lambda r: r[column], reverse=descending)
-    return present + blank
-
-
-def _history_row(e, slowest_seq) -> dict:
-    return {
-        "seq": e.seq, "cell": e.cell, "time": e.time.strftime("%H:%M:%S") if e.time is not None else None,
-        "trace_number": e.trace_number, "kind": e.kind, "cause": e.cause, "leaf": e.leaf,
-        "change": change(e), "explanation": e.explanation, "hint": e.hint, "eqns": event_eqns(e),
-        "flops": e.flops if e.flops is not None and e.flops == e.flops else None,
-        "cache_hit": e.cache_hit, "trace_s": e.trace_s, "lower_s": e.lower_s, "compile_s": e.compile_s,
-        "total_s": e.total_s, "slowest": e.seq == slowest_seq,
-    }
 
 
 class TraceTable(anywidget.AnyWidget):
-    """Summary table (one row per function) with sorting, filter, history, export and live updates."""
+    """One row per function, with filter, sort, pages, history, export and live updates."""
 
     _esm = _HERE / "_widget.js"
     _css = _HERE / "_widget.css"
 
-    headline = t.Unicode("").tag(sync=True)
-    rows = t.List().tag(sync=True)  # the current page of summary rows
-    n_rows = t.Int(0).tag(sync=True)  # rows matching the filter, all pages
-    max_compile_s = t.Float(0.0).tag(sync=True)  # scale of the compile-seconds bars
-    page = t.Int(0).tag(sync=True)
-    page_size = t.Int(PAGE_SIZE).tag(sync=True)
+    columns = t.List().tag(sync=True)
+    group_columns = t.List().tag(sync=True)
+    event_columns = t.List().tag(sync=True)
+    headline = t.Unicode("").tag(sync=True)  # internal functions hidden (the visibility rule)
+    headline_all = t.Unicode("").tag(sync=True)  # internal functions shown
+    rows_json = t.Unicode("[]").tag(sync=True)  # every function's row (JSON); `hidden` ones show with `show_all`
+    # The view's own state, kept here so that a saved notebook reopens as it was left:
+    show_all = t.Bool(False).tag(sync=True)
     sort_by = t.Unicode("total_s").tag(sync=True)
     descending = t.Bool(True).tag(sync=True)
     filter = t.Unicode("").tag(sync=True)
-    show_all = t.Bool(False).tag(sync=True)  # show JAX-internal and nested functions
-    selected = t.Unicode("").tag(sync=True)  # key of the function whose history is open
-    history_title = t.Unicode("").tag(sync=True)
-    history_note = t.Unicode("").tag(sync=True)
-    history = t.List().tag(sync=True)  # the current page of the selected function's events
-    history_page = t.Int(0).tag(sync=True)
-    history_total = t.Int(0).tag(sync=True)
+    page = t.Int(0).tag(sync=True)
+    page_size = t.Int(PAGE_SIZE).tag(sync=True)
+    selected = t.Unicode("").tag(sync=True)  # id (a row's `key`) of the function whose history is open
+    history = t.Dict().tag(sync=True)  # that function's groups and events (`_rows.history_view`)
     variable = t.Unicode("trace_df").tag(sync=True)
     status = t.Unicode("").tag(sync=True)  # what the last export did
     live = t.Bool(False).tag(sync=True)
+    exportable = t.Bool(True).tag(sync=True)
 
     def __init__(self, report: Report, **kwargs):
         self._report = report
-        self._matching: list[dict] = []
         self._rendering = False
-        self._history_key = ""
         self._unsubscribe = None
         self._log: EventLog | None = None
         self._since = 0
@@ -98,18 +71,19 @@ class TraceTable(anywidget.AnyWidget):
         self._last_flush = 0.0
         self._interval = THROTTLE_S
         self.changed_since_display = False
-        super().__init__(**kwargs)
+        super().__init__(**SPECS, **kwargs)
         self.on_msg(self._on_message)
         self._render()
 
-    # ------------------------------------------------------------- model
-    @t.observe("page", "page_size", "sort_by", "descending", "filter", "show_all", "selected", "history_page")
-    def _on_view_change(self, _what) -> None:
-        self._render()
+    @property
+    def rows(self) -> list[dict]:
+        """Every function's row, as the view receives them."""
+        return json.loads(self.rows_json)
 
-    def visible_rows(self) -> list[dict]:
-        """Every row the filter and the toggle let through, in the table's order (all pages)."""
-        return list(self._matching)
+    # ------------------------------------------------------------- model
+    @t.observe("selected")
+    def _on_select(self, _change) -> None:
+        self.history = history_view(self._report, self.selected) if self.selected else {}
 
     def _render(self) -> None:
         if self._rendering:
@@ -117,55 +91,30 @@ class TraceTable(anywidget.AnyWidget):
         self._rendering = True
         try:
             with self.hold_sync():
-                self._render_table()
-                self._render_history()
+                for name, value in table_content(self._report).items():
+                    setattr(self, name, value)
+                self._on_select(None)
         finally:
             self._rendering = False
 
-    def _render_table(self) -> None:
-        shown = [f for f in self._report.functions() if self.show_all or not (f["internal"] or f["nested"])]
-        self.headline = self._report.headline(shown, "JAX-internal or nested")
-        needle = self.filter.strip().lower()
-        if needle:
-            shown = [f for f in shown if needle in f["function"].lower() or needle in f["leaves"].lower()]
-        column = self.sort_by if self.sort_by in SORT_COLUMNS else "total_s"
-        self._matching = _sorted(shown, column, self.descending)
-        self.n_rows = len(self._matching)
-        self.max_compile_s = max((f["compile_s"] for f in self._matching), default=0.0)
-        size = max(1, self.page_size)
-        self.page = min(max(0, self.page), max(0, (self.n_rows - 1) // size))
-        page = self._matching[self.page * size:(self.page + 1) * size]
-        self.rows = [{name: f[name] for name in _ROW_FIELDS} for f in page]
-
-    def _render_history(self) -> None:
-        if self.selected != self._history_key:  # another function: its history starts on page 1
-            self._history_key, self.history_page = self.selected, 0
-        events = self._report.history(self.selected) if self.selected else []
-        if not events:
-            self.history_title, self.history_note, self.history, self.history_total = "", "", [], 0
-            return
-        slowest = max(events, key=lambda e: e.total_s)
-        size = max(1, self.page_size)
-        self.history_total = len(events)
-        self.history_page = min(max(0, self.history_page), (len(events) - 1) // size)
-        first = events[0]
-        self.history_title = f"{first.function} ({first.location}): {len(events)} event(s)"
-        position = events.index(slowest)
-        self.history_note = (f"slowest: #{slowest.trace_number} {slowest.kind} ({slowest.cause}"
-                             f"{' at ' + slowest.leaf if slowest.leaf else ''}), {slowest.total_s:.3f} s, "
-                             f"event {position + 1} of {len(events)}")
-        page = events[self.history_page * size:(self.history_page + 1) * size]
-        self.history = [_history_row(e, slowest.seq) for e in page]
-
     def _repr_mimebundle_(self, **kwargs):
-        """The widget view plus the static text and HTML, for frontends without widgets."""
+        """The widget view alone; `_ipython.display_table` shows the static report next to it."""
         bundle = super()._repr_mimebundle_(**kwargs)
         if bundle is None:
             return None
         data, metadata = bundle
-        data.update(mimebundle(self._report))
-        self.changed_since_display = False
+        data["text/plain"] = ""  # the static report's own output carries the text
         return data, metadata
+
+    def _ipython_display_(self) -> None:
+        from ._ipython import display_table
+
+        display_table(self)
+
+    def static_bundle(self) -> dict[str, str]:
+        """The text and static HTML of the table's current content."""
+        self.changed_since_display = False
+        return mimebundle(self._report)
 
     # -------------------------------------------------------------- live
     def follow(self, log: EventLog, since: int = 0) -> None:
@@ -183,9 +132,12 @@ class TraceTable(anywidget.AnyWidget):
 
         unsubscribe = log.subscribe(on_event)
         self._unsubscribe = unsubscribe
+        for event in log.events(since):  # what is there already: one render, after
+            if event.seq is not None and event.seq > self._seen_seq:
+                self._seen_seq = event.seq
+                self._report.add(event)
+                self._pending = True
         self._last_flush = time.monotonic()
-        for event in log.events(since):
-            self._on_event(event, "append")
         self.live = True
         self.flush()
 
@@ -210,10 +162,11 @@ class TraceTable(anywidget.AnyWidget):
         self._pending = False
         self._last_flush = time.monotonic()
         if self._log is not None:
-            self._report.dropped = self._log.dropped if self._since == 0 else 0
+            dropped = self._log.dropped if self._since == 0 else 0
             if self._report.n_events > self._log.max_events:  # the log dropped events: follow it
                 self._report = Report(self._log.events(self._since), self._report.title,
-                                      internal=self._report.internal, dropped=self._report.dropped)
+                                      internal=self._report.internal)
+            self._report.dropped = dropped
         self.changed_since_display = True
         self._render()
         self._interval = max(THROTTLE_S, _MAX_RENDER_SHARE * (time.monotonic() - self._last_flush))
@@ -242,20 +195,25 @@ class TraceTable(anywidget.AnyWidget):
     # ------------------------------------------------------------ export
     def _on_message(self, _widget, content, _buffers) -> None:
         try:
+            keys = content.get("keys")
             if content.get("export") == "variable":
-                self.export_variable(str(content.get("name", self.variable)))
+                self.export_variable(str(content.get("name", self.variable)), keys)
             elif content.get("export") == "csv":
-                self.export_csv()
+                self.export_csv(keys=keys)
         except Exception as e:  # report, never raise into the kernel's comm handler
             self.status = f"export failed: {type(e).__name__}: {e}"
 
-    def _visible_events_frame(self):
-        events = sorted((e for f in self._matching for e in self._report.history(f["key"])),
+    def _events(self, ids) -> tuple[list, int]:
+        """The events of the functions `ids` (rows' `key`; default: the shown ones), in order; and how many functions."""
+        report = self._report
+        known = [row["key"] for row in report.rows()] if ids is None else \
+            [k for k in dict.fromkeys(report.key_of(str(i)) for i in ids) if k is not None]
+        events = sorted((e for k in known for e in report.history(k)),
                         key=lambda e: e.seq if e.seq is not None else 0)
-        return events_frame(events)
+        return events, len(known)
 
-    def export_variable(self, name: str) -> str:
-        """Put the events of the visible (filtered) functions in the user's variable `name`."""
+    def export_variable(self, name: str, keys=None) -> str:
+        """Put the events of the listed functions (`keys`; default: the shown ones) in the user's variable `name`."""
         from IPython import get_ipython
 
         shell = get_ipython()
@@ -264,17 +222,17 @@ class TraceTable(anywidget.AnyWidget):
         elif shell is None:
             self.status = "no IPython shell to put a variable in"
         else:
-            df = self._visible_events_frame()
-            shell.user_ns[name] = df
+            events, n = self._events(keys)
+            shell.user_ns[name] = events_frame(events)
             self.variable = name
-            self.status = f"{name} = DataFrame of {len(df)} event(s) of {len(self._matching)} function(s)"
+            self.status = f"{name} = DataFrame of {len(events)} event(s) of {n} function(s)"
         return self.status
 
-    def export_csv(self, directory: str | os.PathLike | None = None) -> str:
-        """Write the events of the visible functions to a new CSV file in `directory` (default: cwd)."""
+    def export_csv(self, directory: str | os.PathLike | None = None, keys=None) -> str:
+        """Write the events of the listed functions to a new CSV file in `directory` (default: cwd)."""
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         path = pathlib.Path(directory or os.getcwd()) / f"jaxtrace-{stamp}.csv"
-        df = self._visible_events_frame()
-        export_frame(df, str(path))
-        self.status = f"wrote {len(df)} event(s) of {len(self._matching)} function(s) to {path}"
+        events, n = self._events(keys)
+        export_frame(events_frame(events), str(path))
+        self.status = f"wrote {len(events)} event(s) of {n} function(s) to {path.name}"
         return self.status

@@ -19,7 +19,7 @@ from pathlib import Path
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parent
 CELL_TIMEOUT_S = 120
-MAX_WIDGET_STATE_BYTES = 100_000
+MAX_WIDGET_STATE_BYTES = 200_000
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
@@ -66,8 +66,9 @@ def tidy(nb):
     if state is not None and len(json.dumps(state)) > MAX_WIDGET_STATE_BYTES:
         del nb.metadata["widgets"]
         for cell in nb.cells:
-            for output in cell.get("outputs", []):
-                output.get("data", {}).pop(WIDGET_VIEW, None)
+            outputs = cell.get("outputs", [])
+            # A widget's own output holds nothing else worth keeping: its static report follows it.
+            cell["outputs"] = [o for o in outputs if WIDGET_VIEW not in o.get("data", {})]
     return nb
 
 

@@ -17,11 +17,21 @@ def jt():
     jaxtrace_nb.reset()
 
 
-def rows(jt, function=None):
-    """Non-internal trace events as (function, cause, leaf, before, after) tuples."""
-    df = jt.log(internal=False)
-    df = df[df["kind"] == "trace"]
-    if function is not None:
-        df = df[df["function"] == function]
-    return [tuple(None if v is None or v != v else v for v in r)
-            for r in df[["function", "cause", "leaf", "before", "after"]].itertuples(index=False)]
+@pytest.fixture
+def shell():
+    """A real IPython InteractiveShell whose displays are captured; the extension unloaded after."""
+    from IPython.core.displaypub import CapturingDisplayPublisher
+    from IPython.core.interactiveshell import InteractiveShell
+
+    import jaxtrace_nb
+
+    jaxtrace_nb.reset()
+    sh = InteractiveShell.instance()
+    publisher = CapturingDisplayPublisher()
+    old = sh.display_pub
+    sh.display_pub = publisher
+    sh.run_cell("import jax, jax.numpy as jnp")
+    yield sh
+    sh.run_cell("%unload_ext jaxtrace_nb")
+    sh.display_pub = old
+    jaxtrace_nb.reset()

@@ -1,18 +1,32 @@
-"""The trace table in a real JupyterLab and a real Chromium (fails, never skips, without them)."""
+"""The trace table in a real JupyterLab and a real Chromium, nbconvert's HTML offline, and the
+self-contained report offline (fails, never skips, without a browser).
+
+Screenshots go to the test's temporary folder; with ``JAXTRACE_README_SCREENSHOT=1`` the tour's
+table is also written to ``docs/widget.png`` (the README's picture).
+"""
 
 import json
+import os
+import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from _lab import chromium_page, jupyterlab
+from _lab import CONTRAST, chromium_page, jupyterlab, open_notebook, run_all
 
-DOCS_SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "widget.png"
+REPO = Path(__file__).resolve().parent.parent
+README_SCREENSHOT = REPO / "docs" / "widget.png"
 IMG = "<img src=x onerror=alert(1)>"
 SCRIPT = "</script><script>window.__pwned=1</script>"
 EVIL_NAME = "evil<img src=x onerror=window.__pwned=1>"
+# Every text of the table, and the lowest contrast ratio it may have (WCAG AA: 4.5 for text).
+READABLE = {".jtnb-headline": 4.5, "th": 4.5, "tr.jtnb-row td": 4.5, "tr.jtnb-selected td": 4.5,
+            "tr.jtnb-selected code": 4.5, ".jtnb-why-line": 4.5, ".jtnb-count": 4.5, "tr.jtnb-group td": 4.5,
+            ".jtnb-hint": 4.5, ".jtnb-note": 4.5, "tr.jtnb-event td": 4.5}
 
 CELLS = [
     "%load_ext jaxtrace_nb\nimport jax, jax.numpy as jnp\nfrom functools import partial",
@@ -21,8 +35,8 @@ CELLS = [
     "%%tracewatch\nfor n in (1, 2, 3):\n    step(jnp.ones(n), tag='a')\n"
     f"step(jnp.ones(3), tag={IMG!r})\nstep(jnp.ones(3), tag={SCRIPT!r})\nevil(1.0)",
     # 10,000 events of 500 functions, to time the first page
-    "import datetime, json, time\nstarted = time.time()\nfrom jaxtrace_nb._log import Event\nfrom jaxtrace_nb._views import Report\n"
-    "from jaxtrace_nb._widget import TraceTable\n"
+    "import datetime, json, time\nstarted = time.time()\nfrom jaxtrace_nb._log import Event\n"
+    "from jaxtrace_nb._report import Report\nfrom jaxtrace_nb._widget import TraceTable\n"
     "events = [Event(time=datetime.datetime.now(), cell=4, function=f'fn_{i % 500}', location=f'model.py:{i % 500}',\n"
     "                kind='trace', internal=False, nested=False, trace_number=i // 500 + 1,\n"
     "                cause='first' if i < 500 else 'shape', leaf=None if i < 500 else 'x', before='f32[1]',\n"
@@ -63,12 +77,25 @@ def _folders_and_notebook(tmp_path, cells):
     return root, home, nb
 
 
-def _names(widget):
-    return widget.locator("tr.jtnb-row td:first-child").all_inner_texts()
+def _names(table):
+    return table.locator("tr.jtnb-row td.jtnb-c-function code").all_inner_texts()
+
+
+def _no_script_ran(page, dialogs):
+    assert page.locator("img[src=x]").count() == 0
+    assert page.evaluate("window.__pwned") is None and dialogs == []
+
+
+def _assert_readable(root, theme: str):
+    ratios = root.evaluate(CONTRAST, list(READABLE))
+    print(f"\n{theme}: lowest contrast ratio per element: {json.dumps(ratios)}")
+    low = {s: r for s, r in ratios.items() if r is not None and r < READABLE[s]}
+    assert not low, f"{theme}: text below its contrast ratio: {low}"
+    assert all(ratios[s] is not None for s in ("tr.jtnb-selected td", ".jtnb-hint", ".jtnb-why-line")), ratios
 
 
 @pytest.mark.browser
-def test_trace_table_in_jupyterlab(tmp_path):
+def test_sort_filter_group_and_history_in_jupyterlab(tmp_path):
     from playwright.sync_api import expect
 
     expect.set_options(timeout=30_000)
@@ -78,55 +105,64 @@ def test_trace_table_in_jupyterlab(tmp_path):
     with jupyterlab(root, home) as url, chromium_page(home) as (page, external):
         dialogs = []
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-        page.goto(f"{url}/lab/tree/retrace.ipynb?reset")
-        status = page.locator("#jp-main-statusbar")
-        expect(status).to_contain_text("| Idle")
-        expect(status).not_to_contain_text("No Kernel")
+        open_notebook(page, url, "retrace.ipynb")
         page.evaluate(_TIMING_OBSERVER)
-        page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        run_all(page)
 
-        widget = page.locator(".jtnb-widget").filter(has_text="%%tracewatch")
-        expect(widget.locator(".jtnb-live")).to_have_text("")  # the cell ended: final flush
-        step = widget.locator("tr.jtnb-row").filter(has_text="step")
+        table = page.locator(".jtnb-widget").filter(has_text="%%tracewatch")
+        expect(table.locator(".jtnb-live")).to_have_text("")  # the cell ended: final flush
+        step = table.locator("tr.jtnb-row").filter(has_text="step")
+        expect(table.locator("tr.jtnb-row")).to_have_count(2)
         expect(step.locator("td.jtnb-c-traces")).to_have_text("5")
         expect(step.locator("td.jtnb-c-last_cause")).to_have_text("static")
-        expect(step.locator("td.jtnb-c-last_leaf")).to_have_text("tag")
-        expect(widget.locator("tr.jtnb-row")).to_have_count(2)
+        # the why without a click: the latest group, its count, before → after, where, and the hint
+        why = step.locator("td.jtnb-c-why")
+        expect(why.locator(".jtnb-why-line")).to_have_text(
+            f"×2 static at tag: 'a' → {IMG!r}, {IMG!r} → {SCRIPT!r} · first called at In[3]:3")
+        expect(why.locator(".jtnb-hint code").first).to_have_text("tag")  # backticks became <code>
+        expect(step.locator("button.jtnb-open")).to_be_visible()  # clicking is offered
+        expect(table.locator(".jtnb-offer")).to_contain_text("click a function for its history")
+        # the static copy is hidden next to the live table
+        expect(page.locator(".jp-Cell").nth(2).locator(".jtnb-static")).to_be_hidden()
 
-        widget.locator("th[data-column=function]").click()
-        expect(widget.locator("tr.jtnb-row").first).to_contain_text("evil")
-        ascending = _names(widget)
-        widget.locator("th[data-column=function]").click()
-        expect(widget.locator("tr.jtnb-row").first).to_contain_text("step")
-        assert _names(widget) == ascending[::-1] == ["step", EVIL_NAME]
+        # sorting: by name, both ways; by traces
+        table.locator("th[data-column=function]").click()
+        expect(table.locator("tr.jtnb-row").first).to_contain_text("evil")
+        assert _names(table) == [EVIL_NAME, "step"]
+        table.locator("th[data-column=function]").click()
+        expect(table.locator("tr.jtnb-row").first).to_contain_text("step")
+        table.locator("th[data-column=traces]").click()
+        expect(table.locator("th[data-column=traces]")).to_have_attribute("data-arrow", "▼")
+        assert _names(table) == ["step", EVIL_NAME]
 
+        # filter: by cause, by leaf, by cell, by name
+        for words, expected in (("static", ["step"]), ("shape", ["step"]), ("tag", ["step"]),
+                                ("In[3]", ["step", EVIL_NAME]), ("EVIL", [EVIL_NAME]), ("static evil", [])):
+            table.locator(".jtnb-filter").fill(words)
+            expect(table.locator("tr.jtnb-row")).to_have_count(len(expected))
+            assert _names(table) == expected, words
+        table.locator(".jtnb-filter").fill("")
+        expect(table.locator("tr.jtnb-row")).to_have_count(2)
+
+        # the history: repeats grouped, the events of a group one click away
         step.click()
-        history = widget.locator(".jtnb-history-table tr.jtnb-event")
-        expect(history).to_have_count(5)
-        expect(history.nth(1)).to_contain_text("shape")
-        expect(history.nth(1).locator("td.jtnb-c-leaf")).to_have_text("x")  # the changed leaf
-        expect(history.nth(1).locator("td.jtnb-c-change")).to_have_text("f32[1] → f32[2]")
-        expect(history.nth(3).locator("td.jtnb-c-leaf")).to_have_text("tag")
-        expect(history.nth(3).locator("td.jtnb-c-change")).to_have_text(f"'a' → {IMG!r}")
-        expect(history.nth(4).locator("td.jtnb-c-change")).to_have_text(f"{IMG!r} → {SCRIPT!r}")
-        expect(widget.locator(".jtnb-slowest")).to_have_count(1)
+        groups = table.locator(".jtnb-history tr.jtnb-group")
+        expect(groups).to_have_count(3)
+        expect(groups.nth(1).locator("td.jtnb-c-cause")).to_have_text("shape")
+        expect(groups.nth(1).locator("td.jtnb-c-count")).to_have_text("2")
+        expect(groups.nth(1).locator("td.jtnb-c-change")).to_have_text("f32[1] → f32[2], f32[2] → f32[3]")
+        expect(groups.nth(2).locator("td.jtnb-c-change")).to_have_text(f"'a' → {IMG!r}, {IMG!r} → {SCRIPT!r}")
+        expect(table.locator("tr.jtnb-event")).to_have_count(0)
+        groups.nth(2).click()
+        events = table.locator("tr.jtnb-event")
+        expect(events).to_have_count(2)
+        expect(events.nth(1).locator("td.jtnb-c-change")).to_have_text(f"{IMG!r} → {SCRIPT!r}")
+        expect(events.nth(1).locator("td.jtnb-c-call_site")).to_have_text("In[3]:4")
+        _assert_readable(table.element_handle(), "JupyterLab Light")
+        _no_script_ran(page, dialogs)
 
-        expect(widget.locator("tr.jtnb-row td:first-child")).to_have_text(["step", EVIL_NAME])
-        assert page.locator("img[src=x]").count() == 0
-        assert page.evaluate("window.__pwned") is None and dialogs == []
-
-        widget.locator(".jtnb-filter").fill("EVIL")
-        expect(widget.locator("tr.jtnb-row")).to_have_count(1)
-        widget.locator(".jtnb-filter").fill("")
-        expect(widget.locator("tr.jtnb-row")).to_have_count(2)
-        widget.locator(".jtnb-export-variable").click()
-        expect(widget.locator(".jtnb-status")).to_have_text("trace_df = DataFrame of 6 event(s) of 2 function(s)")
-
-        page.evaluate("window.jupyterapp.commands.execute('application:toggle-left-area')")
-        shot = tmp_path / "widget.png"
-        widget.screenshot(path=str(shot))
-        DOCS_SCREENSHOT.parent.mkdir(exist_ok=True)
-        shutil.copyfile(shot, DOCS_SCREENSHOT)
+        table.locator(".jtnb-export-variable").click()
+        expect(table.locator(".jtnb-status")).to_have_text("trace_df = DataFrame of 6 event(s) of 2 function(s)")
 
         big = page.locator(".jtnb-widget").filter(has_text="synthetic: 10,000 events")
         expect(big.locator("tr.jtnb-row")).to_have_count(50)
@@ -140,9 +176,50 @@ def test_trace_table_in_jupyterlab(tmp_path):
               f"cell's start, building 10,000 events included")
         big.locator(".jtnb-next").click()
         expect(big.locator(".jtnb-range")).to_have_text("51–100 of 500")
+        _no_script_ran(page, dialogs)
+        assert external == []
 
-        assert page.locator("img[src=x]").count() == 0
-        assert page.evaluate("window.__pwned") is None and dialogs == []
+
+def _tour(tmp_path):
+    """The tour notebook, without its stored outputs, in a fresh served folder."""
+    root, home, _ = _folders_and_notebook(tmp_path, [])
+    nb = nbformat.read(REPO / "notebooks" / "00_tour.ipynb", as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    nb.metadata.pop("widgets", None)
+    nbformat.write(nb, root / "00_tour.ipynb")
+    return root, home
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
+def test_tour_shows_the_why_readably_in_light_and_dark(tmp_path, theme):
+    """A real training case (the tour): the why at a glance, readable in both themes."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=60_000)
+    root, home = _tour(tmp_path)
+    with jupyterlab(root, home, theme=theme) as url, chromium_page(home) as (page, external):
+        open_notebook(page, url, "00_tour.ipynb")
+        assert page.evaluate("document.body.dataset.jpThemeLight") == ("true" if "Light" in theme else "false")
+        run_all(page)
+        table = page.locator(".jtnb-widget").filter(has_text="%%tracewatch (cell 4)")
+        expect(table.locator(".jtnb-live")).to_have_text("")
+        row = table.locator("tr.jtnb-row").filter(has_text="train_step")
+        expect(row.locator("td.jtnb-c-traces")).to_have_text("5")
+        line = row.locator(".jtnb-why-line")
+        expect(line).to_contain_text("×4 static at i: 0 → 1, 1 → 2, …, 3 → 4 · first called at In[4]:2")
+        expect(row.locator(".jtnb-hint")).to_contain_text("treats a Python int as static")
+        row.click()
+        table.locator(".jtnb-history tr.jtnb-group").filter(has_text="static").click()
+        expect(table.locator("tr.jtnb-event")).to_have_count(4)
+        _assert_readable(table.element_handle(), theme)
+        page.evaluate("window.jupyterapp.commands.execute('application:toggle-left-area')")
+        shot = tmp_path / f"tour-{theme.split()[-1].lower()}.png"
+        table.screenshot(path=str(shot))
+        if "Light" in theme and os.environ.get("JAXTRACE_README_SCREENSHOT") == "1":
+            shutil.copyfile(shot, README_SCREENSHOT)
         assert external == []
 
 
@@ -161,11 +238,96 @@ def test_headless_executed_notebook_opens_with_its_table(tmp_path):
         dialogs = []
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
         page.goto(f"{url}/lab/tree/executed.ipynb?reset")
-        output = page.locator(".jp-Cell").nth(2).locator(".jp-OutputArea-output").first
-        expect(output).to_contain_text("%%tracewatch (cell 3)")
-        expect(output).to_contain_text("f32[1] → f32[2]")
-        expect(output).to_contain_text(f"'a' → {IMG!r}")
-        expect(output).to_contain_text(EVIL_NAME)
-        assert page.locator("img[src=x]").count() == 0
-        assert page.evaluate("window.__pwned") is None and dialogs == []
+        outputs = page.locator(".jp-Cell").nth(2).locator(".jp-OutputArea")
+        expect(outputs).to_contain_text("%%tracewatch (cell 3)")
+        expect(outputs).to_contain_text(f"'a' → {IMG!r}")
+        expect(outputs).to_contain_text(EVIL_NAME)
+        _no_script_ran(page, dialogs)
         assert external == []
+
+
+@pytest.mark.browser
+def test_nbconvert_html_offline_shows_the_static_table(tmp_path):
+    """`jupyter nbconvert --to html` of a notebook executed with its widget state, opened offline:
+    the widget cannot load (its manager comes from a CDN), the static table is visible."""
+    from nbclient import NotebookClient
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=30_000)
+    root, home, nb = _folders_and_notebook(tmp_path, CELLS[:3])
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(root)}}).execute()
+    assert "widgets" in nb.metadata
+    nbformat.write(nb, root / "executed.ipynb")
+    subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "executed.ipynb"], cwd=root,
+                   check=True, capture_output=True, env=dict(os.environ, HOME=str(home)))
+
+    with chromium_page(home) as (page, external):
+        dialogs = []
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.goto((root / "executed.html").as_uri())
+        static = page.locator(".jtnb-static")
+        expect(static).to_be_visible()
+        expect(static.locator(".jtnb-headline")).to_contain_text("%%tracewatch (cell 3): 6 trace(s)")
+        expect(static.locator("table.jtnb-groups")).to_contain_text("f32[1] → f32[2]")
+        expect(static.locator("table.jtnb-summary td.jtnb-c-function").first).to_be_visible()
+        _no_script_ran(page, dialogs)
+        assert any("cdn" in u or "unpkg" in u for u in external), external  # the widget manager it could not load
+
+
+@pytest.mark.browser
+def test_self_contained_report_offline(tmp_path, jt):
+    """`jt.report`: sorting, filtering and the history work from a file, with no request at all."""
+    import jax
+    import jax.numpy as jnp
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=30_000)
+
+    def evil(x, tag):
+        return x + 1
+
+    evil.__qualname__ = EVIL_NAME
+    evil = jax.jit(evil, static_argnames="tag")
+    step = jax.jit(lambda x: x * 2)
+    for n in (1, 2, 3):
+        step(jnp.ones(n))
+    jnp.full((3, 1237), 7, jnp.int16)  # an eager op of a shape no other test uses: JAX's internal helpers trace
+    evil(1.0, tag=IMG)
+    evil(1.0, tag=SCRIPT)
+    path = jt.report(tmp_path / "report.html")
+    home = tmp_path / "home"
+    home.mkdir()
+
+    with chromium_page(home) as (page, external):
+        requests, dialogs = [], []
+        page.on("request", lambda r: requests.append(r.url))
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.goto(Path(path).as_uri())
+        table = page.locator(".jtnb-widget")
+        expect(table.locator("tr.jtnb-row")).to_have_count(2)
+        expect(page.locator(".jtnb-static")).to_be_hidden()
+        expect(table.locator(".jtnb-export-variable")).to_have_count(0)  # no kernel to export to
+        lam = "test_self_contained_report_offline.<locals>.<lambda>"
+        table.locator("th[data-column=function]").click()
+        expect(table.locator("th[data-column=function]")).to_have_attribute("data-arrow", "▲")
+        assert _names(table) == [EVIL_NAME, lam]
+        table.locator("th[data-column=function]").click()
+        expect(table.locator("th[data-column=function]")).to_have_attribute("data-arrow", "▼")
+        assert _names(table) == [lam, EVIL_NAME]
+        table.locator(".jtnb-filter").fill("static")
+        expect(table.locator("tr.jtnb-row")).to_have_count(1)
+        assert _names(table) == [EVIL_NAME]
+        table.locator("tr.jtnb-row").first.click()
+        group = table.locator(".jtnb-history tr.jtnb-group").filter(has_text="static")
+        expect(group.locator("td.jtnb-c-change")).to_have_text(f"{IMG!r} → {SCRIPT!r}")
+        group.click()
+        expect(table.locator("tr.jtnb-event")).to_have_count(1)
+        table.locator(".jtnb-filter").fill("")
+        expect(table.locator(".jtnb-headline")).to_contain_text("internal function(s) hidden")
+        table.locator(".jtnb-toggle input").check()
+        expect(table.locator("tr.jtnb-row.jtnb-internal").first).to_be_visible()
+        expect(table.locator(".jtnb-headline")).not_to_contain_text("hidden")
+        _no_script_ran(page, dialogs)
+        assert external == [] and [u for u in requests if not u.startswith("file://")] == []
+    text = Path(path).read_text(encoding="utf-8")
+    assert not re.search(r"(src|href)\s*=\s*['\"]?(https?:)?//", text)

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import optax
 import pytest
 
-from conftest import rows
+from _support import rows
 
 
 @pytest.mark.parametrize("order", ["chex_outside", "chex_inside"])

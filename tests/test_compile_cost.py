@@ -10,7 +10,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxtrace_nb._graph import Unrolled, find_unrolled
+from jaxtrace_nb._cost import find_unrolled
+from jaxtrace_nb._records import Unrolled
 
 
 def test_find_unrolled_on_plain_sequences():
@@ -120,3 +121,17 @@ def test_persistent_cache_hit_is_marked(tmp_path):
     assert first["hit"] is False and second["hit"] is True
     assert isinstance(second["saved"], float)  # JAX's own figure: negative when loading was slower
     assert first_summary[0] == 0 and second_summary == [1, second["saved"]]
+
+
+def test_xla_figures_are_skipped_when_reading_them_would_cost_a_share_of_the_compile(jt, monkeypatch):
+    from jaxtrace_nb import _probe
+
+    params = {f"w{i}": jnp.ones(2) for i in range(8)}
+    monkeypatch.setattr(_probe, "XLA_COST_S_PER_ARGUMENT", 1.0)  # as if reading them took 1 s per argument
+    jax.jit(lambda p: jax.tree.map(lambda a: a + 1, p))(params)
+    skipped = jt.log(internal=False).iloc[-1]
+    assert skipped["compile_s"] > 0 and pd_isna(skipped["flops"]) and pd_isna(skipped["arg_bytes"])
+    monkeypatch.undo()
+    jax.jit(lambda p: jax.tree.map(lambda a: a * 3, p))(params)
+    read = jt.log(internal=False).iloc[-1]
+    assert read["arg_bytes"] == 8 * 2 * 4

@@ -10,7 +10,7 @@ import optax
 from IPython.core.displaypub import CapturingDisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
 
-from conftest import rows
+from _support import rows
 
 
 def test_trace_context_change(jt):

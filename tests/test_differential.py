@@ -11,9 +11,6 @@ each registered jitted body, attributed to that function.
 
 import dataclasses
 import functools
-import gc
-import re
-import warnings
 
 import equinox as eqx
 import jax
@@ -23,58 +20,8 @@ import optax
 import pytest
 
 import jaxtrace_nb as jt
-
-_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
-
-
-def _bits(x) -> tuple:
-    if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
-        return ("key", str(x.dtype), *_bits(jax.random.key_data(x)))
-    a = np.asarray(x)
-    return (a.dtype.str, a.shape, np.ascontiguousarray(a).view(np.uint8).tobytes())
-
-
-def _outcome(value) -> tuple:
-    leaves, treedef = jax.tree_util.tree_flatten(value)
-    return ("ok", str(treedef), tuple(_bits(leaf) for leaf in leaves))
-
-
-def _error(e: BaseException) -> tuple:
-    cause = e.__cause__
-    return ("raised", type(e).__name__, _ADDRESS.sub("0x?", str(e)),
-            None if cause is None else (type(cause).__name__, _ADDRESS.sub("0x?", str(cause))))
-
-
-class Run:
-    """What a program did: step outcomes, warnings, body runs, cache sizes."""
-
-    def __init__(self):
-        self.steps: list[tuple] = []
-        self.bodies: dict[str, int] = {}
-        self.jitted: dict[str, object] = {}
-
-    def body(self, name: str) -> None:
-        """Count one run of a traced Python body (call it inside the body)."""
-        self.bodies[name] = self.bodies.get(name, 0) + 1
-
-    def jit(self, name: str, fn):
-        """Register a jitted function whose every body run must be one recorded trace."""
-        self.jitted[name] = fn
-        return fn
-
-    def step(self, label: str, thunk) -> None:
-        try:
-            self.steps.append((label, _outcome(thunk())))
-        except Exception as e:  # noqa: BLE001 - the outcome is what we compare
-            self.steps.append((label, _error(e)))
-
-    def cache_sizes(self) -> dict[str, int]:
-        sizes = {}
-        for name, fn in self.jitted.items():
-            cached = getattr(fn, "_cached", fn)  # eqx.filter_jit keeps its jax.jit in `_cached`
-            sizes[name] = cached._cache_size()
-        return sizes
-
+from jaxtrace_nb._session import get_session
+from _support import explained_misses, run_program, without_and_with_recording
 
 CORPUS = {}
 
@@ -642,42 +589,10 @@ def jit_many_leaves_and_eager_ops(r):
     r.step("x64 numpy to eager", lambda: jnp.asarray(np.ones(3)) + np.float64(1.0))
 
 
-def _run(program_fn) -> tuple:
-    r = Run()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        program_fn(r)
-    seen = [(w.category.__name__, _ADDRESS.sub("0x?", str(w.message))) for w in caught]
-    return (r.steps, seen, dict(r.bodies), r.cache_sizes()), r
-
-
-def without_and_with_recording(run, *, warm: bool = False) -> tuple:
-    """`run()` with jaxtrace_nb stopped, then recording; (result without, result with, events).
-
-    Both runs come from one call site, so that tracebacks quoted in messages name the same
-    lines. With `warm`, a first run, discarded, warms JAX's process-wide caches (whether
-    JAX itself calls a user's ``__eq__`` can differ between a first and a later run).
-    """
-    jt.stop()
-    jt.reset()
-    results = []
-    try:
-        for recording in (False, False, True) if warm else (False, True):
-            if recording:
-                jt.start()
-            gc.collect()
-            results.append(run())
-        events = jt.log(internal=False)
-    finally:
-        jt.stop()
-        jt.reset()
-    return results[-2], results[-1], events
-
-
 @pytest.mark.parametrize("name", sorted(CORPUS))
 def test_same_results_with_and_without_recording(name):
     faults_before = jt.faults()
-    (without, _), (with_recording, r), events = without_and_with_recording(lambda: _run(CORPUS[name]))
+    (without, _), (with_recording, r), events = without_and_with_recording(lambda: run_program(CORPUS[name]))
     assert with_recording == without
     assert jt.faults() == faults_before
     traces = events[(events["kind"] == "trace") & ~events["nested"]]
@@ -688,3 +603,24 @@ def test_same_results_with_and_without_recording(name):
 
 def test_corpus_is_large_enough():
     assert len(CORPUS) >= 25
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_causes_agree_with_jax_explain_cache_misses(name):
+    """For every miss JAX's own explainer explains, our cause is one of the same category."""
+    jt.stop()
+    jt.reset()
+    try:
+        with explained_misses() as misses:
+            jt.start()
+            run_program(CORPUS[name])
+            events = [e for e in get_session().log.events() if e.kind == "trace"]
+    finally:
+        jt.stop()
+        jt.reset()
+    explained = misses.explained(events)
+    # JAX explains no trace of a function in a file excluded from its tracebacks (Equinox's, from
+    # 0.9 on) nor of an inline one; any other retrace it explains.
+    retraced = [e for e in events if e.cause != "first" and e.jit != "equinox" and not e.internal]
+    assert explained or not retraced, "JAX explained none"
+    assert not misses.disagreements(explained)

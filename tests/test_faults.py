@@ -22,6 +22,7 @@ the 2-core CI machine.
 """
 
 import os
+import re
 import sys
 import time
 import warnings
@@ -35,9 +36,11 @@ import pytest
 import jaxtrace_nb as jt
 from jaxtrace_nb import JaxtraceWarning, _session, _views
 from jaxtrace_nb._log import EventLog
+from jaxtrace_nb import _jax_internals, _jax_layouts
+from jaxtrace_nb._decode import Decoder
 from jaxtrace_nb._probe import Probe
 from jaxtrace_nb._session import Session, get_session
-from test_differential import Run, _run, without_and_with_recording
+from _support import Run, run_program, without_and_with_recording
 
 
 @pytest.fixture
@@ -58,12 +61,21 @@ def _boom(*args, **kwargs):
     raise RuntimeError("injected failure")
 
 
+def _inject_binding(mp):
+    for layout in (_jax_layouts.FlatTreeLayout, _jax_layouts.FTLayout, _jax_layouts.PjitLayout):
+        mp.setattr(layout, "read", _boom)  # reading the arguments JAX passed, whatever the JAX
+
+
 def _inject_probe(mp):
-    mp.setattr(Probe, "_trace_info", _boom)
+    mp.setattr(Decoder, "trace_record", _boom)
 
 
 def _inject_signature(mp):
-    mp.setattr(Probe, "_signature", _boom)
+    mp.setattr(Decoder, "_signature", _boom)
+
+
+def _inject_stage_frame(mp):
+    mp.setattr(_jax_internals, "stage_frame", _boom)  # reading a stage's frame in a listener
 
 
 def _inject_diagnosis(mp):
@@ -84,7 +96,9 @@ def _inject_timing(mp):
 
 # (injection, the stage it must be counted under, whether the trace itself is still logged)
 INJECTIONS = {
+    "binding": (_inject_binding, "probe", False),
     "probe": (_inject_probe, "probe", False),
+    "stage frame": (_inject_stage_frame, "timing", False),
     "signature": (_inject_signature, "signature", True),
     "diff": (_inject_diagnosis, "diagnosis", False),
     "log": (_inject_log, "log", False),
@@ -299,7 +313,7 @@ CHANNELS = {"static_argnums": _static_argnums, "filter_jit_static": _filter_jit_
 def _differential(program, *, warm: bool = False) -> tuple:
     """`program(run)`'s outcome without and with recording, and the recorded events."""
     try:
-        return without_and_with_recording(lambda: _run(program)[0], warm=warm)
+        return without_and_with_recording(lambda: run_program(program)[0], warm=warm)
     finally:
         Hostile.run = None
 
@@ -384,7 +398,9 @@ def test_pytree_10000_deep_fails_or_succeeds_as_without_recording(fresh):
         r.step("900 deep", lambda: f(_deep(900)))
 
     without, with_recording, _ = _differential(program)
-    assert with_recording == without
+    # Which of nanobind's callables hits the recursion limit first is a detail of the C stack:
+    # JAX 0.8 names a method or a function there from one process state to another.
+    assert _nanobind_masked(with_recording) == _nanobind_masked(without)
     assert without[0][0][1][0] == "raised" and without[0][1][1][0] == "ok"
 
     limit = sys.getrecursionlimit()
@@ -397,6 +413,10 @@ def test_pytree_10000_deep_fails_or_succeeds_as_without_recording(fresh):
     assert without[0][0][1][0] == "ok"
     assert events["cause"].tolist() == ["first", "structure"]
     assert jt.faults() == {}
+
+
+def _nanobind_masked(outcome):
+    return re.sub(r"nanobind\.nb_\w+", "nanobind.nb_?", repr(outcome))
 
 
 def test_nested_equinox_modules_deeper_than_the_recursion_limit_allows_us(fresh):
@@ -433,20 +453,22 @@ def test_100000_leaves(fresh):
 def _measure() -> None:  # pragma: no cover - run by hand: python tests/test_faults.py
     """Prints the seconds jaxtrace_nb's own work takes per trace of pathological inputs.
 
-    "Ours" is the time spent inside the probe's decoding and the session (everything
-    `Probe._record_trace` does), next to the whole first call.
+    "Ours" is the time spent in the probe's trace hook and trace-end listener (decoding,
+    diagnosis, the session), next to the whole first call.
     """
     ours = [0.0]
-    record = Probe._record_trace
+    start_hook, end_hook = Probe._on_trace_start, Probe._trace_end
 
-    def timed(self, *args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return record(self, *args, **kwargs)
-        finally:
-            ours[0] += time.perf_counter() - start
+    def timed(fn):
+        def run(self, *args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(self, *args, **kwargs)
+            finally:
+                ours[0] += time.perf_counter() - start
+        return run
 
-    Probe._record_trace = timed
+    Probe._on_trace_start, Probe._trace_end = timed(start_hook), timed(end_hook)
     cases = {
         "static repr 10 MB": lambda: jax.jit(lambda x, s: x, static_argnums=1)(1.0, Hostile("repr_huge")),
         "dict key repr 10 MB": lambda: jax.jit(lambda d: 1)({Hostile("repr_huge"): jnp.ones(2)}),

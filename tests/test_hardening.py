@@ -1,7 +1,8 @@
-"""Start/stop leaves JAX and IPython as found; hostile strings never reach a page raw
-(issue 5, items 5 and 7)."""
+"""Start/stop leaves JAX and IPython as found; hostile strings never reach a page raw."""
 
+import json
 import os
+import pathlib
 import warnings
 
 import jax
@@ -12,7 +13,8 @@ from IPython.core.interactiveshell import InteractiveShell
 
 import jaxtrace_nb as jt
 from jaxtrace_nb._session import get_session
-from jaxtrace_nb._views import Report, mimebundle, render_html, render_text
+from jaxtrace_nb._report import Report
+from jaxtrace_nb._views import mimebundle, render_html, render_text
 
 
 def _jax_state() -> tuple:
@@ -21,7 +23,7 @@ def _jax_state() -> tuple:
     from jax._src import monitoring as mon
     from jax._src.interpreters import partial_eval as pe
 
-    return (pe.trace_to_jaxpr, compiler.compile_or_get_cached,
+    return (pe.test_event, pe.trace_to_jaxpr, compiler.compile_or_get_cached,
             list(mon._event_listeners), list(mon._event_duration_secs_listeners),
             list(mon._event_time_span_listeners), list(mon._scalar_listeners),
             config.explain_cache_misses.value, config.log_compiles.value,
@@ -190,11 +192,14 @@ def test_widget_carries_user_text_as_data(hostile):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # ipywidgets' own, on get_state
         state = table.get_state()
+    assert not any(c in state["rows_json"] for c in RAW_CONTROL)
+    state["rows_json"] = json.loads(state["rows_json"])
     strings = _strings(state)
     assert any(s.startswith(IMG) for s in strings)  # data, set through textContent by the view
     assert not any(c in s for s in strings for c in RAW_CONTROL)
     data, _ = table._repr_mimebundle_()
-    _assert_safe_html(data["text/html"])
+    assert set(data) == {"text/plain", "application/vnd.jupyter.widget-view+json"}
+    _assert_safe_html(table.static_bundle()["text/html"])
     script = (os.path.dirname(jt.__file__) + "/_widget.js")
     with open(script, encoding="utf-8") as f:
         source = f.read()
@@ -209,3 +214,21 @@ def _strings(value) -> list[str]:
     if isinstance(value, (list, tuple)):
         return [s for v in value for s in _strings(v)]
     return []
+
+
+def test_standalone_report_carries_user_text_as_data(hostile, tmp_path):
+    """The self-contained report: user text only inside the escaped JSON and the escaped static copy."""
+    import re
+
+    path = jt.report(tmp_path / "hostile.html", events=hostile, internal=True)
+    page = pathlib.Path(path).read_text(encoding="utf-8")
+    (data,) = re.findall(r"<script type='application/json' id='jtnb-data'>(.*?)</script>", page, re.S)
+    outside = page.replace(data, "")
+    lower = outside.lower()
+    assert "<img" not in lower and lower.count("<script") == 2 and lower.count("</script") == 2
+    assert "&lt;img src=x onerror=alert(" in outside  # escaped (and breakable: <wbr> after "(")
+    assert "<" not in data and ">" not in data and "&" not in data
+    strings = _strings(json.loads(data))
+    assert any(s.startswith(IMG) for s in strings) and any(SCRIPT in s for s in strings)
+    assert not any(c in page for c in RAW_CONTROL)
+    assert "Content-Security-Policy" in page and "default-src 'none'" in page

@@ -12,11 +12,11 @@ import numpy as np
 import jaxtrace_nb as jt
 from jaxtrace_nb import _session
 from jaxtrace_nb._log import Event, now
-from jaxtrace_nb._probe import TraceInfo
+from jaxtrace_nb._records import FunctionIdentity, TraceRecord
 from jaxtrace_nb._session import Session, get_session
 from jaxtrace_nb._signature import Signature, array_leaf, static_leaf
-from jaxtrace_nb._summary import summarize_static
-from test_differential import without_and_with_recording
+from jaxtrace_nb._values import summarize_static
+from _support import without_and_with_recording
 
 
 class Config:
@@ -135,14 +135,15 @@ def test_function_state_is_bounded(monkeypatch):
     session = Session()
     session.log.set_max_events(1_000)
 
-    def info(k: int) -> TraceInfo:
+    def info(k: int) -> TraceRecord:
         leaves = {"x": array_leaf((k % 50 + 1, 3), "float32"), "params['w']": array_leaf((3, 3), "float32"),
                   "n": static_leaf(summarize_static(k % 7))}
         signature = Signature(("id", k), (("jax_enable_x64", "False"),), leaves)
-        return TraceInfo(f"step_{k}", f"/tmp/p.py:{k}", "/tmp/p.py", f"/tmp/p.py::step_{k}", False, False,
-                         "jit", f"step_{k}", signature, None, 1, 0.001)
+        identity = FunctionIdentity(f"step_{k}", "/tmp/p.py", k, f"/tmp/p.py:{k}", f"/tmp/p.py::step_{k}",
+                                    False, False, "jit", f"step_{k}", f"step_{k} at /tmp/p.py:{k}")
+        return TraceRecord(identity, False, signature, None, 1, None, 0, None)
 
-    marks = _memory_marks(lambda k: session.on_trace(info(k)), 8_000, 2_000)
+    marks = _memory_marks(lambda k: session.on_trace_end(session.on_trace(info(k)), 0.001, None), 8_000, 2_000)
     assert len(session.functions) == 500
     assert len(session.log.events()) == 1_000 and session.log.dropped == 7_000
     assert _plateau(marks), marks

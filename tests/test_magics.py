@@ -1,32 +1,6 @@
 """%load_ext, %%tracewatch and %tracewatch in a real InteractiveShell."""
 
-import pytest
-from IPython.core.displaypub import CapturingDisplayPublisher
-from IPython.core.interactiveshell import InteractiveShell
-
-
-@pytest.fixture
-def shell():
-    import jaxtrace_nb
-
-    jaxtrace_nb.reset()
-    sh = InteractiveShell.instance()
-    publisher = CapturingDisplayPublisher()
-    old = sh.display_pub
-    sh.display_pub = publisher
-    sh.run_cell("import jax, jax.numpy as jnp")
-    yield sh
-    sh.run_cell("%unload_ext jaxtrace_nb")
-    sh.display_pub = old
-    jaxtrace_nb.reset()
-
-
-def _outputs(sh):
-    return [o["data"] for o in sh.display_pub.outputs]
-
-
-def _texts(sh):
-    return [d.get("text/plain", "") for d in _outputs(sh)]
+from _support import display_outputs as _outputs, display_texts as _texts
 
 
 def test_cell_magic_shows_cause_leaf_and_change(shell):
@@ -69,6 +43,44 @@ def test_max_traces_stops_a_storm(shell):
     assert len(df[df["function"] == "s"]) == 2  # stopped at the second trace, not the 99th
 
 
+def test_max_retraces_zero_stops_at_the_first_retrace_of_a_function_compiled_before(shell):
+    import jaxtrace_nb as jt
+
+    shell.run_cell("%load_ext jaxtrace_nb")
+    shell.run_cell("@jax.jit\ndef s(x):\n    return x\ns(jnp.ones(1))\n")
+    shell.run_cell("%%tracewatch --max-traces 1\ns(jnp.ones(2))\n")  # one trace in this cell: allowed
+    result = shell.run_cell("%%tracewatch --max-retraces 0\nfor n in range(3, 9):\n    s(jnp.ones(n))\n")
+    assert result.error_in_exec is None  # the magic ran; the inner run showed the RetraceError
+    df = jt.log(internal=False)
+    assert df["trace_number"].tolist() == [1, 2, 3]  # stopped at the first trace in the cell
+
+
+def test_retrace_error_points_at_the_cell_the_user_ran_without_our_frames(shell, capsys):
+    shell.run_cell("%load_ext jaxtrace_nb", store_history=True)
+    shell.run_cell("@jax.jit\ndef s(x):\n    return x\n", store_history=True)
+    result = shell.run_cell("%%tracewatch --max-traces 1\nfor n in range(1, 9):\n    s(jnp.ones(n))\n",
+                            store_history=True)
+    out = capsys.readouterr().out
+    assert "RetraceError" in out and f"In[{result.execution_count}], line 2" in out
+    assert f"In[{result.execution_count + 1}]" not in out
+    for ours in ("_watch.py", "_session.py", "_probe.py", "_ipython.py", "jaxtrace_nb"):
+        assert ours not in out.split("Traceback", 1)[1].split("RetraceError:", 1)[0], ours
+    assert shell.custom_exceptions == ()  # our handler lived only while the cell ran
+
+
+def test_a_custom_exception_handler_of_the_user_is_left_alone(shell, capsys):
+    from jaxtrace_nb import RetraceError
+
+    seen = []
+    shell.set_custom_exc((RetraceError,), lambda self, etype, value, tb, tb_offset=None: seen.append(etype))
+    try:
+        shell.run_cell("%load_ext jaxtrace_nb")
+        shell.run_cell("%%tracewatch --max-traces 1\nq = jax.jit(lambda x: x)\nq(1.0)\nq(jnp.ones(2))\n")
+        assert seen == [RetraceError]
+    finally:
+        shell.set_custom_exc((), None)
+
+
 def test_bad_flag_is_a_usage_message(shell, capsys):
     shell.run_cell("%load_ext jaxtrace_nb")
     result = shell.run_cell("%%tracewatch --no-such-flag\n1\n")
@@ -81,9 +93,11 @@ def test_bad_flag_is_a_usage_message(shell, capsys):
 def test_help_documents_flags(shell):
     from jaxtrace_nb._ipython import TracewatchMagics
 
-    doc = TracewatchMagics.tracewatch.__doc__
-    for flag in ("--max-traces", "--internal", "--reset", "--export", "--quiet", "--persist"):
+    doc = " ".join(TracewatchMagics.tracewatch.__doc__.split())
+    for flag in ("--max-traces", "--max-retraces", "--internal", "--reset", "--export", "--quiet", "--persist"):
         assert flag in doc
+    assert "Traces made before this cell do not count" in doc
+    assert "--max-retraces 0 stops at the first retrace" in doc
 
 
 def test_line_magic_session_reset_and_export(shell, tmp_path, capsys):
@@ -119,3 +133,24 @@ def test_tracewatch_cell_events_carry_its_cell_number(shell):
     result = shell.run_cell("%%tracewatch\nh = jax.jit(lambda x: x + 1)\nh(1.0)\n", store_history=True)
     result2 = shell.run_cell("h(jnp.ones(2))", store_history=True)
     assert jt.log(internal=False)["cell"].tolist() == [result.execution_count, result2.execution_count]
+
+
+def test_terminal_ipython_recipes(tmp_path):
+    """The README's recipe: `ipython --ext=jaxtrace_nb` runs a .ipy file as one cell."""
+    import os
+    import subprocess
+    import sys
+
+    body = "import jax, jax.numpy as jnp\nf = jax.jit(lambda x: x * 2)\nf(1.0); f(jnp.ones(3))\n"
+    files = {"first_line.ipy": "%%tracewatch\n" + body, "at_the_end.ipy": body + "%tracewatch\n",
+             "in_the_middle.ipy": body.replace("f(1.0)", "%%tracewatch\nf(1.0)")}
+    env = dict(os.environ, JAX_PLATFORMS="cpu", IPYTHONDIR=str(tmp_path / "ipython"), HOME=str(tmp_path))
+    out = {}
+    for name, source in files.items():
+        (tmp_path / name).write_text(source)
+        run = subprocess.run([sys.executable, "-m", "IPython", "--ext=jaxtrace_nb", "--no-banner", name],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        out[name] = run.stdout + run.stderr
+    for name in ("first_line.ipy", "at_the_end.ipy"):
+        assert "<lambda> #2 trace: shape `x`: f32[] (weak) → f32[3]" in out[name], out[name]
+    assert "UsageError: Line magic function `%%tracewatch` not found." in out["in_the_middle.ipy"]

@@ -3,9 +3,12 @@ leaf for its case, and its stored outputs are those of a real run of its current
 
 The checks read the kernel's own log after the last cell (not the widget), the text shown by
 the cell that retraced, and the log table that each notebook displays in its cell tagged
-``jaxtrace-log``.
+``jaxtrace-log``. For every ``%%tracewatch`` output, the text, the static HTML and the widget's
+saved state must say the same numbers, under labels that mean what the DataFrame's columns of
+the same name hold; and no output may hold a path of the machine that ran it.
 """
 
+import copy
 import importlib.util
 import json
 import os
@@ -26,10 +29,16 @@ pytestmark = pytest.mark.kernel
 
 RAISES_TAG = "raises-exception"
 LOG_TAG = "jaxtrace-log"
-# Run after a notebook's last cell, then removed: prints the session's log as JSON records.
-LOG_PROBE = ('import jaxtrace_nb\n'
-             'print(jaxtrace_nb.log(internal=False)[["cell", "function", "nested", "cause", "leaf", '
-             '"before", "after"]].to_json(orient="records"))')
+# Run after a notebook's last cell, then removed: prints the session's log, and each cell's
+# per-function summary (of the functions every view shows), as JSON.
+LOG_PROBE = ('import json, jaxtrace_nb\n'
+             'from jaxtrace_nb._log import summary_frame\n'
+             'from jaxtrace_nb._session import get_session\n'
+             '_events = [e for e in get_session().log.events() if not e.internal]\n'
+             'print(json.dumps({"log": json.loads(jaxtrace_nb.log(internal=False)[["cell", "function", "nested", '
+             '"cause", "leaf", "before", "after"]].to_json(orient="records")), "summaries": {\n'
+             '    c: json.loads(summary_frame([e for e in _events if e.cell == c]).to_json(orient="records"))\n'
+             '    for c in {e.cell for e in _events}}}))')
 
 
 def row(function, cause, leaf=None, before=None, after=None, **more):
@@ -39,7 +48,6 @@ def row(function, cause, leaf=None, before=None, after=None, **more):
 # The session log each notebook must end with, in order (non-internal events).
 EXPECTED = {
     "00_tour": [
-        row("tree_bias_correction", "first"),  # optax's own jitted helper, inlined in train_step
         row("train_step", "first"),
         row("train_step", "static", "i", "0", "1"),
         row("train_step", "static", "i", "1", "2"),
@@ -92,6 +100,13 @@ EXPECTED = {
         row("simulate", "first"),
         row("simulate_rolled", "first"),
     ],
+    "09_flax_nnx": [
+        row("train_step", "first"),
+        row("train_step", "static", "model.calls", "0", "1"),
+        row("train_step", "static", "model.calls", "1", "2"),
+        row("train_step", "static", "model.calls", "2", "3"),
+        row("train_step", "static", "model.calls", "3", "i32[]"),
+    ],
 }
 
 PATHS = build.notebook_paths()
@@ -99,7 +114,8 @@ PATHS = build.notebook_paths()
 
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
-    """Run a notebook once per test module, in a temporary folder: (executed notebook, log records)."""
+    """Run a notebook once per test module, in a temporary folder: (executed notebook as stored,
+    log records); `executed.raw(path)` gives (the notebook with its widget state, per-cell summaries)."""
     home = tmp_path_factory.mktemp("home")
     env = build.kernel_env(dict(
         os.environ, HOME=str(home), IPYTHONDIR=str(home / "ipython"),
@@ -108,15 +124,22 @@ def executed(tmp_path_factory):
     ))
     runs = {}
 
-    def run(path: Path):
+    def execute(path: Path):
         if path.stem not in runs:
             nb = nbformat.read(path, as_version=4)
             nb.cells.append(new_code_cell(LOG_PROBE))
             build.execute(nb, tmp_path_factory.mktemp(path.stem), env)
             (printed,) = [o.text for o in nb.cells.pop().outputs if o.get("name") == "stdout"]
-            runs[path.stem] = build.tidy(nb), json.loads(printed)
+            probe = json.loads(printed)
+            raw = copy.deepcopy(nb)
+            runs[path.stem] = (build.tidy(nb), probe["log"]), (raw, {int(c): rows for c, rows in
+                                                                     probe["summaries"].items()})
         return runs[path.stem]
 
+    def run(path: Path):
+        return execute(path)[0]
+
+    run.raw = lambda path: execute(path)[1]
     return run
 
 
@@ -221,3 +244,177 @@ def test_stored_outputs_are_not_stale(path, executed):
 def test_every_notebook_has_expectations():
     assert PATHS[0].name == "00_tour.ipynb"
     assert sorted(EXPECTED) == [p.stem for p in PATHS]
+
+
+# ------------------------------------------------- every view says the same thing
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+HEADLINE = re.compile(r": (\d+) trace\(s\), (\d+) compile\(s\) of (\d+) function\(s\), (\d+) retrace\(s\); "
+                      r"([\d.]+) s = trace ([\d.]+) \+ lower ([\d.]+) \+ XLA compile ([\d.]+)"
+                      r"(?: \((\d+) event\(s\) of (\d+) internal function\(s\) hidden\))?")
+MACHINE_PATH = re.compile(r"/root/|/home/|/Users/|/tmp/|site-packages/|dist-packages/|[A-Z]:\\\\Users")
+
+
+class _Tables(HTMLParser):
+    """The static report's headline and tables: per table class, its header (column name, label)
+    and rows (column name -> (cell text, text of its <code>))."""
+
+    def __init__(self, html: str):
+        super().__init__()
+        self.headline, self.tables = "", {}
+        self._where: list[str] = []
+        self._table = self._cell = None
+        self.feed(html)
+
+    @staticmethod
+    def _column(attrs) -> str:
+        return next((c[len("jtnb-c-"):] for c in dict(attrs).get("class", "").split() if c.startswith("jtnb-c-")), "")
+
+    def handle_starttag(self, tag, attrs):
+        classes = dict(attrs).get("class", "").split()
+        if tag in ("wbr", "br"):  # void: no end tag
+            return
+        self._where.append(tag)
+        if tag == "div" and "jtnb-headline" in classes:
+            self._cell = ["headline", [], []]
+        elif tag == "table":
+            self._table = self.tables.setdefault(next(c[5:] for c in classes if c != "jtnb-table"),
+                                                 {"header": [], "rows": []})
+        elif tag == "tr" and self._table is not None and "tbody" in self._where:
+            self._table["rows"].append({})
+        elif tag in ("th", "td") and self._table is not None:
+            self._cell = [self._column(attrs), [], []]
+
+    def handle_endtag(self, tag):
+        if self._where:
+            self._where.pop()
+        if self._cell is None:
+            return
+        name, text, code = self._cell
+        if tag == "div" and name == "headline":
+            self.headline, self._cell = "".join(text), None
+        elif tag == "th":
+            self._table["header"].append((name, "".join(text)))
+            self._cell = None
+        elif tag == "td":
+            self._table["rows"][-1][name] = ("".join(text).strip(), "".join(code))
+            self._cell = None
+        elif tag == "table":
+            self._table = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell[1].append(data)
+            if self._where and self._where[-1] == "code":
+                self._cell[2].append(data)
+
+
+def _numbers(headline: str) -> tuple:
+    match = HEADLINE.search(headline)
+    assert match, headline
+    return tuple(float(g or 0) for g in match.groups())
+
+
+def _missing(value) -> bool:
+    return value is None or value != value
+
+
+def _shown(column, value) -> str:
+    """How every view prints `value` of `column` (the DataFrame's value)."""
+    from jaxtrace_nb._format import short_path
+
+    if _missing(value):
+        return ""
+    if column.kind in ("seconds", "bar"):
+        return f"{value:.3f}"
+    if column.kind == "int":
+        return str(int(value))
+    return short_path(value) if column.kind == "path" else str(value)
+
+
+def _text_rows(text: str, columns) -> tuple[list[str], list[dict]]:
+    """The terminal table of a text report: its labels and, per row, column name -> text."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("function"))
+    widths = [max(c.text_width, len(c.label)) for c in columns]
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.strip():
+            break
+        cells, at = {}, 0
+        for c, w in zip(columns, widths):
+            cells[c.name] = (line[at:] if c is columns[-1] else line[at:at + w]).strip()
+            at += w + 1
+        rows.append(cells)
+    return [c.label for c in columns if c.label in lines[start]], rows
+
+
+def _tracewatch_outputs(raw):
+    """(cell, widget state, static text, static HTML) of each %%tracewatch cell that displayed."""
+    states = raw.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    for cell in raw.cells:
+        if cell.cell_type != "code" or not cell.source.startswith("%%tracewatch") or "--quiet" in cell.source:
+            continue
+        displays = [o for o in cell.outputs if o.output_type == "display_data"]
+        (widget,) = [o for o in displays if WIDGET_VIEW in o.data]
+        (static,) = [o for o in displays if "text/html" in o.data]
+        yield cell, states[widget.data[WIDGET_VIEW]["model_id"]]["state"], static.data["text/plain"], \
+            static.data["text/html"]
+
+
+@pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
+def test_every_view_shows_the_same_numbers_under_the_same_labels(path, executed):
+    from jaxtrace_nb._report import SUMMARY_COLUMNS
+    from jaxtrace_nb._rows import SPECS
+
+    raw, summaries = executed.raw(path)
+    framed = [c for c in SUMMARY_COLUMNS if c.in_frame]
+    text_columns = [c for c in SUMMARY_COLUMNS if c.text_width]
+    seen = 0
+    for cell, state, text, html in _tracewatch_outputs(raw):
+        seen += 1
+        frame = summaries.get(cell.execution_count, [])
+        tables = _Tables(html)
+        headlines = {"text": text.splitlines()[0], "html": tables.headline, "widget": state["headline"]}
+        numbers = {view: _numbers(line) for view, line in headlines.items()}
+        assert len(set(numbers.values())) == 1, (cell.source, headlines)
+        traces, compiles, functions = numbers["text"][:3]
+        assert (functions, traces, compiles) == (len(frame), sum(r["traces"] for r in frame),
+                                                 sum(r["compiles"] for r in frame)), (cell.source, frame)
+        for stage, at in (("trace_s", 5), ("lower_s", 6), ("compile_s", 7)):
+            assert abs(numbers["text"][at] - sum(r[stage] or 0 for r in frame)) <= 0.0015, stage
+
+        summary = tables.tables.get("summary", {"header": [], "rows": []})
+        assert summary["header"] == ([(c.name, c.label) for c in SUMMARY_COLUMNS] if frame else [])
+        assert state["columns"] == SPECS["columns"]
+        shown = [r for r in json.loads(state["rows_json"]) if not r["hidden"]]
+        labels, text_rows = _text_rows(text, text_columns) if frame else ([], [])
+        assert labels == ([c.label for c in text_columns] if frame else [])
+        assert len(summary["rows"]) == len(shown) == len(text_rows) == len(frame)
+        for expected, html_row, widget_row, text_row in zip(frame, summary["rows"], shown, text_rows):
+            for c in framed:
+                value = expected[c.name]
+                want = _shown(c, value)
+                got_html = html_row[c.name][1] if c.kind == "code" else html_row[c.name][0]
+                assert got_html == want, (path.stem, c.name, got_html, want)
+                got = widget_row[c.name]
+                assert (got is None) if _missing(value) else (got == pytest.approx(value) if isinstance(value, float)
+                                                               else _shown(c, got) == want), (c.name, got, value)
+                if c.text_width:
+                    width = max(c.text_width, len(c.label))
+                    assert text_row[c.name] == (want if c is text_columns[-1] else want[:width]), (c.name, text_row)
+    assert seen, "every notebook shows at least one %%tracewatch report"
+
+
+@pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
+def test_fresh_outputs_hold_no_machine_paths(path, executed):
+    raw, _ = executed.raw(path)
+    found = sorted(set(MACHINE_PATH.findall(json.dumps(raw))))
+    assert not found, f"{path.stem}: a fresh run's outputs hold machine paths: {found}"
+
+
+@pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
+def test_stored_notebooks_hold_no_machine_paths(path):
+    text = path.read_text(encoding="utf-8")
+    found = sorted({text[max(0, m.start() - 60):m.end() + 40] for m in MACHINE_PATH.finditer(text)})
+    assert not found, f"{path.name} holds paths of the machine that built it (re-run notebooks/build.py): {found}"

@@ -1,7 +1,6 @@
 """The probe against real JAX and Equinox programs."""
 
 import functools
-import sys
 import threading
 
 import equinox as eqx
@@ -9,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from conftest import rows
+from _support import package_frames_on_cache_hits, rows
 
 
 def test_jit_positional_keyword_static_and_donated(jt):
@@ -165,15 +164,16 @@ def test_internal_helpers_are_marked(jt):
 
 
 def test_seconds_equal_jax_monitoring(jt):
-    from jax import monitoring
+    from jaxtrace_nb._jax_internals import listener_api
 
+    register, unregister = listener_api("duration")  # JAX 0.8.0 has no public unregister
     seen = []
 
     def listener(event, duration, **kwargs):
         if event.startswith("/jax/core/compile/"):
             seen.append((event.rsplit("/", 1)[-1], kwargs.get("fun_name"), duration))
 
-    monitoring.register_event_duration_secs_listener(listener)
+    register(listener)
     try:
         @jax.jit
         def timed(x):
@@ -181,7 +181,7 @@ def test_seconds_equal_jax_monitoring(jt):
 
         timed(jnp.ones((4, 4)))
     finally:
-        monitoring.unregister_event_duration_listener(listener)
+        unregister(listener)
     row = jt.log(internal=False).iloc[0]
     assert ("jaxpr_trace_duration", "timed", row["trace_s"]) in seen
     assert ("jaxpr_to_mlir_module_duration", "jit(timed)", row["lower_s"]) in seen
@@ -238,20 +238,7 @@ def test_cache_hit_runs_no_package_python(jt):
     x, m = jnp.ones(3), {"w": jnp.ones(3)}
     hot(x, x).block_until_ready()
     hot_eqx(m, x).block_until_ready()
-    package_dir = jt.__file__.rsplit("/", 1)[0]
-    frames = []
-
-    def profiler(frame, event, arg):
-        if frame.f_code.co_filename.startswith(package_dir):
-            frames.append((frame.f_code.co_name, event))
-
-    sys.setprofile(profiler)
-    try:
-        for _ in range(50):
-            hot(x, x)
-            hot_eqx(m, x)
-    finally:
-        sys.setprofile(None)
+    frames = package_frames_on_cache_hits(lambda: (hot(x, x), hot_eqx(m, x)))
     assert frames == []
     assert len(jt.log(internal=False)) == 2  # the two first traces, nothing more
 

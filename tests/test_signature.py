@@ -1,11 +1,12 @@
 """The diff on plain data, without JAX."""
 
-from jaxtrace_nb._signature import NONE_LEAF, Signature, array_leaf, diagnose, static_leaf
-from jaxtrace_nb._summary import summarize_static
+from jaxtrace_nb._diagnosis import diagnose
+from jaxtrace_nb._signature import NONE_LEAF, Origin, Signature, array_leaf, static_leaf
+from jaxtrace_nb._values import summarize_static
 
 
-def sig(leaves, *, fun=1, context=(), function_path=None, jit_kind="jit"):
-    return Signature(("id", fun), context, leaves, function_path, jit_kind)
+def sig(leaves, *, fun=1, context=(), function_path=None, jit_kind="jit", owners=None):
+    return Signature(("id", fun), context, leaves, function_path, jit_kind, owners=owners)
 
 
 def test_first_trace():
@@ -32,12 +33,15 @@ def test_weak_type_and_dtype():
     assert "float64" in d.hint
 
 
-def test_structure_none_leaf_hint():
-    old = sig({"opt_state[0].trace.b": array_leaf((2,), "float32")})
-    new = sig({"opt_state[0].trace.b": NONE_LEAF})
+def test_structure_none_leaf_hint_names_optax_only_with_evidence():
+    owners = {"opt_state[0]": "optax._src.transform.TraceState"}
+    old = sig({"opt_state[0].trace.b": array_leaf((2,), "float32")}, owners=owners)
+    new = sig({"opt_state[0].trace.b": NONE_LEAF}, owners=owners)
     d = diagnose(new, [old])
     assert (d.cause, d.leaf, d.before, d.after) == ("structure", "opt_state[0].trace.b", "f32[2]", "None")
-    assert "optim.init" in d.hint
+    assert "optim.init" in d.hint and "TraceState" in d.hint
+    plain = diagnose(sig({"y": NONE_LEAF}), [sig({"y": array_leaf((2,), "float32")})])
+    assert "optax" not in plain.hint and "optim.init" not in plain.hint
 
 
 def test_static_same_name_new_object():
@@ -50,8 +54,8 @@ def test_static_same_name_new_object():
 
 
 def test_static_python_int_under_equinox_hint():
-    old = sig({"s": static_leaf(summarize_static(1))}, jit_kind="equinox")
-    new = sig({"s": static_leaf(summarize_static(2))}, jit_kind="equinox")
+    old = sig({"s": static_leaf(summarize_static(1), Origin.FILTER_JIT)}, jit_kind="equinox")
+    new = sig({"s": static_leaf(summarize_static(2), Origin.FILTER_JIT)}, jit_kind="equinox")
     d = diagnose(new, [old])
     assert (d.cause, d.leaf, d.before, d.after) == ("static", "s", "1", "2")
     assert "filter_jit" in d.hint
@@ -70,7 +74,7 @@ def test_many_changes_listed_up_to_five():
     new = sig({f"x{i}": array_leaf((2,), "float32") for i in range(8)})
     d = diagnose(new, [old])
     assert d.leaf == "x0"
-    assert "`x1`, `x2`, `x3`, `x4`" in d.explanation and "3 more" in d.explanation
+    assert "`x1` (shape), `x2` (shape), `x3` (shape), `x4` (shape)" in d.explanation and "3 more" in d.explanation
 
 
 def test_new_function_and_context():

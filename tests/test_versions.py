@@ -1,8 +1,8 @@
 """JAX versions: the full probe inside `SUPPORTED_JAX`, the reduced mode outside it.
 
 The reduced mode is reached for real: either the supported range is patched so the
-installed JAX falls outside it, or JAX's internal `trace_to_jaxpr` is replaced by a
-plain forwarding function (no cache), as a JAX that moved its internals would look.
+installed JAX falls outside it, or JAX's cached `trace_to_jaxpr` is replaced by a plain
+forwarding function (no cache), as a JAX that moved its internals would look.
 """
 
 import equinox as eqx
@@ -12,23 +12,30 @@ import pytest
 from jax._src.interpreters import partial_eval as pe
 
 import jaxtrace_nb
-from jaxtrace_nb import _probe
+from jaxtrace_nb import _jax_internals
 from jaxtrace_nb._session import get_session
 
-from conftest import rows
-from test_magics import _texts, shell  # noqa: F401  (the real-InteractiveShell fixture)
+from _support import rows
+from _support import display_texts as _texts
 
 REDUCED_NOTICE = "per function name only (no retrace causes"
 
 
 def _installed_inside_range() -> bool:
-    lo, hi = _probe.SUPPORTED_JAX
-    return lo <= _probe._version_tuple(jax.__version__) < hi
+    lo, hi = _jax_internals.SUPPORTED_JAX
+    return lo <= _jax_internals.version_tuple(jax.__version__) < hi
+
+
+def _hooked_module():
+    """The module whose `test_event` jaxtrace_nb rebinds on this JAX (partial_eval, or 0.8's util)."""
+    from jax._src import util
+
+    return pe if hasattr(pe, "test_event") else util
 
 
 def _trace_point():
-    """JAX's internal observation point, or None where this JAX has none."""
-    return getattr(pe, "trace_to_jaxpr", None)
+    """The JAX name jaxtrace_nb rebinds (its trace hook)."""
+    return _hooked_module().test_event
 
 
 def _plain_forwarder(orig):
@@ -38,16 +45,20 @@ def _plain_forwarder(orig):
     return trace_to_jaxpr
 
 
-@pytest.fixture(params=["version_outside_range", "internal_missing"])
+@pytest.fixture(params=["version_older_than_supported", "internal_missing"])
 def reduced(request, monkeypatch):
     """jaxtrace_nb stopped, on a JAX it must treat as unsupported; the JAX internal to leave alone."""
     jaxtrace_nb.stop()
     jaxtrace_nb.reset()
     assert not get_session().recording
-    if request.param == "version_outside_range":
-        monkeypatch.setattr(_probe, "SUPPORTED_JAX", ((0, 0, 0), (0, 0, 1)))
-    elif _trace_point() is not None:
+    if request.param == "version_older_than_supported":
+        monkeypatch.setattr(_jax_internals, "SUPPORTED_JAX", ((99, 0, 0), (100, 0, 0)))
+    elif hasattr(pe, "test_event"):
         monkeypatch.setattr(pe, "trace_to_jaxpr", _plain_forwarder(pe.trace_to_jaxpr))
+    else:  # JAX 0.8: the cached function that announces a trace
+        from jax._src import pjit
+
+        monkeypatch.setattr(pjit, "_create_pjit_jaxpr", _plain_forwarder(pjit._create_pjit_jaxpr))
     yield _trace_point()
     jaxtrace_nb.stop()
     jaxtrace_nb.reset()
@@ -64,12 +75,12 @@ def test_installed_jax_gets_the_full_probe_inside_the_supported_range(capsys):
         f(jnp.ones(2))
         f(jnp.ones(3))
         notice = capsys.readouterr().err
-        hooked = type(_trace_point()).__module__ == _probe.__name__
+        hooked = _trace_point().__module__ == "jaxtrace_nb._probe"
         if _installed_inside_range():
-            assert _probe.detect() == (True, "") and hooked and notice == ""
+            assert _jax_internals.detect().full and hooked and notice == ""
             assert rows(jaxtrace_nb)[-1][1:] == ("shape", "x", "f32[2]", "f32[3]")
         else:
-            assert not _probe.detect().trace_hook and not hooked
+            assert not _jax_internals.detect().full and not hooked
             assert REDUCED_NOTICE in notice and jax.__version__ in notice
     finally:
         jaxtrace_nb.stop()
@@ -108,7 +119,7 @@ def test_reduced_records_traces_and_seconds_per_function_name(reduced):
         mine = df[df["function"] == name]
         assert mine["kind"].tolist() == ["trace", "trace"]
         assert mine["trace_number"].tolist() == [1, 2]
-        assert mine["cause"].tolist() == ["first", "unknown"]
+        assert mine["cause"].tolist()[0] == "first" and mine["cause"].isna().tolist()[1]  # not diagnosed
         assert mine[["trace_s", "lower_s", "compile_s"]].notna().all().all()
         assert mine["leaf"].isna().all()
     summary = jaxtrace_nb.summary().set_index("function")
@@ -120,7 +131,7 @@ def test_reduced_records_traces_and_seconds_per_function_name(reduced):
     assert len(jaxtrace_nb.log()) == n  # stop() removed the monitoring listeners
 
 
-def test_reduced_load_ext_and_tracewatch_in_ipython(reduced, shell, capsys):  # noqa: F811
+def test_reduced_load_ext_and_tracewatch_in_ipython(reduced, shell, capsys):
     result = shell.run_cell("%load_ext jaxtrace_nb")
     assert result.success
     lines = capsys.readouterr().err.strip().splitlines()
@@ -130,5 +141,52 @@ def test_reduced_load_ext_and_tracewatch_in_ipython(reduced, shell, capsys):  # 
     assert result.success
     text = _texts(shell)[-1]
     assert ["double", "2", "2"] in [line.split()[:3] for line in text.splitlines()]
-    assert "double #2 trace: unknown" in text
+    assert "double #2 trace: (not diagnosed)" in text
     assert _trace_point() is reduced
+
+
+@pytest.fixture
+def newer(monkeypatch):
+    """The installed JAX made newer than the tested range; the self-check runs afresh."""
+    from jaxtrace_nb import _self_check
+
+    jaxtrace_nb.stop()
+    jaxtrace_nb.reset()
+    lo, _ = _jax_internals.SUPPORTED_JAX
+    monkeypatch.setattr(_jax_internals, "SUPPORTED_JAX", (lo, _jax_internals.version_tuple(jax.__version__)))
+    monkeypatch.setattr(_self_check, "_RESULT", [])
+    yield
+    jaxtrace_nb.stop()
+    jaxtrace_nb.reset()
+
+
+def test_newer_jax_records_in_full_after_its_self_check_passes(newer, capsys):
+    jaxtrace_nb.start()
+    notice = capsys.readouterr().err
+    assert f"JAX {jax.__version__} is newer than tested" in notice and "self-check passed" in notice
+    assert jaxtrace_nb.log().empty  # the canary's traces stay out of the user's log
+
+    @jax.jit
+    def f(x):
+        return x + 1
+
+    f(jnp.ones(2))
+    f(jnp.ones(3))
+    assert rows(jaxtrace_nb)[-1][1:] == ("shape", "x", "f32[2]", "f32[3]")
+
+
+def test_newer_jax_with_a_broken_decoder_falls_back_and_says_which_check_failed(newer, monkeypatch, capsys):
+    from jaxtrace_nb import _arguments
+
+    real = _arguments.aval_leaf
+
+    def wrong_dtype(aval):  # a decoder that misreads a newer JAX's types
+        leaf = real(aval)
+        return leaf._replace(text=leaf.text.replace("i32", "f32"), token=leaf.token[:2] + ("float32",) + leaf.token[3:])
+
+    monkeypatch.setattr(_arguments, "aval_leaf", wrong_dtype)
+    jaxtrace_nb.start()
+    line = capsys.readouterr().err.strip()
+    assert "self-check failed (a new dtype: expected ('dtype', 'x', 'f32[3]', 'i32[3]')" in line, line
+    assert REDUCED_NOTICE in line and len(line.splitlines()) == 1
+    assert _trace_point().__module__ != "jaxtrace_nb._probe"  # no JAX internal touched

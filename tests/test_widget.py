@@ -1,133 +1,198 @@
-"""The trace table widget: its kernel-side state for a known log, live updates, and a real kernel."""
+"""The report model, its views and the trace table widget's kernel side, for a known log; a real kernel.
+
+Sorting, filtering and paging happen in the browser (`_widget.js`); `tests/test_browser.py`
+drives them in a real JupyterLab and in the self-contained report.
+"""
 
 import datetime
+import json
+import re
 
 import nbformat
+import pandas as pd
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from jaxtrace_nb import _widget
-from jaxtrace_nb._log import Event, EventLog
-from jaxtrace_nb._views import Report
+from jaxtrace_nb._log import Event, EventLog, summary_frame
+from jaxtrace_nb._report import SUMMARY_COLUMNS, VISIBILITY_RULE, Report
+from jaxtrace_nb._rows import SPECS, table_row
+from jaxtrace_nb._standalone import events_from
+from jaxtrace_nb._views import render_html, render_text
 from jaxtrace_nb._widget import TraceTable
 
 INJECTION = "<img src=x onerror=alert(1)>"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def _event(seq, function, cause="first", leaf=None, *, trace_number=1, compile_s=0.1, internal=False,
-           nested=False, eqns=None, before=None, after=None, cache_hit=None):
+           nested=False, eqns=None, before=None, after=None, cache_hit=None, hint="", call_site=None, cell=3):
+    seconds = None if nested else 0.01
     return Event(
-        time=datetime.datetime(2025, 1, 1, 12, 0, seq % 60), cell=3, function=function, location=f"{function}.py:1",
-        kind="trace", internal=internal, nested=nested, trace_number=trace_number, cause=cause, leaf=leaf,
-        before=before, after=after, explanation=f"{cause} changed", hint="", trace_s=0.01, lower_s=0.01,
-        compile_s=compile_s, eqns_total=eqns, cache_hit=cache_hit, key=f"k:{function}", seq=seq)
+        time=datetime.datetime(2025, 1, 1, 12, 0, seq % 60), cell=cell, function=function,
+        location=f"/home/someone/project/{function}.py:1", kind="trace", internal=internal, nested=nested,
+        trace_number=trace_number, cause=cause, leaf=leaf, before=before, after=after,
+        explanation=f"`{leaf}` changed {cause}: {before} → {after}." if leaf else "First trace of this function.",
+        hint=hint, trace_s=seconds, lower_s=seconds, compile_s=None if nested else compile_s, eqns=eqns,
+        eqns_total=None if eqns is None else eqns + 5, cache_hit=cache_hit, call_site=call_site,
+        key=f"k:{function}", seq=seq)
 
 
 def _known_log():
     """step: 3 traces (shape at x), 0.7 s; loss: 2 traces (static at tag), 1.1 s; init: 1 trace;
-    one JAX-internal helper and one nested function."""
+    one JAX-internal helper, and one user function traced inside another jit."""
     return [
-        _event(0, "step", eqns=40),
+        _event(0, "step", eqns=40, call_site="In[3]:2"),
         _event(1, "loss", compile_s=0.1),
         _event(2, "step", "shape", "x", trace_number=2, compile_s=0.4, eqns=42, before="f32[2]", after="f32[3]",
-               cache_hit=False),
+               cache_hit=False, hint="Each new shape of `x` compiles again.", call_site="In[3]:2"),
         _event(3, "loss", "static", "tag", trace_number=2, compile_s=0.9, before="'a'", after=repr(INJECTION)),
-        _event(4, "step", "shape", "x", trace_number=3, compile_s=0.1, before="f32[3]", after="f32[4]"),
+        _event(4, "step", "shape", "x", trace_number=3, compile_s=0.1, before="f32[3]", after="f32[4]",
+               hint="Each new shape of `x` compiles again.", call_site="In[3]:5", cell=4),
         _event(5, "init", compile_s=0.05),
         _event(6, "convert_element_type", internal=True, compile_s=2.0),
-        _event(7, "inner", nested=True, compile_s=3.0),
+        _event(7, "inner", nested=True),
     ]
 
 
-def _names(table):
-    return [r["function"] for r in table.rows]
+def _same(shown, stored) -> bool:
+    """A view's value and the DataFrame's are the same quantity (missing: None vs NA / NaN)."""
+    if shown is None:
+        return stored is None or bool(pd.isna(stored))
+    if isinstance(shown, float):
+        return shown == pytest.approx(float(stored))
+    return shown == stored
 
 
-def test_rows_sort_filter_toggle_and_pages():
+def _by_name(rows):
+    return {r["function"]: r for r in rows}
+
+
+def test_one_visibility_rule_for_every_view_and_the_summary():
+    report = Report(_known_log(), "t")
+    shown = [r["function"] for r in report.rows()]
+    assert shown == ["loss", "step", "init", "inner"]  # internal hidden; nested shown, no seconds: last
+    assert [r["function"] for r in report.rows(internal=True)][0] == "convert_element_type"
+    c = report.counts()
+    assert (c.functions, c.traces, c.compiles, c.retraces, c.hidden_functions, c.hidden_events) == (4, 7, 6, 3, 1, 1)
+    assert report.headline().startswith("t: 7 trace(s), 6 compile(s) of 4 function(s), 3 retrace(s); ")
+    assert report.headline().endswith("(1 event(s) of 1 internal function(s) hidden)")
+    assert "nested" in VISIBILITY_RULE and "internal" in VISIBILITY_RULE
+
+    summary = summary_frame([e for e in _known_log() if not e.internal])  # what jt.summary() shows
+    assert sorted(summary["function"]) == sorted(shown)
+    text, page = render_text(report), render_html(report)
+    assert report.headline() in text and report.headline() in page
+    table = TraceTable(report)
+    assert table.headline == report.headline() and "internal" not in table.headline_all
+    assert [r["function"] for r in table.rows if not r["hidden"]] == shown
+    assert [r["function"] for r in table.rows if r["hidden"]] == ["convert_element_type"]
+    inner = _by_name(table.rows)["inner"]
+    assert inner["nested"] and inner["trace_s"] is None  # JAX reports no seconds for a nested trace
+
+
+def test_each_label_means_one_quantity_in_every_view_and_the_frame():
+    events = [e for e in _known_log() if not e.internal]
+    frame = summary_frame(events).set_index("function")
+    table = TraceTable(Report(events, "t"))
+    assert table.columns == SPECS["columns"] and [c["name"] for c in table.columns] == [c.name for c in SUMMARY_COLUMNS]
+    step = _by_name(table.rows)["step"]
+    for column in SUMMARY_COLUMNS:
+        if column.in_frame and column.name not in ("function", "location"):  # (location: shortened)
+            assert _same(step[column.name], frame.loc["step", column.name]), column.name
+    assert step["eqns_total"] == frame.loc["step", "eqns_total"] == 47  # sub-jaxprs included: not `eqns` (42)
+    assert frame.loc["step", "eqns"] == 42
+    assert step["location"] == "…/project/step.py:1" and "/home/" not in json.dumps(table.rows)  # no machine path
+    text = render_text(Report(events, "t"))
+    header = text.splitlines()[2]
+    assert [c.label for c in SUMMARY_COLUMNS if c.text_width] == [
+        "function", "traces", "compiles", "eqns total", "trace s", "lower s", "compile s", "last cause", "leaf"]
+    assert all(label in header for label in ("eqns total", "trace s", "last cause"))
+
+
+def test_repeats_grouped_in_every_view_with_the_why_at_a_glance():
+    lr = [0.01 * 0.9999 ** n for n in range(16)]
+    events = [_event(0, "train", eqns=3, call_site="In[4]:7", cell=4)] + [
+        _event(n, "train", "static", "lr", trace_number=n + 1, before=repr(lr[n - 1]), after=repr(lr[n]),
+               hint="`eqx.filter_jit` treats a Python float as static.", call_site="In[4]:7", cell=4)
+        for n in range(1, 16)]
+    report = Report(events, "t")
+    (group,) = report.notable()
+    assert len(group.events) == 15
+    row = table_row(report.rows()[0])
+    why = row["why"]
+    assert (why["count"], why["cause"], why["leaf"], why["call_site"]) == (15, "static", "lr", "In[4]:7")
+    assert why["change"].startswith("0.01 → 0.009999, 0.009999 → 0.009998, …, ")
+    assert repr(lr[0]) in why["full"]["change"] and repr(lr[15]) in why["full"]["change"]
+    text = render_text(report)
+    assert "train #2–#16 trace ×15: static `lr`: 0.01 → 0.009999, " in text
+    assert "first called at In[4]:7" in text and text.count("treats a Python float as static") == 1
+    page = render_html(report)
+    assert page.count("treats a Python float as static") == 2  # the why cell, and the group's row
+    assert "<code>eqx.<wbr>filter_jit</code>" in page and "`" not in page.split("</style>", 1)[1]
+
+    table = TraceTable(report)
+    table.selected = row["key"]
+    history = table.history
+    assert history["title"] == "train (…/project/train.py:1): 16 event(s) in 2 group(s)"
+    first, retraces = history["groups"]
+    assert (first["cause"], first["count"], retraces["count"], len(retraces["events"])) == ("first", 1, 15, 15)
+    assert "hint" not in retraces["events"][0] and retraces["hint"]  # the hint once, on the group
+    assert retraces["events"][0]["call_site"] == "In[4]:7" and retraces["events"][0]["cell"] == "In[4]"
+
+
+def test_filter_words_cover_function_leaf_cause_cell_and_location():
     table = TraceTable(Report(_known_log(), "t"))
-    assert _names(table) == ["loss", "step", "init"]  # most total seconds first; internal, nested hidden
-    step = table.rows[1]
-    assert (step["traces"], step["compiles"], step["last_cause"], step["last_leaf"], step["eqns"]) == \
-        (3, 3, "shape", "x", 42)
-    assert step["compile_s"] == pytest.approx(0.6) and table.max_compile_s == pytest.approx(1.0)
-    assert "3 function(s)" in table.headline and "2 JAX-internal or nested event(s) hidden" in table.headline
-
-    table.sort_by = "traces"
-    assert _names(table) == ["step", "loss", "init"]
-    table.descending = False
-    assert _names(table) == ["init", "loss", "step"]
-    table.sort_by, table.descending = "eqns", True
-    assert _names(table)[0] == "step"  # functions without eqns come last in either direction
-
-    table.filter = "TAG"  # a leaf, any case
-    assert _names(table) == ["loss"]
-    table.filter = "st"
-    assert _names(table) == ["step"]
-    table.filter = ""
-    table.show_all = True
-    assert set(_names(table)) == {"step", "loss", "init", "convert_element_type", "inner"}
-
-    table.page_size, table.sort_by, table.descending = 2, "function", False
-    assert (_names(table), table.n_rows) == (["convert_element_type", "init"], 5)
-    table.page = 2
-    assert _names(table) == ["step"]
-    table.page = 9  # past the end: the last page
-    assert (table.page, _names(table)) == (2, ["step"])
+    step = _by_name(table.rows)["step"]
+    for word in ("step", "x", "shape", "first", "in[3]", "in[4]", "in[3]:5", "project/step.py", "step.py:1"):
+        assert word in step["search"], word
+    assert "nested" in _by_name(table.rows)["inner"]["search"]
+    assert "tag" in _by_name(table.rows)["loss"]["search"] and "tag" not in step["search"]
 
 
 def test_history_of_one_function_marks_the_slowest():
     table = TraceTable(Report(_known_log(), "t"))
-    table.selected = "k:step"
-    history = table.history
-    assert [e["trace_number"] for e in history] == [1, 2, 3]
-    assert [e["cause"] for e in history] == ["first", "shape", "shape"]
-    second = history[1]
-    assert (second["leaf"], second["change"], second["eqns"], second["cache_hit"], second["slowest"]) == \
-        ("x", "f32[2] → f32[3]", 42, False, True)
-    assert not history[0]["slowest"] and not history[2]["slowest"]
-    assert table.history_title.startswith("step (step.py:1): 3 event(s)")
-    assert "slowest: #2 trace (shape at x), 0.420 s" in table.history_note
-
-    table.page_size = 2
-    table.history_page = 1
-    assert [e["trace_number"] for e in table.history] == [3]
-    table.selected = "k:loss"  # another function opens on its first page
-    assert table.history_page == 0 and [e["cause"] for e in table.history] == ["first", "static"]
+    table.selected = _by_name(table.rows)["step"]["key"]
+    groups = table.history["groups"]
+    assert [(g["cause"], g["count"], g["numbers"]) for g in groups] == [("first", 1, "#1"), ("shape", 2, "#2–#3")]
+    second = groups[1]["events"][0]
+    assert (second["leaf"], second["change"], second["eqns_total"], second["cache_hit"], second["slowest"]) == \
+        ("x", "f32[2] → f32[3]", 47, False, True)
+    assert table.history["title"].startswith("step (…/project/step.py:1): 3 event(s)")
+    assert "slowest: #2 trace (shape at x), 0.420 s" in table.history["note"]
     table.selected = ""
-    assert table.history == [] and table.history_title == ""
+    assert table.history == {}
 
 
 def test_export_to_variable_and_csv(tmp_path, monkeypatch):
     shell = InteractiveShell.instance()
     table = TraceTable(Report(_known_log(), "t"))
-    table.filter = "step"
-    table._on_message(table, {"export": "variable", "name": "steps"}, [])
+    step_id = _by_name(table.rows)["step"]["key"]
+    table._on_message(table, {"export": "variable", "name": "steps", "keys": [step_id, "no such id"]}, [])
     df = shell.user_ns["steps"]
     assert df["function"].tolist() == ["step"] * 3 and df["seq"].tolist() == [0, 2, 4]
     assert table.status == "steps = DataFrame of 3 event(s) of 1 function(s)"
-
     table._on_message(table, {"export": "variable", "name": "not a name"}, [])
     assert table.status == "not a Python variable name: 'not a name'"
 
     monkeypatch.chdir(tmp_path)
-    table.filter = ""
-    table._on_message(table, {"export": "csv"}, [])
+    table._on_message(table, {"export": "csv"}, [])  # no keys: the shown functions
     (path,) = tmp_path.glob("jaxtrace-*.csv")
-    assert table.status == f"wrote 6 event(s) of 3 function(s) to {path}"
-    assert path.read_text().count("\n") == 7  # header + the 6 events of the 3 listed functions
+    assert table.status == f"wrote 7 event(s) of 4 function(s) to {path.name}"
+    assert path.read_text().count("\n") == 8
 
 
-def test_static_fallback_escapes_user_strings():
+def test_widget_output_and_static_output_escape_user_strings():
     events = _known_log()
     events[1].function = events[3].function = "</script><script>window.__pwned=1</script>"
     table = TraceTable(Report(events, "t"))
     data, _ = table._repr_mimebundle_()
-    assert data["application/vnd.jupyter.widget-view+json"]["model_id"] == table.model_id
-    html = data["text/html"]
-    assert "&lt;img src=x onerror=alert(1)&gt;" in html and "&lt;/script&gt;&lt;script&gt;" in html
-    assert "<img" not in html and "<script" not in html
-    assert "</script><script>window.__pwned=1</script>" in data["text/plain"]
-    assert table.rows[0]["function"] == "</script><script>window.__pwned=1</script>"  # raw: the view uses textContent
+    assert data[WIDGET_VIEW]["model_id"] == table.model_id and data["text/plain"] == ""
+    static = table.static_bundle()
+    assert "&lt;img src=x onerror=alert(1)&gt;" in static["text/html"]
+    assert "<img" not in static["text/html"] and "<script" not in static["text/html"]
+    assert "</script><script>window.__pwned=1</script>" in static["text/plain"]
+    assert "</script><script>window.__pwned=1</script>" in [r["function"] for r in table.rows]  # data: textContent
 
 
 class _Clock:
@@ -145,7 +210,7 @@ def test_live_table_is_throttled_flushed_and_closed(monkeypatch):
     log.append(_event(0, "before_the_cell"))
     table = TraceTable(Report((), "cell"))
     renders = []
-    table.observe(lambda change: renders.append(change["new"]), "rows")
+    table.observe(lambda change: renders.append(json.loads(change["new"])), "rows_json")
     table.follow(log, since=log.next_seq)
     assert table.live and table.rows == []
 
@@ -155,7 +220,7 @@ def test_live_table_is_throttled_flushed_and_closed(monkeypatch):
     assert len(renders) == 1 and renders[-1][0]["traces"] == 1  # rendered once, at the first event
     clock.now += _widget.THROTTLE_S
     log.append(_event(0, "storm", "shape", "x", trace_number=2001))
-    assert len(renders) == 2 and renders[-1][0]["traces"] == 2001
+    assert len(renders) == 2 and renders[-1][0]["traces"] == 2001 and renders[-1][0]["why"]["count"] == 2001
 
     event = log.append(_event(0, "late", compile_s=None))
     event.compile_s = 500.0  # more than the storm's 2001 x 0.12 s
@@ -173,9 +238,57 @@ def test_live_table_is_throttled_flushed_and_closed(monkeypatch):
     assert len(log._subscribers) == 0
 
 
+def test_compile_cost_columns_unrolled_loop_and_flops():
+    events = _known_log()
+    events.append(Event(
+        time=datetime.datetime(2025, 1, 1, 12, 0, 9), cell=4, function="simulate", location="sim.py:3", kind="trace",
+        internal=False, nested=False, trace_number=1, cause="first", explanation="First trace of this function.",
+        hint="A Python loop of about 100 iterations was unrolled", trace_s=0.04, lower_s=0.02, compile_s=3.3,
+        eqns=1200, eqns_total=1200, loop_repeats=100, flops=2.5e6, key="k:simulate", seq=9))
+    table = TraceTable(Report(events, "t"))
+    simulate = _by_name(table.rows)["simulate"]
+    assert simulate["loop_repeats"] == 100 and simulate["why"]["hint"].startswith("A Python loop")
+    table.selected = simulate["key"]
+    ((only,),) = [g["events"] for g in table.history["groups"]]
+    assert only["flops"] == 2.5e6 and table.history["groups"][0]["hint"].startswith("A Python loop")
+
+
+def test_events_from_a_frame_or_persisted_logs_round_trip(tmp_path):
+    from jaxtrace_nb._log import events_frame
+    from jaxtrace_nb._persist import JsonlWriter
+
+    events = _known_log()
+    back = events_from(events_frame(events))
+    assert [e.as_tuple() for e in back] == [e.as_tuple() for e in events]
+    path = tmp_path / "log.jsonl"
+    writer = JsonlWriter(path, on_fault=pytest.fail)
+    for e in events:
+        writer(e, "append")
+    writer.close()
+    loaded = events_from([path, path])  # two logs merged, numbered in order
+    assert len(loaded) == 2 * len(events) and [e.seq for e in loaded] == list(range(len(loaded)))
+
+
+def test_show_in_a_terminal_shell_prints_the_static_report(tmp_path, capsys):
+    from IPython.core.displaypub import CapturingDisplayPublisher
+
+    import jaxtrace_nb as jt
+    from jaxtrace_nb._log import events_frame
+
+    shell = InteractiveShell.instance()
+    old, shell.display_pub = shell.display_pub, CapturingDisplayPublisher()
+    try:
+        jt.show(events_frame(_known_log()))
+        (data,) = [o["data"] for o in shell.display_pub.outputs]
+    finally:
+        shell.display_pub = old
+    assert WIDGET_VIEW not in data  # a terminal shows no widget
+    assert data["text/plain"].startswith("jaxtrace_nb log: 8 event(s): 7 trace(s)")
+
+
 @pytest.mark.kernel
-def test_notebook_keeps_widget_state_and_static_fallback(tmp_path):
-    """Executed headless, the notebook saves the widget's state and the static HTML for sharing."""
+def test_notebook_keeps_widget_state_and_static_report(tmp_path):
+    """Executed headless: each table is the widget's output, then its static report's output."""
     from nbclient import NotebookClient
     from nbconvert import HTMLExporter
 
@@ -186,51 +299,56 @@ def test_notebook_keeps_widget_state_and_static_fallback(tmp_path):
         "%tracewatch",
         "later = jax.jit(lambda x: x + 1)\nlater(1.0)",
         "%tracewatch",  # the newest session table follows the log; the one before stops
+        "import jaxtrace_nb as jt\njt.show(jt.log())",
     ]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     for cell in nb.cells:
         assert not [o for o in cell.outputs if o.output_type == "error"], cell.outputs
-
-    (cell_table,) = [o for o in nb.cells[2].outputs if o.output_type == "display_data"]
-    data = cell_table.data
-    assert "application/vnd.jupyter.widget-view+json" in data
-    assert "step #3 trace: shape `x`: f32[2] → f32[3]" in data["text/plain"]
-    assert "step #4 trace: static `tag`" in data["text/plain"]
-    assert "&lt;img src=x onerror=alert(1)&gt;" in data["text/html"] and "<img" not in data["text/html"]
-
     states = nb.metadata.widgets["application/vnd.jupyter.widget-state+json"]["state"]
-    state = states[data["application/vnd.jupyter.widget-view+json"]["model_id"]]["state"]
-    (row,) = state["rows"]
+
+    def table(index):
+        widget, static = [o for o in nb.cells[index].outputs if o.output_type == "display_data"]
+        assert set(widget.data) == {WIDGET_VIEW, "text/plain"} and set(static.data) == {"text/plain", "text/html"}
+        return states[widget.data[WIDGET_VIEW]["model_id"]]["state"], static.data
+
+    state, static = table(2)
+    assert "step #2–#3 trace ×2: shape `x`: f32[1] → f32[2], f32[2] → f32[3]; first called at In[3]:2" \
+        in static["text/plain"]
+    assert "step #4 trace: static `tag`" in static["text/plain"]
+    assert "&lt;img src=x onerror=alert(1)&gt;" in static["text/html"] and "<img" not in static["text/html"]
+    (row,) = [r for r in json.loads(state["rows_json"]) if not r["hidden"]]
     assert (row["function"], row["traces"], row["last_cause"], row["last_leaf"]) == ("step", 4, "static", "tag")
-    assert not state["live"] and "function" in state["_esm"]
+    assert state["headline"] in static["text/plain"] and not state["live"] and "function" in state["_esm"]
 
-    (session_table,) = [o for o in nb.cells[3].outputs if o.output_type == "display_data"]
-    assert "<lambda>" in session_table.data["text/plain"]  # a later cell's trace reached the session table
-    session_state = states[session_table.data["application/vnd.jupyter.widget-view+json"]["model_id"]]["state"]
-    assert "<lambda>" in [r["function"] for r in session_state["rows"]] and not session_state["live"]
-    (newest,) = [o for o in nb.cells[5].outputs if o.output_type == "display_data"]
-    assert states[newest.data["application/vnd.jupyter.widget-view+json"]["model_id"]]["state"]["live"]
+    session_state, session_static = table(3)
+    assert "<lambda>" in session_static["text/plain"]  # a later cell's trace reached the session table
+    assert "<lambda>" in [r["function"] for r in json.loads(session_state["rows_json"])]
+    assert not session_state["live"]
+    assert table(5)[0]["live"]
+    shown_state, _ = table(6)
+    assert shown_state["headline"].startswith("jaxtrace_nb log: ")
 
-    exported, _ = HTMLExporter().from_notebook_node(nb)  # with the saved state: the interactive table
-    assert exported.count('<script type="application/vnd.jupyter.widget-view+json">') == 3
-    assert "<img src=x" not in exported
-    del nb.metadata["widgets"]  # as JupyterLab saves by default: no widget state, the static table
-    exported, _ = HTMLExporter().from_notebook_node(nb)
-    assert "widget-view+json" not in exported and "<img src=x" not in exported
-    assert "f32[2] → f32[3]" in exported and "&lt;img src=x onerror=alert(1)&gt;" in exported
+    exported, _ = HTMLExporter().from_notebook_node(nb)  # with the saved state: widgets and static reports
+    assert exported.count('<script type="application/vnd.jupyter.widget-view+json">') == 4
+    outside_scripts = re.sub(r"<script[^>]*>.*?</script>", "", exported, flags=re.S)  # JSON state: data
+    assert exported.count("jtnb-static jtnb-root") == 4 and "<img src=x" not in outside_scripts
+    assert "f32[1] → f32[2]" in exported and json.dumps(state["headline"])[1:-1] in exported
 
 
-def test_compile_cost_columns_unrolled_loop_and_flops():
-    events = _known_log()
-    events.append(Event(
-        time=datetime.datetime(2025, 1, 1, 12, 0, 9), cell=4, function="simulate", location="sim.py:3", kind="trace",
-        internal=False, nested=False, trace_number=1, cause="first", explanation="First trace of this function.",
-        hint="A Python loop of about 100 iterations was unrolled", trace_s=0.04, lower_s=0.02, compile_s=3.3,
-        eqns=1200, eqns_total=1200, loop_repeats=100, flops=2.5e6, key="k:simulate", seq=9))
-    table = TraceTable(Report(events, "t"))
-    table.sort_by, table.descending = "loop_repeats", True
-    assert _names(table)[0] == "simulate" and table.rows[0]["loop_repeats"] == 100
-    table.selected = "k:simulate"
-    (only,) = table.history
-    assert only["flops"] == 2.5e6 and "unrolled" in only["hint"]
+def test_events_of_several_processes_add_the_cross_process_section(tmp_path):
+    from jaxtrace_nb._processes import TITLE
+
+    events = []
+    for process, after in ((0, "f32[16]"), (1, "f32[4]")):
+        for e in (_event(0, "step"), _event(1, "step", "shape", "x", trace_number=2, before="f32[8]", after=after)):
+            e.process, e.host = process, "localhost"
+            events.append(e)
+    report = Report(events, "two processes")
+    assert report.processes() == [0, 1]
+    text, page = render_text(report), render_html(report)
+    assert TITLE in text and "f32[16]" in text.split(TITLE, 1)[1] and "f32[4]" in text.split(TITLE, 1)[1]
+    assert "<div class='jtnb-root'><div class=\"jtnb-processes\">" in page  # after the static copy: a live
+    assert page.rindex("jtnb-processes") > page.rindex("jtnb-groups")     # table hides that copy, not this
+    single = Report(events[:2], "one process")
+    assert TITLE not in render_text(single) and TITLE not in render_html(single)

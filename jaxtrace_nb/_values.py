@@ -61,6 +61,17 @@ def _callable_name(obj: Any) -> str | None:
     return None
 
 
+def _device_name(obj: Any) -> str | None:
+    """A JAX device as the user knows it (``cpu:0``, ``cuda:1``); None for anything else."""
+    t = type(obj)
+    if not (getattr(t, "__module__", "") or "").startswith("jaxlib") or "Device" not in t.__name__:
+        return None
+    try:
+        return f"{obj.platform}:{obj.id}"
+    except Exception:
+        return None
+
+
 def _is_identity_compared(obj: Any) -> bool:
     t = type(obj)
     if t in _SCALARS:
@@ -110,6 +121,9 @@ def _fmt_one(obj: Any, budget: _Budget, depth: int) -> str:
     if isinstance(obj, bytes):
         b = bytes.__getitem__(obj, slice(0, budget.chars // 2))
         return repr(b) + ("…" if len(obj) > len(b) else "")
+    device = _device_name(obj)
+    if device is not None:
+        return device
     name = _callable_name(obj)
     if name is not None:
         return f"<{name}>" if name.startswith(("jit(", "partial(")) else f"<function {name}>"

@@ -1,0 +1,373 @@
+"""The arguments of a traced call in the user's terms, and every leaf under the user's own path.
+
+`DecodedCall` is a call read back from JAX: the user's function and each argument as a
+`StaticArg`, a `TreeArg` (treedef and placeholders) or a `SkeletonArg` (an object).
+
+A skeleton is the arguments rebuilt from their treedef with a `Placeholder` for each
+array (its abstract value's `Leaf`) and the real static values elsewhere. `Walker`
+flattens it with the user's paths (``opt_state[0].mu['w']``), records each custom
+container's type (`owners`, evidence for the hints) and asks the library adapters
+for what a node keeps in its metadata. Dict keys are written without running their
+`repr`; no leaf keeps a reference to anything of the user's.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any, NamedTuple
+
+from ._signature import NODE_SUFFIX, NONE_LEAF, Leaf, Origin, array_leaf, node_leaf, static_leaf
+from ._values import clip, summarize_static
+
+_SRC_INFO = re.compile(r"^(?P<name>.*) at (?P<file>.*):(?P<line>\d+)$")
+
+
+class Placeholder:
+    """Stands for one dynamic leaf (flat position `index`) in a skeleton of the arguments."""
+
+    __slots__ = ("leaf", "index")
+
+    def __init__(self, leaf: Leaf, index: int = -1):
+        self.leaf = leaf
+        self.index = index
+
+
+# ------------------------------------------------------------------- leaves
+_AVAL_LEAVES: dict = {}  # aval -> Leaf: avals are abstract (shape, dtype), never user data
+_MAX_AVAL_LEAVES = 4096
+
+
+def aval_leaf(aval: Any) -> Leaf:
+    try:
+        return _AVAL_LEAVES[aval]
+    except (KeyError, TypeError):
+        pass
+    leaf = _new_aval_leaf(aval)
+    try:
+        if len(_AVAL_LEAVES) >= _MAX_AVAL_LEAVES:
+            _AVAL_LEAVES.clear()
+        _AVAL_LEAVES[aval] = leaf
+    except TypeError:  # an unhashable aval
+        pass
+    return leaf
+
+
+def _new_aval_leaf(aval: Any) -> Leaf:
+    try:
+        shape = tuple(int(d) if isinstance(d, int) else str(d) for d in aval.shape)
+        dtype = str(aval.dtype)
+        weak = bool(getattr(aval, "weak_type", False))
+    except Exception:
+        return Leaf("array", clip(str(aval), 80), ("array", str(aval), "", False, None))
+    return array_leaf(shape, dtype, weak, _explicit_sharding(aval, len(shape)))
+
+
+def _explicit_sharding(aval: Any, ndim: int) -> tuple | None:
+    """The mesh axes of each dimension when the type carries a sharding (explicit mesh axes)."""
+    try:
+        sharding = getattr(aval, "sharding", None)
+        mesh = getattr(sharding, "mesh", None)
+        if sharding is None or mesh is None or getattr(mesh, "empty", True):
+            return None
+        spec = tuple(sharding.spec) + (None,) * ndim
+        axes = tuple(None if s is None else "+".join(s) if isinstance(s, tuple) else str(s) for s in spec[:ndim])
+        return axes if any(axes) else None
+    except Exception:
+        return None
+
+
+def keystr(keypath: tuple) -> str:
+    """`jax.tree_util.keystr` of a key path, without running a dict key's own `repr`."""
+    parts = []
+    for key in keypath:
+        kind = type(key).__name__
+        if kind == "DictKey":
+            parts.append(f"[{_dict_key_text(key.key)}]")
+        elif kind == "SequenceKey":
+            parts.append(f"[{key.idx}]")
+        elif kind == "GetAttrKey":
+            parts.append(f".{key.name}")
+        elif kind == "FlattenedIndexKey":
+            parts.append(f"[{key.key}]")
+        else:
+            parts.append(f"[{_dict_key_text(getattr(key, 'key', '?'))}]")
+    return "".join(parts)
+
+
+def _dict_key_text(key: Any) -> str:
+    if type(key) is str:
+        return repr(key)
+    if type(key) is int:
+        return str(key)
+    return summarize_static(key).text  # bounded, runs no user __repr__
+
+
+_BUILTIN_CONTAINERS = (dict, list, tuple)
+
+
+def _type_name(t: type) -> str:
+    module = getattr(t, "__module__", "") or ""
+    return f"{module}.{t.__qualname__}" if module not in ("builtins", "") else t.__qualname__
+
+
+class Walker:
+    """Collects the leaves of argument skeletons under the user's paths.
+
+    `leaves`: path -> Leaf; `owners`: path -> type of each custom container (a module, a
+    dataclass, a named tuple); `flat_paths`: flat position of each dynamic leaf -> path.
+    """
+
+    def __init__(self, adapters: tuple):
+        self.leaves: dict[str, Leaf] = {}
+        self.owners: dict[str, str] = {}
+        self.flat_paths: dict[int, str] = {}
+        self._adapters = adapters
+
+    def emit(self, path: str, item: Any) -> None:
+        if type(item) is Placeholder:
+            self.leaves[path] = item.leaf
+            if item.index >= 0:
+                self.flat_paths[item.index] = path
+        elif item is None:
+            self.leaves[path] = NONE_LEAF
+        else:
+            self.walk(path, item)
+
+    def static(self, path: str, value: Any, origin: str) -> None:
+        self.leaves[path] = static_leaf(summarize_static(value), origin)
+
+    def static_fields(self, prefix: str, obj: Any, names, origin: str) -> None:
+        """Attributes `names` of `obj` as static leaves (read without running user code)."""
+        for name in names:
+            try:
+                value = object.__getattribute__(obj, name)
+            except AttributeError:
+                continue
+            self.static(f"{prefix}.{name}", value, origin)
+
+    def tree(self, prefix: str, td: Any, vals: list, start: int = 0) -> None:
+        """The leaves of one argument given its treedef; its leaves are `vals[start:]`, each an
+        abstract value (flat position = its index) or a `Placeholder`.
+
+        Dicts, lists, tuples and named tuples are read from the treedef itself (no object is
+        rebuilt); a subtree under a custom node is rebuilt as a skeleton for the adapters.
+        """
+        stack = [(prefix, td, start)]
+        while stack:
+            path, td, start = stack.pop()
+            if td.num_nodes == 1 and td.num_leaves == 1:
+                self._leaf(path, vals[start], start)
+                continue
+            kind, aux = td.node_data()
+            if kind is type(None):
+                self.leaves[path] = NONE_LEAF
+                continue
+            if td.num_leaves == 0 and kind not in _BUILTIN_CONTAINERS:
+                self._custom(path, td, vals, start)  # a static node (register_static), e.g. a GraphDef
+                continue
+            children = td.children()
+            keys = _child_keys(kind, aux, len(children))
+            if keys is None:
+                self._custom(path, td, vals, start)
+                continue
+            if kind in _BUILTIN_CONTAINERS:
+                self.leaves[path + NODE_SUFFIX] = _container_leaf(kind, keys, children, vals, start)
+            else:
+                self.owners[path] = _type_name(kind)
+            pending = []
+            for key, child in zip(keys, children):
+                pending.append((path + key, child, start))
+                start += child.num_leaves
+            stack.extend(reversed(pending))
+
+    def _leaf(self, path: str, value: Any, index: int) -> None:
+        if type(value) is Placeholder:
+            self.emit(path, value)
+        else:
+            self.leaves[path] = aval_leaf(value)
+            self.flat_paths[index] = path
+
+    def _custom(self, path: str, td: Any, vals: list, start: int) -> None:
+        """A subtree under a custom pytree node, rebuilt with placeholders and walked."""
+        items = TreeArg(td, vals, start).placeholders()
+        try:
+            skeleton = td.unflatten(items)
+        except Exception:  # a custom node refused placeholders
+            for i, item in enumerate(items):
+                self.emit(f"{path}<leaf {i}>", item)
+            return
+        self.walk(path, skeleton)
+
+    def walk(self, prefix: str, obj: Any) -> None:
+        """Leaves of `obj`, a skeleton made of placeholders and static values (depth first, in
+        argument order, with an explicit stack: a pytree as deep as JAX accepts is walked)."""
+        stack = [(prefix, obj)]
+        while stack:
+            path, node = stack.pop()
+            if type(node) is Placeholder or node is None:
+                self.emit(path, node)
+            else:
+                stack.extend(reversed(self._children(path, node)))
+
+    def _children(self, path: str, node: Any) -> list:
+        """Record what `node` itself holds (its kind, its metadata); return its children."""
+        t = type(node)
+        if t not in _BUILTIN_CONTAINERS:
+            self.owners[path] = _type_name(t)
+            for adapter in self._adapters:
+                if adapter.walk_node(self, path, node):
+                    return []
+        import jax
+
+        pairs, _ = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda x: x is not node)  # one level
+        if len(pairs) == 1 and pairs[0][1] is node:  # not a pytree node: a value in the key
+            self.static(path, node, Origin.NODE_METADATA)
+            return []
+        children = [(path + keystr(keypath), item) for keypath, item in pairs]
+        if t in _BUILTIN_CONTAINERS:
+            keys = [child_path[len(path):] for child_path, _ in children]
+            items = [item for _, item in children]
+            leaf_like = all(type(i) is Placeholder for i in items)
+            text = (f"{t.__name__} of {len(items)}{_elements(items) if items and leaf_like else ''}"
+                    if t is not dict else None)
+            self.leaves[path + NODE_SUFFIX] = _skeleton_container_leaf(t, keys, text)
+        return children
+
+
+def _child_keys(kind: type, aux: Any, n: int) -> list[str] | None:
+    """The path suffix of each child of a dict, list, tuple or named tuple node; None for others."""
+    if kind is dict:
+        return [f"[{_dict_key_text(k)}]" for k in aux]
+    if kind is list or kind is tuple:
+        return [f"[{i}]" for i in range(n)]
+    if isinstance(kind, type) and issubclass(kind, tuple) and hasattr(kind, "_fields"):
+        return [f".{name}" for name in kind._fields]
+    return None
+
+
+def _container_leaf(kind: type, keys: list, children: list, vals: list, start: int) -> Leaf:
+    """A dict, list or tuple: its kind, size (or keys), and what its elements are."""
+    name = kind.__name__
+    if kind is dict:
+        shown = ", ".join(k[1:-1] for k in keys[:6]) + (", …" if len(keys) > 6 else "")
+        return node_leaf((name, tuple(keys)), clip(f"dict with keys {shown}" if keys else "empty dict", 120), name)
+    n = len(keys)
+    elements = ""
+    if n and all(c.num_nodes == 1 and c.num_leaves == 1 for c in children):
+        elements = _elements([vals[start + i] for i in range(n)])
+    return node_leaf((name, n), f"{name} of {n}{elements}", name)
+
+
+def _skeleton_container_leaf(kind: type, keys: list, text: str | None) -> Leaf:
+    name = kind.__name__
+    if kind is dict:
+        shown = ", ".join(k[1:-1] for k in keys[:6]) + (", …" if len(keys) > 6 else "")
+        return node_leaf((name, tuple(keys)), clip(f"dict with keys {shown}" if keys else "empty dict", 120), name)
+    return node_leaf((name, len(keys)), text, name)
+
+
+def _elements(items: list) -> str:
+    texts = {(i.leaf if type(i) is Placeholder else aval_leaf(i)).text for i in items}
+    if len(texts) != 1:
+        return " arrays"
+    text = texts.pop()
+    python = {"i32[] (weak)": "Python ints", "i64[] (weak)": "Python ints", "f32[] (weak)": "Python floats",
+              "f64[] (weak)": "Python floats", "bool[]": "bools"}
+    return f" {python.get(text, text + ' arrays')}"
+
+
+class StaticArg(NamedTuple):
+    """An argument that is static as a whole (static_argnums, a Partial's function, ...)."""
+
+    value: Any
+    origin: str
+
+    def emit(self, walker: Walker, path: str) -> None:
+        walker.static(path, self.value, self.origin)
+
+
+class TreeArg(NamedTuple):
+    """An argument given as its treedef; its leaves are `vals[start:]` (abstract values or
+    `Placeholder`s)."""
+
+    td: Any
+    vals: list
+    start: int = 0
+
+    def emit(self, walker: Walker, path: str) -> None:
+        walker.tree(path, self.td, self.vals, self.start)
+
+    def placeholders(self) -> list:
+        """One `Placeholder` per leaf, for rebuilding the argument as a skeleton."""
+        return [v if type(v) is Placeholder else Placeholder(aval_leaf(v), self.start + i)
+                for i, v in enumerate(self.vals[self.start:self.start + self.td.num_leaves])]
+
+
+class SkeletonArg(NamedTuple):
+    """An argument given as a skeleton object (placeholders and static values)."""
+
+    obj: Any
+
+    def emit(self, walker: Walker, path: str) -> None:
+        walker.emit(path, self.obj)
+
+
+class DecodedCall(NamedTuple):
+    """A library adapter's reading of its own jit wrapper's traced call."""
+
+    jit_kind: str
+    user_fun: Any  # the user's function object, or None (e.g. a module's __call__)
+    identity: tuple | None  # (qualname, filename, line) where `user_fun` does not give it
+    arguments: list  # [(argument name, skeleton), ...] in the user's order
+    function_leaf: tuple | None  # (path, Leaf): the function itself, a static part of the key
+    call: tuple  # ((argument, "position" | "keyword"), ...)
+
+
+def parameters(fn: Any, drop_first: bool = False) -> tuple[list[str], str | None]:
+    """Positional parameter names, and the *args name if any."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except Exception:
+        return [], None
+    if drop_first and params:
+        params = params[1:]
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    var = next((p.name for p in params if p.kind == p.VAR_POSITIONAL), None)
+    return positional, var
+
+
+def arg_name(i: int, positional: list[str], var: str | None) -> str:
+    if i < len(positional):
+        return positional[i]
+    return f"{var or 'args'}[{i - len(positional)}]"
+
+
+def raw_identity(fun: Any, debug_info: Any) -> tuple[str, str, int]:
+    try:
+        target = inspect.unwrap(fun)
+    except Exception:
+        target = fun
+    code = getattr(target, "__code__", None)
+    if code is None and not isinstance(target, type):
+        code = getattr(getattr(type(target), "__call__", None), "__code__", None)
+    qual = getattr(fun, "__qualname__", None) or getattr(target, "__qualname__", None)
+    if not isinstance(qual, str):
+        qual = getattr(debug_info, "func_name", None) or type(fun).__name__
+    if code is not None:
+        return qual, code.co_filename, code.co_firstlineno
+    return (qual, *src_from_debug(debug_info))
+
+
+def src_from_debug(debug_info: Any) -> tuple[str, int]:
+    match = _SRC_INFO.match(str(getattr(debug_info, "func_src_info", "") or ""))
+    if match:
+        return match["file"], int(match["line"])
+    return "?", 0
+
+
+def argument(part, vals: list, origin: str):
+    """A `StaticArg` or a `TreeArg` for one argument (a layout's `ArgPart`) of a traced call."""
+    if part.static:
+        return StaticArg(part.value, origin)
+    return TreeArg(part.tree, vals, part.start)

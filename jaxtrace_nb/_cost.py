@@ -1,0 +1,150 @@
+"""What a traced program and its compile cost: equation counts, unrolled loops, XLA's figures.
+
+`graph_stats` measures a traced jaxpr: its equations at the top level and in every
+sub-jaxpr, and the longest stretch in which one block of primitives repeats back to
+back (`find_unrolled`), which is what a Python ``for`` loop leaves in a jaxpr once
+unrolled. `xla_cost` reads what XLA reports of a compiled executable. Jaxprs and
+executables are read by duck typing, never kept.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ._records import GraphStats, Unrolled, XlaCost
+
+MIN_REPEATS = 16  # fewer repetitions than this is a small model's layers, not a loop to roll up
+_MAX_CANDIDATE_PERIODS = 8
+
+
+def find_unrolled(names: Sequence[str], min_repeats: int = MIN_REPEATS) -> Unrolled | None:
+    """The longest back-to-back repetition of one block of primitive names, if any.
+
+    Candidate block lengths are the most common distances between two occurrences of
+    the same primitive; each is checked with one vectorised comparison, so the cost is
+    linear in the number of equations.
+
+    Example::
+
+        >>> find_unrolled(["dot", "tanh", "add"] * 200 + ["reduce_sum"])
+        Unrolled(repeats=200, period=3, start=0)
+    """
+    n = len(names)
+    if n < 2 * min_repeats:
+        return None
+    import numpy as np
+
+    codes: dict[str, int] = {}
+    seq = np.fromiter((codes.setdefault(name, len(codes)) for name in names), dtype=np.int32, count=n)
+    last: dict[int, int] = {}
+    distances: Counter = Counter()
+    for i, code in enumerate(seq.tolist()):
+        j = last.get(code)
+        if j is not None:
+            distances[i - j] += 1
+        last[code] = i
+    best: Unrolled | None = None
+    for period, _ in distances.most_common(_MAX_CANDIDATE_PERIODS):
+        if period * min_repeats > n:
+            continue
+        found = _longest_repeat(seq, period)
+        if found is None:
+            continue
+        repeats, start = found
+        candidate = Unrolled(repeats, period, start)
+        if repeats >= min_repeats and (best is None or candidate.equations > best.equations
+                                       or (candidate.equations == best.equations and period < best.period)):
+            best = candidate
+    return best
+
+
+def _longest_repeat(seq, period: int) -> tuple[int, int] | None:
+    """(repetitions, start) of the longest run where seq[i] == seq[i + period]."""
+    import numpy as np
+
+    same = seq[:-period] == seq[period:]
+    if not same.any():
+        return None
+    # Run lengths of consecutive True values.
+    padded = np.concatenate(([False], same, [False]))
+    edges = np.flatnonzero(padded[1:] != padded[:-1])
+    starts, ends = edges[::2], edges[1::2]
+    k = int(np.argmax(ends - starts))
+    run = int(ends[k] - starts[k])
+    return run // period + 1, int(starts[k])
+
+
+def graph_stats(closed_jaxpr: Any, location: Callable[[str, int], str]) -> GraphStats | None:
+    """Equation counts and an unrolled loop of a traced (closed) jaxpr; `location` names a line."""
+    jaxpr = getattr(closed_jaxpr, "jaxpr", closed_jaxpr)
+    eqns = getattr(jaxpr, "eqns", None)
+    if eqns is None:
+        return None
+    found = find_unrolled([eqn.primitive.name for eqn in eqns])
+    where = _loop_location(eqns[found.start:found.start + found.period], location) if found else None
+    return GraphStats(len(eqns), count_equations(jaxpr, {}), found, where)
+
+
+def count_equations(jaxpr: Any, memo: dict) -> int:
+    """Equations of `jaxpr` and, recursively, of every sub-jaxpr (scan, cond, while, nested jit)."""
+    key = id(jaxpr)
+    if key in memo:
+        return memo[key]
+    memo[key] = 0  # a cycle cannot happen in a jaxpr, but never recurse forever
+    total = 0
+    for eqn in jaxpr.eqns:
+        total += 1
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", sub) if type(sub).__name__ == "ClosedJaxpr" else sub
+                if type(inner).__name__ == "Jaxpr":
+                    total += count_equations(inner, memo)
+    memo[key] = total
+    return total
+
+
+def _loop_location(body: Sequence[Any], location: Callable[[str, int], str]) -> str | None:
+    """`file:line` of the statement that every equation of an unrolled loop's body came from.
+
+    That is the innermost user frame shared by all of the body's equations: the loop's
+    line in the traced function, not a line of a helper the loop calls.
+    """
+    from ._jax_internals import user_frames
+
+    stacks = []
+    for eqn in body:
+        frames = user_frames(getattr(eqn.source_info, "traceback", None))
+        stacks.append([(f.file_name, f.start_line) for f in itertools.islice(frames, 64)])
+    stacks = [stack for stack in stacks if stack]
+    if not stacks:
+        return None
+    shared = set(stacks[0]).intersection(*stacks[1:])
+    for filename, line in stacks[0]:  # innermost first
+        if (filename, line) in shared:
+            return location(filename, line)
+    return location(*stacks[0][0])
+
+
+def xla_cost(executable: Any) -> XlaCost:
+    """FLOPs and argument / output / temporary bytes XLA reports for a compiled program."""
+    flops = arg_bytes = out_bytes = temp_bytes = None
+    try:
+        analysis = executable.cost_analysis()
+        if isinstance(analysis, (list, tuple)):
+            analysis = analysis[0] if analysis else {}
+        value = analysis.get("flops") if isinstance(analysis, dict) else None
+        if value is not None and value >= 0:
+            flops = float(value)
+    except Exception:
+        pass
+    try:
+        stats = executable.get_compiled_memory_stats()
+        arg_bytes = int(stats.argument_size_in_bytes)
+        out_bytes = int(stats.output_size_in_bytes)
+        temp_bytes = int(stats.temp_size_in_bytes)
+    except Exception:
+        pass
+    return XlaCost(flops, arg_bytes, out_bytes, temp_bytes)

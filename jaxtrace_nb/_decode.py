@@ -1,0 +1,274 @@
+"""A traced call in the user's terms: the function's identity, its leaf signature, the call site.
+
+Reads what JAX's tracing function received (a `TraceStart`: the traced callable, the
+arguments' abstract values and their ``(args, kwargs)`` treedef, in which static
+arguments are node data, and JAX's debug info), and what a lowering received. Library
+adapters (`_adapters`) recognise their own jit wrappers and pytree nodes. Nothing
+decoded keeps a reference to an array, a tracer or a user object: leaves are text and
+tokens, summaries are bounded (`_values`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import weakref
+from typing import Any, Callable
+
+from . import _adapters
+from ._jax_internals import Internals, trace_context_names, trace_context_values
+from ._jax_layouts import TraceStart
+from ._records import FunctionIdentity, LoweringRecord, TraceRecord
+from ._signature import Origin, Signature
+from ._values import clip, printable, summarize_static
+from ._arguments import _SRC_INFO, DecodedCall, Walker, arg_name, argument, aval_leaf, parameters, raw_identity
+
+LIBRARY_PACKAGES = ("jax", "jaxlib", "equinox", "optax", "chex", "flax", "jaxtyping", "jaxtrace_nb")
+_CELL_FILE = re.compile(r"^<ipython-input-\d+-[0-9a-f]+>$|ipykernel_\d+[/\\]\d+\.py$")
+_MAX_CALL_SITE_DEPTH = 64
+_MAX_IDENTITIES = 4096
+
+
+# ------------------------------------------------------------------ identity
+def _library_dirs() -> tuple[str, ...]:
+    """The folders of the libraries whose frames and functions are not the user's, whether or
+    not they are imported yet (found without importing them)."""
+    import importlib.util
+
+    dirs = []
+    for name in LIBRARY_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except Exception:
+            spec = None
+        for location in (spec.submodule_search_locations or ()) if spec is not None else ():
+            dirs.append(os.path.abspath(location) + os.sep)
+    return tuple(dirs)
+
+
+class Decoder:
+    """Turns what the probe reads of JAX into `TraceRecord`s and `LoweringRecord`s."""
+
+    def __init__(self, internals: Internals):
+        self.internals = internals
+        self.library_dirs = _library_dirs()
+        self.cell_label: Callable[[str], str | None] | None = None  # set by the IPython glue
+        self._identities: dict[int, tuple] = {}  # id(function) -> (weakref, identity, parameters)
+        self._context: tuple = ((), ())  # JAX's last trace-context values, and their texts
+        self._library_files: dict[str, bool] = {}  # file name -> in a library's folder
+
+    # ---------------------------------------------------------- locations
+    def location(self, filename: str, line: int) -> str:
+        label = None
+        if self.cell_label is not None and _CELL_FILE.search(filename):
+            try:
+                label = self.cell_label(filename)
+            except Exception:
+                label = None
+        return printable(f"{label or filename}:{line}", 400)
+
+    def is_library(self, filename: str) -> bool:
+        known = self._library_files.get(filename)
+        if known is None:
+            if len(self._library_files) >= _MAX_IDENTITIES:
+                self._library_files.clear()
+            known = self._library_files[filename] = bool(self.library_dirs) and filename.startswith(self.library_dirs)
+        return known
+
+    def call_site(self) -> str | None:
+        """The innermost frame of the user's own code on the current stack."""
+        frame = sys._getframe(1)
+        for _ in range(_MAX_CALL_SITE_DEPTH):
+            if frame is None:
+                return None
+            filename = frame.f_code.co_filename
+            if not self.is_library(filename) and not filename.startswith("<frozen"):
+                return self.location(filename, frame.f_lineno)
+            frame = frame.f_back
+        return None
+
+    # ------------------------------------------------------------- traces
+    def trace_record(self, start: TraceStart, *, nested: bool, thread: int, cache_generation: int,
+                     on_fault: Callable[[str, BaseException], None]) -> TraceRecord:
+        adapters = _adapters.active()
+        call = self.decode_call(start, adapters)
+        identity = self.identity(start, call)
+        signature, arg_names = None, None
+        try:
+            signature, flat_paths = self._signature(start, call, adapters)
+            if call.jit_kind != "jit":
+                arg_names = _arg_names(start.debug_info, flat_paths)
+        except Exception as e:  # the trace is still recorded, by name, without a cause
+            on_fault("signature", e)
+        ref = None
+        if call.user_fun is not None:
+            try:
+                ref = weakref.ref(call.user_fun)
+            except TypeError:
+                ref = None
+        return TraceRecord(identity, nested, signature, ref, thread, self.call_site(), cache_generation,
+                           arg_names)
+
+    def is_wrapper(self, fun: Any) -> bool:
+        """Whether `fun` is a library's jit wrapper around a user function (e.g. eqx.filter_jit's)."""
+        return any(adapter.wraps(fun) for adapter in _adapters.active())
+
+    def decode_call(self, start: TraceStart, adapters: tuple | None = None) -> DecodedCall:
+        for adapter in _adapters.active() if adapters is None else adapters:
+            decoded = adapter.decode_call(start, getattr(self.internals.layout, "static_type", None), self)
+            if decoded is not None:
+                return decoded
+        return self._jit_call(start)
+
+    def _jit_call(self, start: TraceStart) -> DecodedCall:
+        positional, var = self.parameters(start.fun)
+        named = [(arg_name(i, positional, var), part, "position") for i, part in enumerate(start.positional)]
+        named += [(name, part, "keyword") for name, part in start.keyword]
+        arguments = [(name, argument(part, start.vals, Origin.STATIC_ARGNUMS)) for name, part, _ in named]
+        return DecodedCall("jit", start.fun, None, arguments, None, tuple((name, how) for name, _, how in named))
+
+    def parameters(self, fun: Any) -> tuple[list[str], str | None]:
+        """`parameters(fun)`, remembered per function object (inspect.signature is slow)."""
+        cached = self._identities.get(id(fun))
+        if cached is not None and cached[0]() is fun and cached[2] is not None:
+            return cached[2]
+        found = parameters(fun)
+        if cached is not None and cached[0]() is fun:
+            self._identities[id(fun)] = cached[:2] + (found,)
+        return found
+
+    def identity(self, start: TraceStart, call: DecodedCall) -> FunctionIdentity:
+        fun = call.user_fun
+        cached = self._identities.get(id(fun)) if fun is not None and call.identity is None else None
+        if cached is not None and cached[0]() is fun and cached[1] is not None:
+            return cached[1]
+        name, filename, line = call.identity or raw_identity(fun, start.debug_info)
+        name = printable(name)
+        in_cell = bool(_CELL_FILE.search(filename))
+        identity = FunctionIdentity(
+            name=name, filename=filename, line=line, location=self.location(filename, line),
+            key=f"{'<cell>' if in_cell else filename}::{name}", in_cell=in_cell,
+            internal=self.is_library(filename), jit_kind=call.jit_kind,
+            jax_name=str(self.internals.fun_name(start.fun)),
+            src_info=str(getattr(start.debug_info, "func_src_info", "") or ""))
+        if fun is not None and call.identity is None:
+            try:
+                if len(self._identities) >= _MAX_IDENTITIES:
+                    self._identities.clear()
+                self._identities[id(fun)] = (weakref.ref(fun), identity, cached[2] if cached else None)
+            except TypeError:
+                pass
+        return identity
+
+    def _signature(self, start: TraceStart, call: DecodedCall, adapters: tuple) -> tuple[Signature, dict]:
+        walker = Walker(adapters)
+        function_path = None
+        if call.function_leaf is not None:
+            function_path, leaf = call.function_leaf
+            walker.leaves[function_path] = leaf
+        for name, part in call.arguments:
+            part.emit(walker, name)
+        return Signature(
+            function_token=("id", id(call.user_fun)),
+            context=self._context_texts(),
+            leaves=walker.leaves, function_path=function_path, jit_kind=call.jit_kind, call=call.call,
+            owners=walker.owners or None, key_parts=_key_parts(start)), walker.flat_paths
+
+    def _context_texts(self) -> tuple:
+        """((name, value text), ...) of JAX's trace context, texts remade only when values change."""
+        values = trace_context_values()
+        if values != self._context[0]:
+            names = trace_context_names(len(values))
+            self._context = (values, tuple((str(n), context_text(v)) for n, v in zip(names, values)))
+        return self._context[1]
+
+    # ---------------------------------------------------------- lowerings
+    def lowering_record(self, local: dict | None, jax_name: str, thread: int) -> LoweringRecord:
+        """What a lowering received (read from the lowering function's `local`s), as a signature
+        with one leaf per argument under JAX's argument names."""
+        closed = local.get("closed_jaxpr") if local else None
+        in_avals = local.get("in_avals") if local else None
+        if closed is None or in_avals is None:
+            return LoweringRecord(jax_name, "", None, thread, None)
+        debug = getattr(getattr(closed, "jaxpr", None), "debug_info", None)
+        n_const = int(local.get("num_const_args") or 0)
+        avals = list(in_avals)[n_const:]
+        names = list(getattr(debug, "arg_names", None) or ())
+        shardings = list(getattr(local.get("semantic_in_shardings"), "shardings", ()) or ())[n_const:]
+        layouts = list(local.get("in_layouts") or ())[n_const:]
+        donated = list(local.get("donated_invars") or ())[n_const:]
+        leaves = {}
+        for i, aval in enumerate(avals):
+            name = names[i] if i < len(names) and names[i] else f"args[{i}]"
+            text, token = _placement(_at(shardings, i), _at(layouts, i), bool(_at(donated, i)))
+            leaf = aval_leaf(aval)
+            leaves[name] = leaf._replace(token=leaf.token + (token,), detail=text)
+        src_info = str(getattr(debug, "func_src_info", "") or "")
+        signature = Signature(("program", id(closed)), (), leaves, jit_kind="lowering")
+        return LoweringRecord(jax_name, src_info, signature, thread, self._identity_from_debug(jax_name, src_info))
+
+    def _identity_from_debug(self, jax_name: str, src_info: str) -> FunctionIdentity:
+        """A function known only from JAX's debug info (traced before recording started)."""
+        match = _SRC_INFO.match(src_info)
+        filename, line = (match["file"], int(match["line"])) if match else ("?", 0)
+        name = printable(jax_name)
+        in_cell = bool(_CELL_FILE.search(filename))
+        return FunctionIdentity(name, filename, line, self.location(filename, line) if match else "?",
+                                f"{'<cell>' if in_cell else filename}::{name}", in_cell, self.is_library(filename),
+                                "jit", jax_name, src_info)
+
+
+def _arg_names(debug_info: Any, flat_paths: dict) -> dict | None:
+    """JAX's name of each flat argument -> the user's path of that leaf."""
+    names = getattr(debug_info, "arg_names", None) or ()
+    mapping = {name: flat_paths[i] for i, name in enumerate(names) if i in flat_paths and name != flat_paths[i]}
+    return mapping or None
+
+
+def _at(items: list, i: int) -> Any:
+    return items[i] if i < len(items) else None
+
+
+def _placement(sharding: Any, layout: Any, donated: bool) -> tuple:
+    """(text, token) of an argument's placement at a compile: device, sharding, layout, donation."""
+    kind = type(sharding).__name__
+    if sharding is None or kind == "UnspecifiedValue":
+        text = "uncommitted"
+    elif kind == "SingleDeviceSharding":
+        device = getattr(sharding, "_device", None) or next(iter(getattr(sharding, "device_set", ()) or ()), None)
+        text = f"committed to {summarize_static(device).text}" if device is not None else "committed"
+    else:
+        spec = getattr(sharding, "spec", None)
+        text = f"sharded {clip(str(spec), 60)}" if spec is not None else clip(kind, 60)
+    if layout is not None:
+        text += f", layout {clip(str(layout), 60)}"
+    if donated:
+        text += ", donated"
+    return text, text
+
+
+def context_text(value: Any) -> str:
+    """A trace-context value as text: plain values as such, devices as ``cpu:0``, other
+    objects by type and hash, as JAX's cache key compares them."""
+    if isinstance(value, (int, float, str, bool, type(None))):
+        return clip(repr(value), 80)
+    info = summarize_static(value)
+    if not info.text.endswith(" object>"):
+        return clip(info.text, 80)
+    try:
+        token = f"{hash(value) & 0xFFFFFFFF:08x}"
+    except Exception:
+        token = "unhashable"
+    return f"<{type(value).__name__} {token}>"
+
+
+def _key_parts(start: TraceStart) -> tuple:
+    """Hashes of the components of JAX's tracing-cache key (JAX hashed them already)."""
+    parts = []
+    for name, value in start.key:
+        try:
+            parts.append((name, hash(value)))
+        except Exception:
+            parts.append((name, None))
+    return tuple(parts)

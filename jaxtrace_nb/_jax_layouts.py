@@ -1,0 +1,243 @@
+"""How each JAX release range announces a real trace, and how its arguments are read then.
+
+JAX calls its own test hook ``test_event(name)`` at the start of every real trace (a miss
+of its tracing cache); jaxtrace_nb rebinds that name in the module that calls it. What
+the caller's frame holds differs by release, so each range has a `TraceLayout`:
+
+* **0.9 – 0.10**: ``partial_eval.trace_to_jaxpr`` announces ``"trace_to_jaxpr"``; its
+  locals ``fun``, ``in_avals`` (a ``tree_util.FlatTree``: ``.vals`` abstract values,
+  ``.tree`` the ``(args, kwargs)`` treedef with static arguments as ``Static`` node data)
+  and ``debug_info``.
+* **0.11**: the same announcement from ``trace_to_jaxpr_nocache``; ``in_avals`` is a
+  ``flattree`` value: ``in_avals.unpack()`` gives the positional and keyword parts, each
+  an ``FTStatic(val)`` or a subtree with ``.tree`` and one value per leaf.
+* **0.8**: ``pjit._create_pjit_jaxpr`` announces ``"create_pjit_jaxpr"`` through
+  ``util.test_event``; the arguments are read two frames up, in ``_infer_params_impl``
+  (``fun``, ``ji``, ``dbg``, ``in_avals``, ``in_tree`` of the dynamic arguments) and
+  ``_infer_params_internal`` (``args``, ``kwargs``, with the static values).
+
+Every layout yields the same `TraceStart`. `detect_layout` picks one by feature, not by
+version number.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+
+class ArgPart(NamedTuple):
+    """One argument of a traced call: a static value, or a subtree of dynamic leaves."""
+
+    static: bool
+    value: Any  # the static value (static arguments only)
+    tree: Any  # the argument's treedef (dynamic arguments only)
+    start: int  # index of its first leaf in `TraceStart.vals`
+    size: int  # number of leaves
+
+
+class TraceStart(NamedTuple):
+    """The arguments of one real trace, as JAX's tracing function received them."""
+
+    fun: Any  # the traced callable
+    debug_info: Any  # DebugInfo: traced_for, func_src_info, arg_names
+    vals: list  # the abstract value of every dynamic leaf, in order
+    positional: list  # [ArgPart]
+    keyword: list  # [(name, ArgPart)], sorted by name as JAX flattens them
+    key: tuple  # ((component, object), ...): what JAX's cache key is made of, to hash
+    token: int  # pairs this trace with the report of its end (see `TraceLayout.end_token`)
+    in_avals: Any = None  # the layout's own argument structure, for adapters that need more
+
+
+def _dynamic(tree: Any, start: int) -> ArgPart:
+    return ArgPart(False, None, tree, start, tree.num_leaves)
+
+
+def _static(value: Any) -> ArgPart:
+    return ArgPart(True, value, None, 0, 0)
+
+
+class TraceLayout:
+    """How one JAX range announces a trace and where its arguments are."""
+
+    name = ""
+    event = "trace_to_jaxpr"  # the test_event name announcing a real trace
+    bodies: tuple = ()  # the code names of the frame that announces it
+    trace_frames: tuple = ()  # the code names of the frame reporting a trace's seconds
+
+    def __init__(self, hook_module: Any):
+        self.hook_module = hook_module
+
+    def read(self, frame) -> TraceStart | None:
+        raise NotImplementedError
+
+    def debug_info(self, frame) -> Any:
+        """The trace's DebugInfo, read cheaply before deciding whether to read the rest."""
+        return frame.f_locals.get("debug_info")
+
+    def end_token(self, local: dict) -> int:
+        """The pairing token of the trace whose seconds the frame with `local`s reports."""
+        return id(local.get("dbg"))
+
+
+class FlatTreeLayout(TraceLayout):
+    """JAX 0.9 – 0.10: ``tree_util.FlatTree`` with ``Static`` nodes."""
+
+    name = "0.9"
+    bodies = ("trace_to_jaxpr", "trace_to_jaxpr_nocache")
+    trace_frames = ("_trace_for_jit",)
+
+    def __init__(self, hook_module: Any, static_type: type):
+        super().__init__(hook_module)
+        self.static_type = static_type
+
+    def read(self, frame) -> TraceStart | None:
+        local = frame.f_locals
+        debug_info, in_avals = local.get("debug_info"), local.get("in_avals")
+        if debug_info is None or in_avals is None:
+            return None
+        args_td, kwargs_td = in_avals.tree.children()
+        start, parts = 0, []
+        kw_node = kwargs_td.node_data()
+        arg_children = args_td.children()
+        n_pos = len(arg_children)
+        names = [None] * n_pos + list(kw_node[1] if kw_node else ())
+        for child in (*arg_children, *kwargs_td.children()):
+            node = child.node_data()
+            if node is not None and node[0] is self.static_type:
+                parts.append(_static(node[1].val))
+            else:
+                parts.append(_dynamic(child, start))
+                start += child.num_leaves
+        fun = local.get("fun")
+        # The types are compared leaf by leaf; the key's other parts: the tree (with the statics).
+        return TraceStart(fun, debug_info, list(in_avals.vals), parts[:n_pos],
+                          list(zip(map(str, names[n_pos:]), parts[n_pos:])),
+                          (("function", fun), ("inputs", in_avals.tree), ("debug info", debug_info)),
+                          id(debug_info), in_avals)
+
+
+class FTLayout(FlatTreeLayout):
+    """JAX 0.11: ``flattree`` values (``FTStatic`` for a static argument)."""
+
+    name = "0.11"
+
+    def __init__(self, hook_module: Any, ft_static: type):
+        TraceLayout.__init__(self, hook_module)
+        self.ft_static = ft_static
+
+    def read(self, frame) -> TraceStart | None:
+        local = frame.f_locals
+        debug_info, in_avals = local.get("debug_info"), local.get("in_avals")
+        if debug_info is None or in_avals is None:
+            return None
+        args_ft, kwargs_ft = in_avals.unpack()
+        start, positional, keyword = 0, [], []
+        for part in args_ft.unpack():
+            positional.append(self._part(part, start))
+            start += len(part)
+        for key, part in zip(kwargs_ft.keys, kwargs_ft._vals):
+            keyword.append((str(key), self._part(part, start)))
+            start += len(part)
+        fun = local.get("fun")
+        return TraceStart(fun, debug_info, list(in_avals.vals), positional, keyword,
+                          (("function", fun), ("inputs", in_avals), ("debug info", debug_info)), id(debug_info),
+                          in_avals)
+
+    def _part(self, part: Any, start: int) -> ArgPart:
+        if isinstance(part, self.ft_static):
+            return _static(part.val)
+        return _dynamic(part.tree, start)
+
+
+class PjitLayout(TraceLayout):
+    """JAX 0.8: ``pjit._create_pjit_jaxpr``, the arguments two and three frames up."""
+
+    name = "0.8"
+    event = "create_pjit_jaxpr"
+    bodies = ("_create_pjit_jaxpr",)
+    trace_frames = ("_create_pjit_jaxpr",)
+    _DEPTH = 6
+
+    def read(self, frame) -> TraceStart | None:
+        token = id(frame.f_locals.get("fun"))
+        impl = _find(frame, "_infer_params_impl", self._DEPTH)
+        internal = _find(impl, "_infer_params_internal", 2) if impl is not None else None
+        if impl is None or internal is None:
+            return None
+        here, outer = impl.f_locals, internal.f_locals
+        ji, dbg, in_tree = here.get("ji"), here.get("dbg"), here.get("in_tree")
+        args, kwargs = outer.get("args"), outer.get("kwargs")
+        if ji is None or dbg is None or in_tree is None or args is None or kwargs is None:
+            return None
+        vals = [getattr(a, "aval", a) for a in here.get("in_avals") or ()]
+        n = len(args)
+        static_pos = {i % n for i in ji.static_argnums if -n <= i < n}
+        args_td, kwargs_td = in_tree.children()
+        dynamic_args = iter(args_td.children())
+        kw_node = kwargs_td.node_data()
+        dynamic_kw = dict(zip(kw_node[1] if kw_node else (), kwargs_td.children()))
+        start, positional, keyword = 0, [], []
+        for i, value in enumerate(args):
+            if i in static_pos:
+                positional.append(_static(value))
+            else:
+                positional.append(_dynamic(next(dynamic_args), start))
+                start += positional[-1].size
+        for key in sorted(kwargs):
+            if key in ji.static_argnames:
+                keyword.append((str(key), _static(kwargs[key])))
+            else:
+                keyword.append((str(key), _dynamic(dynamic_kw[key], start)))
+                start += keyword[-1][1].size
+        fun = here.get("fun")
+        statics = tuple(p.value for p in positional if p.static) + tuple(p.value for _, p in keyword if p.static)
+        return TraceStart(fun, dbg, vals, positional, keyword,
+                          (("function", fun), ("inputs", (in_tree, tuple(vals), statics)), ("debug info", dbg)),
+                          token)
+
+    def end_token(self, local: dict) -> int:
+        return id(local.get("fun"))
+
+    def debug_info(self, frame) -> Any:
+        impl = _find(frame, "_infer_params_impl", self._DEPTH)
+        return impl.f_locals.get("dbg") if impl is not None else None
+
+
+def _find(frame, code_name: str, depth: int):
+    for _ in range(depth):
+        frame = frame.f_back if frame is not None else None
+        if frame is None:
+            return None
+        if frame.f_code.co_name == code_name:
+            return frame
+    return None
+
+
+def detect_layout() -> TraceLayout | str:
+    """The layout of the installed JAX, or the reason none fits."""
+    from jax._src.interpreters import partial_eval as pe
+
+    if callable(getattr(pe, "test_event", None)):
+        cached = getattr(pe, "trace_to_jaxpr", None)
+        if cached is None or not hasattr(cached, "cache_info"):
+            return "it has no cached partial_eval.trace_to_jaxpr"
+        try:
+            from jax._src import flattree
+        except Exception:
+            flattree = None
+        if flattree is not None and hasattr(flattree, "FTStatic"):
+            return FTLayout(pe, flattree.FTStatic)
+        try:
+            from jax._src.tree_util import FlatTree, Static  # noqa: F401
+        except Exception:
+            return "its FlatTree has neither Static nodes nor flattree parts"
+        return FlatTreeLayout(pe, Static)
+    try:
+        from jax._src import pjit, util
+    except Exception:
+        return "its pjit internals are not importable"
+    if not callable(getattr(util, "test_event", None)):
+        return "it announces no trace through test_event"
+    if not hasattr(getattr(pjit, "_create_pjit_jaxpr", None), "cache_clear"):
+        return "it has no cached pjit._create_pjit_jaxpr"
+    return PjitLayout(util)

@@ -1,0 +1,167 @@
+"""A report's rows, groups and events as the views print them: display strings, and the full
+value where the display shortens one (pure; the static HTML, the widget and the standalone
+report all draw these dicts, keyed by the `_report` column names).
+
+Each dict maps a column name to what the view shows; its ``"full"`` entry maps a column
+name to the unshortened value, which the HTML views put in a hover title.
+"""
+
+from __future__ import annotations
+
+import json
+
+from . import _format as fmt
+from ._log import Event
+from ._report import EVENT_COLUMNS, GROUP_COLUMNS, SUMMARY_COLUMNS, Group, Report, is_shown
+
+MAX_EVENTS_PER_GROUP = 500  # the newest ones; every event stays in jt.log()
+_CHANGES_LISTED = 3
+
+
+def _num(value):
+    """A number as JSON can carry it: None for missing or NaN."""
+    return None if value is None or value != value else value
+
+
+def change_texts(events: tuple[Event, ...] | list[Event]) -> tuple[str, str]:
+    """(shown, full) before → after of a group: all of them up to 3, else the first two, "…", the last."""
+    pairs = [(e.before, e.after) for e in events if e.before is not None or e.after is not None]
+    if not pairs:
+        return "", ""
+    listed = pairs if len(pairs) <= _CHANGES_LISTED else [*pairs[:2], None, pairs[-1]]
+    short = ["…" if p is None else fmt.change(*fmt.short_numbers(*p)[:2]) for p in listed]
+    full = [fmt.change(b, a) for b, a in pairs[:50]] + (["…"] if len(pairs) > 50 else [])
+    return ", ".join(short), ", ".join(full)
+
+
+def _explained(e: Event) -> tuple[str, str]:
+    """(explanation, hint) of an event, with paths and floats shortened alike."""
+    digits = fmt.short_numbers(e.before, e.after)[2]
+    return fmt.short_text(e.explanation, digits), fmt.short_text(e.hint, digits)
+
+
+def group_row(g: Group) -> dict:
+    first, last = g.first, g.events[-1]
+    cells = list(dict.fromkeys(fmt.cell_label(e.cell) for e in g.events if e.cell is not None))
+    numbers = {e.trace_number for e in g.events if e.trace_number is not None}
+    span = (f"#{min(numbers)}" + (f"–#{max(numbers)}" if len(numbers) > 1 else "")) if numbers else ""
+    shown, full = change_texts(g.events)
+    explanation, hint = _explained(first)
+    return {
+        "cells": ", ".join(cells), "function": first.function, "numbers": span,
+        "kind": first.kind, "count": len(g.events), "cause": first.cause or "(not diagnosed)",
+        "leaf": first.leaf, "change": shown, "call_site": fmt.short_path(first.call_site),
+        "explanation": explanation, "hint": hint, "first_seq": first.seq, "last_seq": last.seq,
+        "full": {"change": full},
+    }
+
+
+def event_row(e: Event, slowest_seq) -> dict:
+    """One event of a group (its hint is the group's, shown once there)."""
+    before, after, _ = fmt.short_numbers(e.before, e.after)
+    explanation, _ = _explained(e)
+    return {
+        "seq": e.seq, "cell": fmt.cell_label(e.cell), "time": e.time.strftime("%H:%M:%S") if e.time else None,
+        "trace_number": e.trace_number, "kind": e.kind, "cause": e.cause, "leaf": e.leaf,
+        "change": fmt.change(before, after), "call_site": fmt.short_path(e.call_site),
+        "explanation": explanation, "eqns_total": _num(e.eqns_total), "flops": _num(e.flops),
+        "cache_hit": e.cache_hit, "trace_s": _num(e.trace_s), "lower_s": _num(e.lower_s),
+        "compile_s": _num(e.compile_s), "total_s": e.total_s, "slowest": e.seq == slowest_seq,
+        "full": {"change": fmt.change(e.before, e.after)},
+    }
+
+
+def why(row: dict) -> dict | None:
+    """The latest notable group of a function, as the table's "why" cell shows it."""
+    notable = [g for g in row["groups"] if g.notable]
+    if not notable:
+        return None
+    latest = max(notable, key=lambda g: g.events[-1].seq if g.events[-1].seq is not None else 0)
+    return group_row(latest)
+
+
+def _search(row: dict) -> str:
+    """Everything the filter matches: function, leaves, causes, cells, locations and call sites
+    (as shown: a path of the machine stays out of the views' data)."""
+    words = [row["function"], fmt.short_path(row["location"])]
+    cells, call_sites = set(), set()
+    for g in row["groups"]:
+        words += [g.first.cause or "", g.first.leaf or ""]
+        cells.update(e.cell for e in g.events)
+        call_sites.update(e.call_site for e in g.events)
+    words += [fmt.cell_label(c) for c in sorted(c for c in cells if c is not None)]
+    words += [fmt.short_path(c) for c in call_sites]
+    if row["nested"]:
+        words.append("nested")
+    return "\n".join(dict.fromkeys(w for w in words if w)).lower()
+
+
+def table_row(row: dict) -> dict:
+    """One function's summary row, as the table shows it (kept in `row`, which the report
+    rebuilds when the function's events change)."""
+    cached = row.get("_table_row")
+    if cached is None:
+        cached = row["_table_row"] = _table_row(row)
+    return cached
+
+
+def _table_row(row: dict) -> dict:
+    return {
+        "key": row["id"], "hidden": not is_shown(row, internal=False), "internal": row["internal"],
+        "nested": row["nested"], "search": _search(row), "function": row["function"],
+        "location": fmt.short_path(row["location"]), "traces": row["traces"], "compiles": row["compiles"],
+        "eqns_total": _num(row["eqns_total"]), "loop_repeats": _num(row["loop_repeats"]),
+        "trace_s": _num(row["trace_s"]), "lower_s": _num(row["lower_s"]), "compile_s": _num(row["compile_s"]),
+        "total_s": _num(row["total_s"]), "last_cause": row["last_cause"], "last_leaf": row["last_leaf"],
+        "why": why(row),
+    }
+
+
+def history_view(report: Report, function_id: str) -> dict:
+    """One function's history (by the id its table row carries as `key`): a title, a note on its
+    slowest event, and its groups with their events."""
+    key = report.key_of(function_id)
+    events = report.history(key) if key is not None else []
+    if not events:
+        return {"key": "", "title": "", "note": "", "groups": []}
+    slowest = max(events, key=lambda e: e.total_s)
+    groups = []
+    for g in report.groups(key):
+        shown = g.events[-MAX_EVENTS_PER_GROUP:]
+        item = group_row(g)
+        item["events"] = [event_row(e, slowest.seq) for e in shown]
+        item["omitted"] = len(g.events) - len(shown)
+        groups.append(item)
+    first = events[0]
+    where = f" ({fmt.short_path(first.location)})" if first.location else ""
+    cause = f" ({slowest.cause}{' at ' + slowest.leaf if slowest.leaf else ''})" if slowest.cause else ""
+    return {
+        "key": function_id, "title": f"{first.function}{where}: {len(events)} event(s) in {len(groups)} group(s)",
+        "note": (f"slowest: #{slowest.trace_number} {slowest.kind}{cause}, {slowest.total_s:.3f} s, "
+                 f"event {events.index(slowest) + 1} of {len(events)}"),
+        "groups": groups,
+    }
+
+
+def column_spec(columns) -> list[dict]:
+    """A column spec as the JS view receives it (the view holds no copy of its own)."""
+    return [{"name": c.name, "label": c.label, "kind": c.kind, "title": c.title} for c in columns]
+
+
+SPECS = {"columns": column_spec(SUMMARY_COLUMNS), "group_columns": column_spec(GROUP_COLUMNS),
+         "event_columns": column_spec(EVENT_COLUMNS)}
+
+
+def table_content(report: Report) -> dict:
+    """What the view draws of `report`, beside the columns: both headlines, and every row as one
+    JSON text (ipywidgets walks nested lists and dicts on every send; a string it does not)."""
+    rows = ",".join(_row_json(row) for row in report.rows(internal=True))
+    return {"headline": report.headline(internal=False), "headline_all": report.headline(internal=True),
+            "rows_json": f"[{rows}]"}
+
+
+def _row_json(row: dict) -> str:
+    cached = row.get("_row_json")
+    if cached is None:
+        cached = row["_row_json"] = json.dumps(table_row(row), ensure_ascii=False, allow_nan=False)
+    return cached

@@ -1,0 +1,276 @@
+"""Helpers shared by the test modules (test modules never import each other).
+
+* `rows`: the recorded non-internal traces as (function, cause, leaf, before, after).
+* The differential harness: run a program with and without recording and compare what it
+  did (`Run`, `run_program`, `without_and_with_recording`).
+* `explained_misses`: JAX's own cache-miss explanations tied to the recorded traces.
+* `inventory_tool`: the JAX call-site extractor of `benchmarks/jax_inventory.py`.
+* `shell`-side helpers for a real IPython `InteractiveShell` (`display_texts`).
+"""
+
+import contextlib
+import gc
+import importlib.util
+import logging
+import pathlib
+import re
+import sys
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxtrace_nb as jt
+
+
+def rows(jt, function=None):
+    """Non-internal trace events as (function, cause, leaf, before, after) tuples."""
+    df = jt.log(internal=False)
+    df = df[df["kind"] == "trace"]
+    if function is not None:
+        df = df[df["function"] == function]
+    return [tuple(None if v is None or v != v else v for v in r)
+            for r in df[["function", "cause", "leaf", "before", "after"]].itertuples(index=False)]
+
+
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+
+
+def _bits(x) -> tuple:
+    if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+        return ("key", str(x.dtype), *_bits(jax.random.key_data(x)))
+    a = np.asarray(x)
+    return (a.dtype.str, a.shape, np.ascontiguousarray(a).view(np.uint8).tobytes())
+
+
+def outcome(value) -> tuple:
+    leaves, treedef = jax.tree_util.tree_flatten(value)
+    return ("ok", str(treedef), tuple(_bits(leaf) for leaf in leaves))
+
+
+def error(e: BaseException) -> tuple:
+    cause = e.__cause__
+    return ("raised", type(e).__name__, _ADDRESS.sub("0x?", str(e)),
+            None if cause is None else (type(cause).__name__, _ADDRESS.sub("0x?", str(cause))))
+
+
+class Run:
+    """What a program did: step outcomes, warnings, body runs, cache sizes."""
+
+    def __init__(self):
+        self.steps: list[tuple] = []
+        self.bodies: dict[str, int] = {}
+        self.jitted: dict[str, object] = {}
+
+    def body(self, name: str) -> None:
+        """Count one run of a traced Python body (call it inside the body)."""
+        self.bodies[name] = self.bodies.get(name, 0) + 1
+
+    def jit(self, name: str, fn):
+        """Register a jitted function whose every body run must be one recorded trace."""
+        self.jitted[name] = fn
+        return fn
+
+    def step(self, label: str, thunk) -> None:
+        try:
+            self.steps.append((label, outcome(thunk())))
+        except Exception as e:  # noqa: BLE001 - the outcome is what we compare
+            self.steps.append((label, error(e)))
+
+    def cache_sizes(self) -> dict[str, int]:
+        sizes = {}
+        for name, fn in self.jitted.items():
+            cached = getattr(fn, "_cached", fn)  # eqx.filter_jit keeps its jax.jit in `_cached`
+            sizes[name] = cached._cache_size()
+        return sizes
+
+
+def run_program(program_fn) -> tuple:
+    r = Run()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        program_fn(r)
+    seen = [(w.category.__name__, _ADDRESS.sub("0x?", str(w.message))) for w in caught]
+    return (r.steps, seen, dict(r.bodies), r.cache_sizes()), r
+
+
+def without_and_with_recording(run, *, warm: bool = False) -> tuple:
+    """`run()` with jaxtrace_nb stopped, then recording; (result without, result with, events).
+
+    Both runs come from one call site, so that tracebacks quoted in messages name the same
+    lines. With `warm`, a first run, discarded, warms JAX's process-wide caches (whether
+    JAX itself calls a user's ``__eq__`` can differ between a first and a later run).
+    """
+    jt.stop()
+    jt.reset()
+    results = []
+    try:
+        for recording in (False, False, True) if warm else (False, True):
+            if recording:
+                jt.start()
+            gc.collect()
+            results.append(run())
+        events = jt.log(internal=False)
+    finally:
+        jt.stop()
+        jt.reset()
+    return results[-2], results[-1], events
+
+
+
+
+def display_outputs(sh):
+    """The data of every display a capturing `InteractiveShell` published."""
+    return [o["data"] for o in sh.display_pub.outputs]
+
+
+def display_texts(sh):
+    """The text/plain of every display a capturing `InteractiveShell` published."""
+    return [d.get("text/plain", "") for d in display_outputs(sh)]
+
+
+def inventory_tool():
+    """benchmarks/jax_inventory.py (the one home of the JAX call-site extraction), loaded by
+    path: pytest puts tests/, not the repository root, on sys.path."""
+    name = "_jaxtrace_jax_inventory"
+    if name not in sys.modules:
+        path = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "jax_inventory.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        sys.modules[name] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def package_frames_on_cache_hits(calls, repeat: int = 50) -> list:
+    """The frames of jaxtrace_nb's own code that run while `calls()` makes cache-hit calls
+    `repeat` times, seen by `sys.setprofile` (which sees every Python call)."""
+    import os
+
+    package_dir = os.path.dirname(jt.__file__) + os.sep
+    frames = []
+
+    def profiler(frame, event, arg):
+        if frame.f_code.co_filename.startswith(package_dir):
+            frames.append((frame.f_code.co_name, event))
+
+    sys.setprofile(profiler)
+    try:
+        for _ in range(repeat):
+            calls()
+    finally:
+        sys.setprofile(None)
+    return frames
+
+
+# JAX's own explanation of a tracing-cache miss (`jax_explain_cache_misses`) -> our causes
+# that agree with it.
+JAX_CATEGORIES = {
+    "never seen function": {"first", "new_function"},
+    "Tracing context doesn't match": {"context"},
+    "different tracing context": {"context"},  # JAX 0.8
+    "different input pytree": {"structure", "static"},
+    "different value of static args": {"static"},  # JAX 0.8, and the next three
+    "different value of static kwargs": {"static", "structure"},  # a static keyword passed or not
+    "different static_argnums": {"static", "structure"},
+    "different number of args and kwargs": {"structure"},
+    "Debug info doesn't match": {"new_function", "structure"},
+    "different input types": {"shape", "dtype", "weak_type", "sharding"},
+    "cache miss explanation unavailable": {"unknown"},
+}
+
+
+class _ExplainedMisses(logging.Handler):
+    """Collects JAX's cache-miss explanations and ties each to the trace that follows it.
+
+    JAX logs its explanation just before it runs the trace, and jaxtrace_nb's trace hook
+    runs at the start of that trace: the session's `on_trace` is shadowed to take the
+    latest explanation of the same function (JAX explains every traced transformation;
+    jaxtrace_nb records jit traces only).
+    """
+
+    def __init__(self, session, explained_after: bool):
+        super().__init__(logging.WARNING)
+        self.latest = None
+        self.started: dict = {}  # JAX name -> event of that function's latest trace start
+        self.after = explained_after  # JAX 0.8 explains a miss once its trace is done
+        self.by_event: dict[int, tuple[str, str]] = {}
+        on_trace = session.on_trace
+
+        def tagged(record):
+            pending = on_trace(record)
+            latest, self.latest = self.latest, None
+            if pending is not None:
+                self.started[record.identity.jax_name] = pending.event
+                if latest is not None and latest[0] == record.identity.jax_name:
+                    self.by_event[id(pending.event)] = latest
+            return pending
+
+        self.on_trace = tagged
+
+    def _explained(self, name: str, category: str) -> None:
+        if self.after:
+            event = self.started.pop(name, None)
+            if event is not None:
+                self.by_event[id(event)] = (name, category)
+        else:
+            self.latest = (name, category)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if not message.startswith("TRACING CACHE MISS"):
+            return
+        lines = message.splitlines()
+        if lines[1].strip() == "never seen function:":
+            self._explained(lines[2].split()[0], "never seen function")
+            return
+        name = lines[1].strip().removeprefix("for ").split(" defined at ")[0]
+        self._explained(name, next((c for c in JAX_CATEGORIES if c in message), ""))
+
+
+def _explained_apart(event, category: str) -> bool:
+    """Where JAX and jaxtrace_nb see different histories, both stated: JAX forgets every key at
+    `jax.clear_caches()` ("never seen"), and compares with keys of traces that raised, which
+    jaxtrace_nb does not count as traces (its explanation names the failed attempts)."""
+    cleared = event.cause == "unknown"  # JAX's "never seen": it forgot the key, as jaxtrace_nb says
+    after_failure = event.cause == "first" and "raised while tracing" in event.explanation
+    return (cleared and category == "never seen function") or after_failure
+
+
+class _Misses:
+    """What `explained_misses` collected: JAX's explanation of each recorded trace it explained."""
+
+    def __init__(self, handler):
+        self._handler = handler
+
+    def explained(self, events) -> list:
+        """(event, (name, JAX's category)) for each of `events` JAX explained."""
+        by_event = self._handler.by_event
+        return [(e, by_event[id(e)]) for e in events if id(e) in by_event]
+
+    @staticmethod
+    def disagreements(explained) -> list:
+        """(function, trace number, our cause, JAX's category) where the two disagree."""
+        return [(e.function, e.trace_number, e.cause, category) for e, (_, category) in explained
+                if e.cause not in JAX_CATEGORIES.get(category, ()) and not _explained_apart(e, category)]
+
+
+@contextlib.contextmanager
+def explained_misses():
+    """`jax_explain_cache_misses` on, JAX's explanations tied to the traces jaxtrace_nb records."""
+    from jaxtrace_nb._jax_internals import detect
+    from jaxtrace_nb._session import get_session
+
+    session = get_session()
+    handler = _ExplainedMisses(session, explained_after=detect().layout.name == "0.8")
+    loggers = [logging.getLogger(name) for name in ("jax._src.interpreters.partial_eval", "jax._src.pjit")]
+    session.on_trace = handler.on_trace
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        with jax.explain_cache_misses(True):
+            yield _Misses(handler)
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+        del session.on_trace

@@ -1,0 +1,763 @@
+"""One differential program per JAX call site that starts a trace (issue 11).
+
+JAX starts a trace from many places: `jit` (in `pjit.py`) and, for every transformation
+and control-flow primitive, a direct call of `partial_eval.trace_to_jaxpr` — with
+different calling conventions (`debug_info` positional or keyword, extra flags). An
+observer that got one convention wrong broke grad-through-pmap, remat-of-scan, checkify
+of `while_loop` and `jit(grad(shard_map))`. So this module keeps, for each call site in
+the inventory of the installed JAX (`tests/jax_inventory_data.py`), a small program
+that reaches it through public APIs only, and checks three things:
+
+* **reach** — a test-only `sys.setprofile` probe, active for one run of one program,
+  sees the call of `trace_to_jaxpr` / `trace_to_jaxpr_nocache` / `_create_pjit_jaxpr`
+  and maps the calling frame (`frame.f_back`: file and line) to its inventory site.
+  Every site a program is written for must be seen.
+* **same with and without recording** — the program runs with jaxtrace_nb stopped, then
+  under `jt.start()`: every step's outputs bit for bit, exceptions (type, message with
+  addresses masked), warnings, body runs, cache sizes, and the stack depth inside the
+  traced user functions (`len(inspect.stack())` relative to the program, as JAX's
+  `TracebackTest` counts it) must be identical; the traceback of each expected error
+  must name the same frames; and each jitted body a program registers (`r.jit`) must be
+  recorded once per run, so that a probe that silently records nothing cannot pass.
+* **coverage** — a parametrized test over the inventory fails for every call site of the
+  installed JAX that has no program, unless it is in `UNREACHABLE` with its reason.
+
+Programs name their sites as ``"file::function#index"`` (the inventory key without
+line numbers); sites of other JAX versions may be listed too and are ignored where
+the installed JAX lacks them. A program needing an API that the installed JAX lacks is
+skipped with the missing API's name, and only then.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import inspect
+import pathlib
+import sys
+import traceback
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+import jaxtrace_nb as jt
+from _support import error, inventory_tool, outcome, run_program, without_and_with_recording
+from jax_inventory_data import INVENTORY
+
+JAX_ROOT = pathlib.Path(jax.__file__).resolve().parent.parent
+
+
+def site_id(site: dict) -> str:
+    return f"{site['file']}::{site['function']}#{site['index']}"
+
+
+@functools.cache
+def live_sites() -> tuple[dict, ...]:
+    """The installed JAX's trace call sites, with the line span of each call."""
+    tool = inventory_tool()
+    return tuple(tool.extract(tool.read_tree(JAX_ROOT), lines=True)["trace_to_jaxpr"])
+
+
+def inventory_sites() -> list[dict]:
+    """The inventory's sites for the installed JAX (its own extraction if the version is
+    missing: test_jax_inventory fails for that, and coverage is still checked here)."""
+    entry = INVENTORY.get(jax.__version__)
+    if entry is None:
+        return [dict(s) for s in live_sites()]
+    return [s for s in entry["trace_to_jaxpr"] if (JAX_ROOT / s["file"]).exists()]  # shipped
+
+
+# --- The reach probe ---------------------------------------------------------------------
+
+_TRACE_FUNCTIONS = {("jax/_src/interpreters/partial_eval.py", "trace_to_jaxpr"),
+                    ("jax/_src/interpreters/partial_eval.py", "trace_to_jaxpr_nocache"),
+                    ("jax/_src/pjit.py", "_create_pjit_jaxpr")}
+_CACHE_WRAPPER_FILES = {"jax/_src/linear_util.py", "jax/_src/util.py"}  # Python cache wrappers
+
+
+@functools.cache
+def _relative(filename: str) -> str:
+    try:
+        return pathlib.Path(filename).resolve().relative_to(JAX_ROOT).as_posix()
+    except ValueError:
+        return filename
+
+
+def reached_sites(program_fn) -> tuple[set[str], list[str]]:
+    """Run `program_fn` once under a profile hook; (site ids reached, unmapped callers)."""
+    calls: list[tuple[str, int, str]] = []
+
+    def profile(frame, event, arg):
+        if event != "call":
+            return
+        code = frame.f_code
+        if (_relative(code.co_filename), code.co_name) not in _TRACE_FUNCTIONS:
+            return
+        caller = frame.f_back
+        while caller is not None and _relative(caller.f_code.co_filename) in _CACHE_WRAPPER_FILES:
+            caller = caller.f_back
+        if caller is not None:
+            calls.append((_relative(caller.f_code.co_filename), caller.f_lineno,
+                          caller.f_code.co_name))
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        run_program(program_fn)
+    finally:
+        sys.setprofile(previous)
+    reached, unmapped = set(), []
+    for file, line, name in calls:
+        match = [s for s in live_sites()
+                 if s["file"] == file and s["lines"][0] <= line <= s["lines"][1]]
+        if match:
+            reached.add(site_id(match[0]))
+        else:
+            unmapped.append(f"{file}:{line} in {name}")
+    return reached, unmapped
+
+
+# --- Programs ------------------------------------------------------------------------------
+
+class Program:
+    def __init__(self, fn, sites, needs):
+        self.fn, self.sites, self.needs = fn, tuple(sites), tuple(needs)
+
+    def missing_api(self) -> str | None:
+        """The first API in `needs` the installed JAX lacks, or None."""
+        for dotted in self.needs:
+            parts = dotted.split(".")
+            for i in range(len(parts), 0, -1):  # the longest importable module prefix
+                try:
+                    obj = importlib.import_module(".".join(parts[:i]))
+                    break
+                except ImportError:
+                    continue
+            else:
+                return dotted
+            try:
+                with warnings.catch_warnings():  # a deprecated API is still there
+                    warnings.simplefilter("ignore")
+                    for attr in parts[i:]:
+                        obj = getattr(obj, attr)
+            except AttributeError:
+                return dotted
+        return None
+
+
+PROGRAMS: dict[str, Program] = {}
+
+
+def program(*sites: str, needs: tuple[str, ...] = ()):
+    """Register a program written to reach `sites`; `needs`: public APIs it uses that some
+    JAX versions lack (module path + attribute, or a config flag as ``jax.config.jax_…``)."""
+    def register(fn):
+        PROGRAMS[fn.__name__] = Program(fn, sites, needs)
+        return fn
+    return register
+
+
+def depth(r, label: str) -> None:
+    """Note the stack depth here (inside a traced user function), relative to the program."""
+    r.steps.append((f"depth in {label}", len(inspect.stack()) - r.base_depth))
+
+
+def raising(r, label: str, thunk) -> None:
+    """A step expected to raise: its outcome plus the frames of the traceback the user sees
+    (JAX filters its own frames; an observer's frames would show)."""
+    try:
+        value = thunk()
+    except Exception as e:  # noqa: BLE001 - the outcome is what we compare
+        frames = tuple((pathlib.Path(f.filename).name, f.name)
+                       for f in traceback.extract_tb(e.__traceback__))
+        r.steps.append((label, (*error(e), frames)))
+    else:
+        r.steps.append((label, ("did not raise", outcome(value))))
+
+
+@functools.cache
+def _mesh():
+    """A 1-D mesh over all devices with an Auto axis (works with one CPU device)."""
+    return jax.sharding.Mesh(np.array(jax.devices()), ("x",))
+
+
+def _sharded(f):
+    P = jax.sharding.PartitionSpec
+    return jax.shard_map(f, mesh=_mesh(), in_specs=P("x"), out_specs=P("x"))
+
+
+class _flag:
+    """Set a JAX config flag for one program, restoring it after (nothing leaks)."""
+
+    def __init__(self, name, value):
+        self.name, self.value = name, value
+
+    def __enter__(self):
+        self.old = getattr(jax.config, self.name)
+        jax.config.update(self.name, self.value)
+
+    def __exit__(self, *exc):
+        jax.config.update(self.name, self.old)
+
+
+JIT = "jax/_src/pjit.py::_trace_for_jit#1"
+PJIT = "jax/_src/pjit.py::_trace_for_jit#0"
+JIT_08 = "jax/_src/pjit.py::_infer_params_impl#0"  # JAX 0.8.x: _create_pjit_jaxpr
+CACHED_011 = "jax/_src/interpreters/partial_eval.py::trace_to_jaxpr#0"  # 0.11+: cached -> nocache
+JIT_ANY = (JIT, JIT_08, CACHED_011)  # whichever the installed JAX has
+CONDITIONALS = "jax/_src/lax/control_flow/conditionals.py"
+LOOPS = "jax/_src/lax/control_flow/loops.py"
+SOLVES = "jax/_src/lax/control_flow/solves.py"
+CHECKIFY = "jax/_src/checkify.py"
+SHARD_MAP = "jax/_src/shard_map.py"
+REMAT = "jax/_src/ad_checkpoint.py"
+
+X = np.linspace(-1.0, 2.0, 6, dtype=np.float32)
+
+
+@program(*JIT_ANY)
+def jit_plain(r):
+    @jax.jit
+    def f(x, y):
+        r.body("f")
+        depth(r, "f")
+        return jnp.sin(x) * y + 1
+
+    r.jit("f", f)
+    r.step("f32", lambda: f(X, 2.0))
+    r.step("f32 again", lambda: f(X + 1, 3.0))
+    r.step("int", lambda: f(jnp.arange(6), 2))
+
+    @jax.jit
+    def g(x, y):  # traces that raise: not registered, whether they are events is the probe's call
+        r.body("g")
+        if x.ndim > 1:
+            raise ValueError(f"user error for {x.aval.str_short()}")
+        return x * y
+
+    raising(r, "shape error", lambda: g(X, jnp.ones(5)))
+    raising(r, "user error", lambda: g(X.reshape(2, 3), 1.0))
+
+
+@program(PJIT, needs=("jax.experimental.pjit.pjit",))
+def pjit_resource_env(r):
+    from jax.experimental import pjit as pjit_module
+
+    def f(x):
+        r.body("f")
+        depth(r, "f")
+        return x * 2
+
+    g = r.jit("f", pjit_module.pjit(f))  # deprecated, but public: jit's use_resource_env branch
+    r.step("pjit", lambda: g(X))
+
+
+@program(*JIT_ANY)
+def jit_nested_vmap_eval_shape_aot(r):
+    def inner(x):
+        r.body("inner")
+        depth(r, "inner")
+        return jnp.cos(x) ** 2
+
+    outer = jax.jit(lambda x: jax.jit(inner)(x) + 1)
+    r.step("nested", lambda: outer(X))
+    r.step("vmap(jit)", lambda: jax.vmap(jax.jit(inner))(X.reshape(2, 3)))
+    r.step("eval_shape", lambda: jax.eval_shape(jax.jit(inner), X).shape)
+    r.step("aot", lambda: jax.jit(inner).lower(X).compile()(X))
+    r.step("jvp(jit)", lambda: jax.jvp(jax.jit(inner), (X,), (X,)))
+
+
+@program(*JIT_ANY, needs=("jax.export.export",))
+def jit_export(r):
+    def f(x):
+        r.body("f")
+        depth(r, "f")
+        return jnp.tanh(x).sum()
+
+    def roundtrip():
+        exported = jax.export.export(jax.jit(f))(jax.ShapeDtypeStruct(X.shape, X.dtype))
+        return jax.export.deserialize(exported.serialize()).call(X)
+
+    r.step("export", roundtrip)
+
+
+@program(*JIT_ANY, needs=("jax.pmap",))
+def grad_vjp_through_pmap(r):
+    def f(x):
+        r.body("f")
+        depth(r, "f")
+        return jnp.sin(x) * x
+
+    n = len(jax.devices())
+    xs = np.arange(n * 3, dtype=np.float32).reshape(n, 3)
+    pf = jax.pmap(f)
+    r.step("pmap", lambda: pf(xs))
+    r.step("grad(pmap)", lambda: jax.grad(lambda x: pf(x).sum())(xs))
+    r.step("vjp(pmap)", lambda: jax.vjp(pf, xs)[1](jnp.ones_like(xs)))
+    r.step("pmap(grad)", lambda: jax.pmap(jax.grad(lambda x: f(x).sum()))(xs))
+
+
+@program(f"{CONDITIONALS}::cond#0", f"{CONDITIONALS}::cond#1")
+def cond_branches(r):
+    def true_fun(x):
+        r.body("true")
+        depth(r, "true branch")
+        return jnp.sin(x)
+
+    def false_fun(x):
+        r.body("false")
+        return jnp.cos(x)
+
+    r.step("cond", lambda: lax.cond(X[0] > 0, true_fun, false_fun, X))
+    r.step("jit(cond)", lambda: jax.jit(lambda x: lax.cond(x[0] > 0, true_fun, false_fun, x))(X))
+    r.step("vmap(cond)", lambda: jax.vmap(lambda x: lax.cond(x > 0, true_fun, false_fun, x))(X))
+    raising(r, "mismatched branches",
+           lambda: lax.cond(X[0] > 0, true_fun, lambda x: x.sum(), X))
+
+
+@program(f"{CONDITIONALS}::_switch_internal#0")
+def switch_branches(r):
+    def branch(k):
+        def fn(x):
+            r.body(f"branch{k}")
+            depth(r, f"branch{k}")
+            return x * k
+        return fn
+
+    r.step("switch", lambda: lax.switch(1, [branch(0), branch(1), branch(2)], X))
+    r.step("jit(switch)", lambda: jax.jit(
+        lambda i, x: lax.switch(i, [branch(0), branch(1)], x))(1, X))
+
+
+@program("jax/_src/lax/control_flow/common.py::_make_closed_jaxpr#0",
+         f"{CONDITIONALS}::_transpose_jaxpr_fancy#0")
+def grad_of_cond(r):
+    def loss(x):
+        r.body("loss")
+        depth(r, "loss")
+        return lax.cond(x[0] > 0, jnp.sin, jnp.cos, x).sum()
+
+    r.step("grad(cond)", lambda: jax.grad(loss)(X))
+    r.step("jit(grad(cond))", lambda: jax.jit(jax.grad(loss))(X))
+
+
+@program(f"{LOOPS}::scan.<locals>._create_jaxpr#0")
+def scan_under_transformations(r):
+    def step(c, x):
+        r.body("step")
+        depth(r, "scan body")
+        return c * 0.9 + x, jnp.sin(c)
+
+    def run(xs):
+        return lax.scan(step, 0.0, xs)
+
+    r.step("scan", lambda: run(X))
+    r.step("grad(scan)", lambda: jax.grad(lambda xs: run(xs)[0])(X))
+    r.step("vmap(scan)", lambda: jax.vmap(run)(X.reshape(2, 3)))
+    r.step("linearize(scan)", lambda: jax.linearize(lambda xs: run(xs)[1], X)[1](X))
+    raising(r, "bad carry", lambda: lax.scan(lambda c, x: (c[None], x), 0.0, X))
+
+    def failing_step(c, x):
+        raise ValueError(f"user error at carry {c.aval.str_short()}")
+
+    raising(r, "user error in body",
+            lambda: jax.grad(lambda xs: lax.scan(failing_step, 0.0, xs)[0])(X))
+
+
+@program(f"{LOOPS}::scan_nocarry#0", needs=("jax.config.jax_scan3",))
+def scan3_flag(r):
+    def step(c, x):
+        r.body("step")
+        depth(r, "scan3 body")
+        return c + x, c * x
+
+    with _flag("jax_scan3", True):
+        r.step("scan3", lambda: lax.scan(step, 0.0, X))
+
+
+@program(f"{LOOPS}::while_loop.<locals>._create_jaxpr#0",
+         f"{LOOPS}::while_loop.<locals>._create_jaxpr#1")
+def while_and_fori(r):
+    def cond(c):
+        r.body("cond")
+        depth(r, "while cond")
+        return c[0] < 5
+
+    def body(c):
+        r.body("body")
+        depth(r, "while body")
+        return c[0] + 1, c[1] * 1.5
+
+    r.step("while_loop", lambda: lax.while_loop(cond, body, (0, X)))
+    r.step("fori_loop", lambda: lax.fori_loop(0, 4, lambda i, x: x + i, X))
+    r.step("vmap(while)", lambda: jax.vmap(lambda x: lax.while_loop(cond, body, (0, x))[1])(X))
+
+
+@program("jax/_src/interpreters/ad.py::_jvp_jaxpr#0")
+def jvp_of_while(r):
+    def body(c):
+        r.body("body")
+        depth(r, "jvp while body")
+        return c[0] + 1, jnp.sin(c[1])
+
+    def f(x):
+        return lax.while_loop(lambda c: c[0] < 3, body, (0, x))[1]
+
+    r.step("jvp(while)", lambda: jax.jvp(f, (X,), (jnp.ones_like(X),)))
+
+
+@program(f"{LOOPS}::_scan_state_partial_discharge_rule#0", needs=("jax.new_ref",))
+def scan_with_a_ref(r):
+    def f(xs):
+        acc = jax.new_ref(jnp.zeros(()))
+
+        def step(c, x):
+            r.body("step")
+            depth(r, "scan body with ref")
+            acc[...] += x
+            return c + x, x * 2
+
+        c, ys = lax.scan(step, 0.0, xs)
+        return c + acc[...], ys
+
+    r.step("scan+ref", lambda: f(X))
+    r.step("jit(scan+ref)", lambda: jax.jit(f)(X))
+
+
+@program(f"{LOOPS}::_while_partial_discharge_rule#0",
+         f"{LOOPS}::_while_partial_discharge_rule#1", needs=("jax.new_ref",))
+def while_with_a_ref(r):
+    def f(x):
+        acc = jax.new_ref(jnp.zeros(()))
+
+        def body(c):
+            r.body("body")
+            acc[...] += c[1]
+            return c[0] + 1, c[1] * 2
+
+        def cond(c):
+            return c[0] < acc[...] + 3
+
+        i, y = lax.while_loop(cond, body, (0, x.sum()))
+        return y + acc[...]
+
+    r.step("jit(while+ref)", lambda: jax.jit(f)(X))
+
+
+@program(f"{LOOPS}::_scan_partial_eval_custom#0", f"{REMAT}::_trace_to_jaxpr#0",
+         f"{REMAT}::_transpose_jaxpr#0")
+def remat_of_scan(r):
+    def step(c, x):
+        r.body("step")
+        depth(r, "remat scan body")
+        return jnp.sin(c) * x, c
+
+    def loss(xs):
+        return lax.scan(step, 1.0, xs)[0]
+
+    for name in ("nothing_saveable", "dots_saveable", "everything_saveable"):
+        policy = getattr(jax.checkpoint_policies, name)
+        r.step(f"grad(checkpoint(scan), {name})",
+               lambda policy=policy: jax.grad(jax.checkpoint(loss, policy=policy))(X))
+    r.step("scan(checkpoint(body))", lambda: jax.grad(
+        lambda xs: lax.scan(jax.checkpoint(step), 1.0, xs)[0])(X))
+
+
+@program(f"{REMAT}::_remat3#0", needs=("jax.config.jax_remat3",))
+def remat3_flag(r):
+    def f(x):
+        r.body("f")
+        depth(r, "remat3 body")
+        return jnp.sin(x).sum()
+
+    with _flag("jax_remat3", True):
+        r.step("grad(checkpoint)", lambda: jax.grad(jax.checkpoint(f))(X))
+
+
+@program(f"{CHECKIFY}::checkify.<locals>.checked_fun#0",
+         f"{CHECKIFY}::checkify_while_body_jaxpr#0", f"{CHECKIFY}::jaxpr_to_checkify_jaxpr#0",
+         needs=("jax.experimental.checkify.checkify",))
+def checkify_of_while_loop(r):
+    from jax.experimental import checkify
+
+    def f(x):
+        r.body("f")
+        depth(r, "checkified f")
+        checkify.check(jnp.all(x > -5), "x too small")
+        return lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] / c[0]), (0, x))[1]
+
+    checked = checkify.checkify(f, errors=checkify.all_checks)
+    r.step("ok", lambda: checked(X)[1])
+    r.step("error text", lambda: checked(X)[0].get())
+    r.step("failing check", lambda: checked(X - 10)[0].get())
+    raising(r, "throw", lambda: checked(X - 10)[0].throw())
+
+
+@program(f"{CHECKIFY}::shard_map_error_check#0", f"{SHARD_MAP}::_shard_map_staging#0",
+         needs=("jax.shard_map", "jax.experimental.checkify.checkify"))
+def checkify_of_shard_map(r):
+    from jax.experimental import checkify
+
+    def f(x):
+        r.body("f")
+        checkify.check(jnp.all(x < 100), "too big")
+        return x * 2
+
+    r.step("checkify(shard_map)", lambda: checkify.checkify(_sharded(f))(X)[1])
+
+
+@program(f"{SHARD_MAP}::_shard_map_staging#0",
+         f"{SHARD_MAP}::_promote_scalar_residuals_jaxpr#0", needs=("jax.shard_map",))
+def jit_grad_shard_map(r):
+    def f(x):
+        r.body("f")
+        depth(r, "shard_map body")
+        return jnp.sin(jnp.sin(x.sum())) * x
+
+    r.step("shard_map", lambda: _sharded(f)(X))
+    r.step("jit(grad(shard_map))", lambda: jax.jit(jax.grad(lambda x: _sharded(f)(x).sum()))(X))
+    r.step("vjp(shard_map)", lambda: jax.vjp(_sharded(f), X)[1](X))
+
+
+@program(f"{SHARD_MAP}::_add_reshapes#0", f"{SHARD_MAP}::_add_reshapes#1",
+         needs=("jax.shard_map",))
+def remat_of_shard_map(r):
+    def f(x):
+        r.body("f")
+        return jnp.sin(jnp.sin(x.sum())) * x
+
+    policy = jax.checkpoint_policies.everything_saveable
+    r.step("grad(checkpoint(shard_map))", lambda: jax.grad(
+        lambda x: jax.checkpoint(_sharded(f), policy=policy)(x).sum())(X))
+
+
+@program(f"{SOLVES}::custom_root#0", f"{SOLVES}::custom_root#1", f"{SOLVES}::custom_root#2")
+def custom_root_under_grad(r):
+    def solve(g, y0):
+        r.body("solve")
+        depth(r, "custom_root solve")
+        return y0 - g(y0) / 2
+
+    def sqrt(a):
+        return lax.custom_root(lambda y: y ** 2 - a, 1.0, solve, lambda g, y: y / 2)
+
+    r.step("root", lambda: sqrt(2.0))
+    r.step("grad(root)", lambda: jax.grad(sqrt)(2.0))
+
+
+@program(f"{SOLVES}::custom_linear_solve#0", f"{SOLVES}::custom_linear_solve#1",
+         f"{SOLVES}::custom_linear_solve#2", f"{SOLVES}::custom_linear_solve#3")
+def custom_linear_solve_under_grad(r):
+    a = np.array([[2.0, 1.0], [1.0, 3.0]], np.float32)
+    b = np.array([1.0, 2.0], np.float32)
+
+    def matvec(v):
+        r.body("matvec")
+        depth(r, "matvec")
+        return a @ v
+
+    def solve(mv, rhs):
+        return jnp.linalg.solve(a, rhs)
+
+    def transpose_solve(vm, rhs):
+        return jnp.linalg.solve(a.T, rhs)
+
+    r.step("solve", lambda: lax.custom_linear_solve(matvec, b, solve, transpose_solve))
+    r.step("grad(solve)", lambda: jax.grad(
+        lambda b: lax.custom_linear_solve(matvec, b, solve, transpose_solve).sum())(b))
+    r.step("grad(symmetric)", lambda: jax.grad(
+        lambda b: lax.custom_linear_solve(matvec, b, solve, symmetric=True).sum())(b))
+
+
+@program("jax/_src/lax/lax.py::_variadic_reduction_jaxpr#0")
+def reductions_with_custom_computations(r):
+    def add(a, b):
+        r.body("add")
+        depth(r, "reducer")
+        return a + b
+
+    def argmax(a, b):
+        pick = a[0] >= b[0]
+        return jnp.where(pick, a[0], b[0]), jnp.where(pick, a[1], b[1])
+
+    r.step("reduce", lambda: lax.reduce(X, np.float32(0), add, (0,)))
+    r.step("variadic reduce", lambda: lax.reduce(
+        (X, jnp.arange(6)), (np.float32(-np.inf), 0), argmax, (0,)))
+
+
+@program("jax/_src/lax/lax.py::_reduction_jaxpr#0")
+def scatter_apply(r):
+    def fn(v):
+        r.body("fn")
+        depth(r, "scatter apply fn")
+        return jnp.sin(v)
+
+    r.step(".at[].apply", lambda: jnp.asarray(X).at[2].apply(fn))
+    r.step(".at[].add", lambda: jnp.asarray(X).at[1:3].add(5.0))
+
+
+@program("jax/_src/lax/lax.py::_trace_composite_to_jaxpr#0", needs=("jax.lax.composite",))
+def composite(r):
+    def double(x):
+        r.body("double")
+        depth(r, "composite body")
+        return x * 2
+
+    r.step("composite", lambda: lax.composite(double, name="jaxtrace.double")(X))
+    r.step("jit(composite)", lambda: jax.jit(lax.composite(double, name="jaxtrace.double"))(X))
+
+
+@program(*JIT_ANY)
+def associative_scan_and_custom_derivatives(r):
+    @jax.custom_jvp
+    def softplus(x):
+        r.body("softplus")
+        depth(r, "custom_jvp")
+        return jnp.log1p(jnp.exp(x))
+
+    softplus.defjvp(lambda p, t: (softplus(p[0]), t[0] * jax.nn.sigmoid(p[0])))
+
+    @jax.custom_vjp
+    def clip_grad(x):
+        return x
+
+    clip_grad.defvjp(lambda x: (x, None), lambda _, g: (jnp.clip(g, -1, 1),))
+
+    r.step("associative_scan", lambda: lax.associative_scan(jnp.add, X))
+    r.step("jit(grad(custom_jvp))", lambda: jax.jit(jax.grad(lambda x: softplus(x).sum()))(X))
+    r.step("grad(custom_vjp)", lambda: jax.grad(lambda x: (clip_grad(x) * 10).sum())(X))
+    r.step("linearize", lambda: jax.linearize(lambda x: softplus(x) * 2, X)[1](X))
+
+
+@program("jax/experimental/scheduling_groups.py::_xla_metadata_call.<locals>.wrapped#0",
+         "jax/_src/xla_metadata.py::_xla_metadata_call.<locals>.wrapped#0",
+         needs=("jax.experimental.scheduling_groups.xla_metadata_call",))
+def xla_metadata_call(r):
+    from jax.experimental import scheduling_groups
+
+    def f(x):
+        r.body("f")
+        depth(r, "xla_metadata_call body")
+        return x * 2
+
+    r.step("xla_metadata_call", lambda: scheduling_groups.xla_metadata_call(f, tag="t")(X))
+    r.step("jit(scheduling_group)", lambda: jax.jit(
+        scheduling_groups.scheduling_group("g")(f))(X))
+
+
+#: Call sites no public API reaches, each with its reason (keep this short and honest).
+UNREACHABLE = {
+    f"{REMAT}::custom_remat.<locals>.call#0":
+        "jax._src.ad_checkpoint.custom_remat is exported nowhere (no public API calls it)",
+}
+
+
+# --- Tests ---------------------------------------------------------------------------------
+
+def _skip_if_missing(prog: Program) -> None:
+    missing = prog.missing_api()
+    if missing:
+        pytest.skip(f"needs {missing}, which JAX {jax.__version__} lacks")
+
+
+def _with_base_depth(fn):
+    def run(r):
+        r.base_depth = len(inspect.stack())
+        fn(r)
+    return run
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_program_reaches_its_call_sites(name):
+    prog = PROGRAMS[name]
+    _skip_if_missing(prog)
+    installed = {site_id(s) for s in live_sites()}
+    targets = set(prog.sites) & installed
+    if not targets:
+        pytest.skip(f"none of {sorted(prog.sites)} exists in JAX {jax.__version__}")
+    reached, unmapped = reached_sites(_with_base_depth(prog.fn))
+    assert not unmapped, f"trace calls from sites missing in the extraction: {unmapped}"
+    assert targets <= reached, (f"{name} did not reach {sorted(targets - reached)}; "
+                                f"it reached {sorted(reached)}")
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_program_is_the_same_with_recording(name):
+    prog = PROGRAMS[name]
+    _skip_if_missing(prog)
+    faults_before = jt.faults()
+    (without, _), (with_, r), events = without_and_with_recording(
+        lambda: run_program(_with_base_depth(prog.fn)))
+    (steps_without, warned_without, bodies_without, caches_without) = without
+    (steps_with, warned_with, bodies_with, caches_with) = with_
+    assert [label for label, _ in steps_with] == [label for label, _ in steps_without]
+    differing = [f"{label!r}: without recording {a!r:.300}, with {b!r:.300}"
+                 for (label, a), (_, b) in zip(steps_without, steps_with) if a != b]
+    assert not differing, f"{len(differing)} step(s) differ:\n" + "\n".join(differing)
+    assert warned_with == warned_without
+    assert bodies_with == bodies_without
+    assert caches_with == caches_without
+    assert jt.faults() == faults_before
+    traces = events[(events["kind"] == "trace") & ~events["nested"]]
+    for fn_name in r.jitted:  # recording is on: each run of a registered jit body is one trace
+        recorded = traces[traces["function"].str.split(".").str[-1] == fn_name]
+        assert len(recorded) == r.bodies.get(fn_name, 0), (fn_name, recorded[["function", "cause"]])
+
+
+@pytest.mark.parametrize("site", [site_id(s) for s in inventory_sites()])
+def test_every_call_site_has_a_program(site):
+    programs = [n for n, p in PROGRAMS.items() if site in p.sites]
+    assert programs or site in UNREACHABLE, (
+        f"no program reaches {site} (JAX {jax.__version__}): add one to tests/test_call_sites.py "
+        f"with @program({site!r}), or list it in UNREACHABLE with the reason")
+
+
+def test_unreachable_sites_are_real_few_and_unclaimed():
+    known = {site_id(s) for entry in INVENTORY.values() for s in entry["trace_to_jaxpr"]}
+    assert set(UNREACHABLE) <= known, "UNREACHABLE names a site no inventoried JAX has"
+    claimed = {s for p in PROGRAMS.values() for s in p.sites}
+    assert not set(UNREACHABLE) & claimed, "a site with a program is not unreachable"
+    assert len(UNREACHABLE) <= 3, "keep this list short: each entry needs an accepted reason"
+
+
+# --- Stack depth, as JAX's TracebackTest counts it ----------------------------------------
+
+def _depths(make):
+    """len(inspect.stack()) inside the traced function, relative to the caller, per run."""
+    seen = []
+
+    def body(x):
+        seen.append(len(inspect.stack()) - base)
+        return x * 2
+
+    base = len(inspect.stack())
+    make(body)(jnp.ones(3))
+    return seen
+
+
+def _filter_jit(body):
+    import equinox as eqx
+    return eqx.filter_jit(body)
+
+
+DEPTH_CASES = {
+    "jit": jax.jit,
+    "grad": lambda body: jax.grad(lambda x: body(x).sum()),
+    "vmap": jax.vmap,
+    "scan": lambda body: (lambda xs: lax.scan(lambda c, x: (c, body(x)), 0.0, xs)[1]),
+    "eqx.filter_jit": _filter_jit,
+    "jit(grad(scan))": lambda body: jax.jit(jax.grad(
+        lambda xs: lax.scan(lambda c, x: (c + body(x), None), 0.0, xs)[0])),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DEPTH_CASES))
+def test_stack_depth_inside_a_trace_is_unchanged_by_recording(case):
+    make = DEPTH_CASES[case]
+    without, with_, _ = without_and_with_recording(lambda: _depths(make))
+    assert without and with_ == without, (without, with_)
