@@ -294,10 +294,25 @@ def explain_report(units: list[dict], out: str | None) -> int:
     return 1 if disagree else 0
 
 
+def header() -> str:
+    """The command, the versions and the machine, for the top of a committed report."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def v(name):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "-"
+
+    pkgs = ", ".join(f"{p} {v(p)}" for p in ("jax", "jaxlib", "equinox", "optax", "chex", "flax", "pytest"))
+    return (f"$ python -m benchmarks.peer_suites {' '.join(sys.argv[1:])}\n"
+            f"python {sys.version.split()[0]} ({sys.executable}); {pkgs}; {os.cpu_count()} cores\n")
+
+
 def finish(units: list[dict], out: str | None) -> int:
     for u in units:
         u["compare"] = compare(u["runs"])
-    text = report(units)
+    text = header() + "\n" + report(units)
     print(text)
     if out:
         with open(out, "w") as f:

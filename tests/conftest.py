@@ -35,3 +35,22 @@ def shell():
     sh.run_cell("%unload_ext jaxtrace_nb")
     sh.display_pub = old
     jaxtrace_nb.reset()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """No test may leave a trace with cause `unknown` in this process's log, unless it clears or
+    evicts JAX's caches on purpose (`@pytest.mark.allows_unknown`): `unknown` means "the key JAX
+    caches on is identical to an earlier one", never "could not tell"."""
+    result = yield
+    import sys
+
+    jt = sys.modules.get("jaxtrace_nb")
+    if jt is None or item.get_closest_marker("allows_unknown") is not None:
+        return result
+    unknown = [e for e in jt.get_session().log.events() if e.cause == "unknown"] if hasattr(jt, "get_session") else []
+    if unknown:
+        e = unknown[0]
+        pytest.fail(f"{len(unknown)} trace(s) with cause 'unknown', first {e.function!r} #{e.trace_number}: "
+                    f"{e.explanation}", pytrace=False)
+    return result

@@ -39,7 +39,7 @@ from .._signature import NODE_SUFFIX, Origin, node_leaf
 from .._values import clip, summarize_static
 
 _COMPILATION = "flax.nnx.transforms.compilation"
-_GRAPHLIB = ("flax.nnx.graphlib", "flaxlib")
+_GRAPHLIB = ("flax.nnx.graph", "flaxlib")  # graphlib from Flax 0.12.1, graph in 0.12.0
 _HIDDEN_PREFIX = "_pytree__"  # NNX's bookkeeping attributes (which attributes are data; a lock state)
 _DEFAULT_METADATA = frozenset({"hijax", "ref", "eager_sharding"})  # every Variable's, not worth showing
 
