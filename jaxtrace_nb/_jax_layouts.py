@@ -74,6 +74,10 @@ class TraceLayout:
         """The trace's DebugInfo, read cheaply before deciding whether to read the rest."""
         return frame.f_locals.get("debug_info")
 
+    def fun(self, frame) -> Any:
+        """The traced callable, read cheaply (as `debug_info`)."""
+        return frame.f_locals.get("fun")
+
     def end_token(self, local: dict) -> int:
         """The pairing token of the trace whose seconds the frame with `local`s reports."""
         return id(local.get("dbg"))
@@ -201,6 +205,10 @@ class PjitLayout(TraceLayout):
     def debug_info(self, frame) -> Any:
         impl = _find(frame, "_infer_params_impl", self._DEPTH)
         return impl.f_locals.get("dbg") if impl is not None else None
+
+    def fun(self, frame) -> Any:  # the frame's own `fun` is a `linear_util.WrappedFun`
+        impl = _find(frame, "_infer_params_impl", self._DEPTH)
+        return impl.f_locals.get("fun") if impl is not None else None
 
 
 def _find(frame, code_name: str, depth: int):

@@ -180,7 +180,7 @@ class Probe:
         nested = not self.internals.is_top_level()
         decoder = self.decoder
         if nested and not self.nested_helpers and decoder.is_library(decoder_source_file(debug_info)) \
-                and not decoder.is_wrapper(frame.f_locals.get("fun")):
+                and not decoder.is_wrapper(layout.fun(frame)):
             return None, None  # JAX's own helper inside a trace: no view shows it unless asked
         start = layout.read(frame)
         if start is None:

@@ -222,7 +222,9 @@ def test_optimizer_leaves_under_its_own_attribute_names(jt):
     assert statics["model.count"] == "0"
     assert statics["model.l1.in_features"] == "2"
     assert statics["optimizer.wrt"] == "<class Param>"
-    assert statics["optimizer.tx"].startswith("GradientTransformationExtraArgs(")
+    # The optax transformation: one static attribute, or (Flax 0.12.0) a node whose functions are statics.
+    assert statics["optimizer.tx"].startswith("GradientTransformationExtraArgs(") if "optimizer.tx" in statics \
+        else statics["optimizer.tx.init"].startswith("<function ")
     assert not any("states" in p or "_graphdef" in p or "_pytree__" in p for p in leaves)
     assert leaves["optimizer.step (structure)"].text == "OptState"
     assert leaves["optimizer.opt_state[0] (structure)"].text == "ScaleByAdamState"
@@ -249,10 +251,10 @@ def test_optimizer_recreated_is_static_at_its_transformation(jt):
             train_step(model, optimizer, x)
     (first, second) = rows(jt, "step_with_optimizer.<locals>.train_step")
     assert first[1] == "first"
-    assert second[1:3] == ("static", "optimizer.tx")
+    assert second[1] == "static" and second[2] in ("optimizer.tx", "optimizer.tx.init")  # the latter: Flax 0.12.0
     assert second[3] == second[4]  # alike, yet unequal: its functions compare by identity
     hint = jt.log(internal=False).iloc[-1]["hint"]
-    assert "optax transformation" in hint and "Create the optimizer once" in hint
+    assert "optax transformation" in hint and "the optimizer once" in hint
 
 
 def test_rngs_keys_and_counts_under_the_stream_names(jt):

@@ -23,7 +23,10 @@ def _jax_state() -> tuple:
     from jax._src import monitoring as mon
     from jax._src.interpreters import partial_eval as pe
 
-    return (pe.test_event, pe.trace_to_jaxpr, compiler.compile_or_get_cached,
+    from jaxtrace_nb._jax_layouts import detect_layout
+
+    hook_module = detect_layout().hook_module  # where the trace hook goes: partial_eval, or util on JAX 0.8
+    return (hook_module.test_event, getattr(pe, "trace_to_jaxpr", None), compiler.compile_or_get_cached,
             list(mon._event_listeners), list(mon._event_duration_secs_listeners),
             list(mon._event_time_span_listeners), list(mon._scalar_listeners),
             config.explain_cache_misses.value, config.log_compiles.value,

@@ -1,5 +1,7 @@
 """%load_ext, %%tracewatch and %tracewatch in a real InteractiveShell."""
 
+import re
+
 from _support import display_outputs as _outputs, display_texts as _texts
 
 
@@ -60,7 +62,7 @@ def test_retrace_error_points_at_the_cell_the_user_ran_without_our_frames(shell,
     shell.run_cell("@jax.jit\ndef s(x):\n    return x\n", store_history=True)
     result = shell.run_cell("%%tracewatch --max-traces 1\nfor n in range(1, 9):\n    s(jnp.ones(n))\n",
                             store_history=True)
-    out = capsys.readouterr().out
+    out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)  # IPython 9 colours "In[n]" apart from ", line 2"
     assert "RetraceError" in out and f"In[{result.execution_count}], line 2" in out
     assert f"In[{result.execution_count + 1}]" not in out
     for ours in ("_watch.py", "_session.py", "_probe.py", "_ipython.py", "jaxtrace_nb"):

@@ -1,6 +1,6 @@
 """Flax NNX: ``nnx.jit`` calls and NNX modules in the module's own attribute names.
 
-``nnx.jit(f)`` (``flax/nnx/transforms/compilation.py``, Flax 0.12) jits a ``JitFn``
+``nnx.jit(f)`` (``flax/nnx/transforms/compilation.py``; Flax 0.12.0 and 0.12.8 tested) jits a ``JitFn``
 (``functools.update_wrapper``-ed to `f`, the user's function in ``.f``) called with the
 user's arguments after ``extract.to_tree``: every graph node (a ``Module``, an
 ``Optimizer``, ``Rngs``, a ``Variable``) becomes an ``extract.NodeStates`` pytree whose
@@ -317,7 +317,7 @@ class _Reader:
             if kind == "Static":
                 if visible:
                     self.entries.append(("static", child, value.value))
-            elif kind == "LeafAttr":
+            elif kind in ("LeafAttr", "ArrayAttr"):  # ArrayAttr: Flax 0.12.0
                 self.leaf(child_keys, child, visible)
             elif kind == "NodeAttr":
                 try:
@@ -474,9 +474,13 @@ def _node_data(obj: Any) -> Any:
 def _walk_variable(walker, prefix: str, obj: Any) -> bool:
     """A Variable as a pytree: its value under the variable's own path, its type and metadata as a node."""
     metadata = _node_data(obj)
-    try:
-        value = object.__getattribute__(obj, "_raw_value")
-    except AttributeError:
+    for name in ("_raw_value", "raw_value"):  # Flax 0.12.1 and later; 0.12.0
+        try:
+            value = object.__getattribute__(obj, name)
+            break
+        except AttributeError:
+            continue
+    else:
         return False
     if type(metadata) is tuple:
         shown = {k: v for k, v in metadata if k not in _DEFAULT_METADATA}
@@ -495,6 +499,11 @@ def _walk_pytree(walker, prefix: str, obj: Any) -> bool:
     import jax
 
     aux = _node_data(obj)
+    if type(aux) is tuple and len(aux) == 2 and type(aux[1]) is tuple:  # Flax 0.12.0: ((static key, value), ...)
+        try:
+            aux = (aux[0], tuple(k for k, _ in aux[1]), tuple(v for _, v in aux[1]))
+        except (TypeError, ValueError):
+            return False
     if type(aux) is not tuple or len(aux) != 3:
         return False
     try:
