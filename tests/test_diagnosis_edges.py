@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-
+import pytest
 
 
 def last(jt, function_suffix):
@@ -231,6 +231,7 @@ def test_also_changed_lists_each_path_once_with_its_own_cause(jt):
     assert e.explanation.count("`b`") == 1
 
 
+@pytest.mark.allows_unknown  # it clears and evicts JAX's caches on purpose
 def test_unknown_only_for_an_identical_key_and_says_clear_caches_only_when_called(jt):
     @jax.jit
     def f(x):
