@@ -150,7 +150,15 @@ class FTLayout(FlatTreeLayout):
     def _part(self, part: Any, start: int) -> ArgPart:
         if isinstance(part, self.ft_static):
             return _static(part.val)
-        return _dynamic(part.tree, start)
+        try:
+            tree = part.tree
+        except Exception:  # FTSingleton / FTFiltered (e.g. JAX's jvp of a jit) have no treedef
+            tree = None
+        if tree is None or tree.num_leaves != len(part):  # (an FTStatic inside a tuple: 1 leaf, 0 values)
+            import jax
+
+            tree = jax.tree_util.tree_structure((0,) * len(part))
+        return _dynamic(tree, start)
 
 
 class PjitLayout(TraceLayout):

@@ -178,6 +178,10 @@ JAX_CATEGORIES = {
     "different input types": {"shape", "dtype", "weak_type", "sharding"},
     "cache miss explanation unavailable": {"unknown"},
 }
+if tuple(int(p) for p in jax.__version__.split(".")[:2]) >= (0, 11):
+    # JAX 0.11's explainer compares tree structures in which a static argument is a plain
+    # leaf: a changed static value is "unavailable" there (seen on JAX 0.11.0's code).
+    JAX_CATEGORIES["cache miss explanation unavailable"] = {"unknown", "static"}
 
 
 class _ExplainedMisses(logging.Handler):
