@@ -284,9 +284,14 @@ def explain_report(units: list[dict], out: str | None) -> int:
                      f"{r.get('events')} events, JAX explained {r.get('explained')} miss(es), "
                      f"{len(bad)} disagree, faults {r.get('faults')}")
         lines += [f"     {function} #{number}: ours {cause}, JAX: {category}" for function, number, cause, category in bad]
+        if r.get("causes"):
+            lines.append("     causes recorded (internal included): "
+                         + ", ".join(f"{cause} {n}" for cause, n in r["causes"].items()))
+        lines += [f"     unknown: {e['function']} #{e['trace_number']} (internal={e['internal']}): {e['explanation'][:200]}"
+                  for e in r.get("unknown_events") or ()]
     lines.append(f"{sum(u['runs']['explained'].get('explained') or 0 for u in units)} explained misses, "
                  f"{disagree} disagree")
-    text = "\n".join(lines)
+    text = header() + "\n" + "\n".join(lines)
     print(text)
     if out:
         with open(out, "w") as f:
