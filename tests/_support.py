@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxtrace_nb as jt
+from jaxtrace_nb._jax_internals import version_tuple
 
 
 def rows(jt, function=None):
@@ -178,7 +179,7 @@ JAX_CATEGORIES = {
     "different input types": {"shape", "dtype", "weak_type", "sharding"},
     "cache miss explanation unavailable": {"unknown"},
 }
-if tuple(int(p) for p in jax.__version__.split(".")[:2]) >= (0, 11):
+if version_tuple(jax.__version__) >= (0, 11):
     # JAX 0.11's explainer compares tree structures in which a static argument is a plain
     # leaf: a changed static value is "unavailable" there (seen on JAX 0.11.0's code).
     JAX_CATEGORIES["cache miss explanation unavailable"] = {"unknown", "static"}

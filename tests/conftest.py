@@ -1,4 +1,5 @@
 import os
+import sys
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -43,12 +44,10 @@ def pytest_runtest_call(item):
     evicts JAX's caches on purpose (`@pytest.mark.allows_unknown`): `unknown` means "the key JAX
     caches on is identical to an earlier one", never "could not tell"."""
     result = yield
-    import sys
-
-    jt = sys.modules.get("jaxtrace_nb")
+    jt = sys.modules.get("jaxtrace_nb")  # a test that never imported it recorded nothing
     if jt is None or item.get_closest_marker("allows_unknown") is not None:
         return result
-    unknown = [e for e in jt.get_session().log.events() if e.cause == "unknown"] if hasattr(jt, "get_session") else []
+    unknown = [e for e in jt.get_session().log.events() if e.cause == "unknown"]
     if unknown:
         e = unknown[0]
         pytest.fail(f"{len(unknown)} trace(s) with cause 'unknown', first {e.function!r} #{e.trace_number}: "
