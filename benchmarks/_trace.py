@@ -180,29 +180,31 @@ def _helpers_workload(n_layers: int, n_traces: int):
 
 def workloads(quick: bool) -> list[dict]:
     """The workloads: name, leaves, traces per run, and how each call is made."""
+    # (how, leaves, traces per run, rounds): more rounds where a run is short and noise is large.
     if quick:
-        plan = [("calls", 10, 6), ("calls", 100, 3), ("module", None, 4),
-                ("trace", 10, 12), ("trace", 100, 6), ("trace", 1000, 3), ("helpers", 20, 3)]
+        plan = [("calls", 10, 6, 1), ("calls", 100, 3, 1), ("module", None, 4, 1),
+                ("trace", 10, 12, 1), ("trace", 100, 6, 1), ("trace", 1000, 3, 1), ("helpers", 20, 3, 1)]
     else:
-        plan = [("calls", 10, 100), ("calls", 1000, 12), ("calls", 10000, 3), ("module", None, 60),
-                ("trace", 10, 300), ("trace", 1000, 40), ("trace", 10000, 4), ("helpers", 120, 12)]
+        plan = [("calls", 10, 100, 7), ("calls", 1000, 12, 5), ("calls", 10000, 3, 3), ("module", None, 60, 5),
+                ("trace", 10, 300, 15), ("trace", 1000, 40, 9), ("trace", 10000, 4, 5), ("helpers", 120, 12, 7)]
     out = []
-    for how, leaves, traces in plan:
+    for how, leaves, traces, rounds in plan:
         if how == "helpers":
             make, inputs = _helpers_workload(leaves, traces)
             out.append({"name": f"jax.jit(model).trace, {leaves} layers: hundreds of nested jnp helper traces "
                                 f"each, {traces} traces", "how": "trace", "jit": "jax", "leaves": leaves + 1,
-                        "traces": traces, "make": make, "inputs": inputs})
+                        "traces": traces, "rounds": rounds, "make": make, "inputs": inputs})
         elif how == "module":
             make, inputs = _module_workload(traces)
             out.append({"name": f"eqx.filter_jit MLP module (18 leaves), {traces} calls, new batch size each",
-                        "how": "calls", "jit": "equinox", "leaves": 18, "traces": traces,
+                        "how": "calls", "jit": "equinox", "leaves": 18, "traces": traces, "rounds": rounds,
                         "make": make, "inputs": inputs})
         else:
             make, inputs = _tree_workload(leaves, traces, how == "trace")
             verb = "jax.jit(f).trace" if how == "trace" else "jax.jit call"
             out.append({"name": f"{verb}, pytree of {leaves:,} leaves, {traces} traces", "how": how,
-                        "jit": "jax", "leaves": leaves, "traces": traces, "make": make, "inputs": inputs})
+                        "jit": "jax", "leaves": leaves, "traces": traces, "rounds": rounds, "make": make,
+                        "inputs": inputs})
     return out
 
 
@@ -247,6 +249,9 @@ def _run(workload: dict, mode: str, inputs, ctx) -> dict:
             session.probe.capture_cost = True
     out = {"total_s": total, "traces": len(inputs)}
     if mode.startswith("recorded"):
+        start = time.perf_counter()
+        session.log.settle()  # the diagnoses deferred until read: what the first view of the log pays
+        out["settle_s"] = time.perf_counter() - start
         records, listener_s = ctx["timer"].take()
         top = [r for r in records if r["top"]]
         out.update(recorded_top_traces=len(top), self_s=sum(r["total_s"] for r in records) + listener_s,
@@ -258,7 +263,7 @@ def _run(workload: dict, mode: str, inputs, ctx) -> dict:
 
 
 def worker(quick: bool) -> dict:
-    """Every workload in every mode, `rounds` times, modes rotated each round."""
+    """Every workload in every mode, its `rounds` times, modes rotated each round."""
     import jaxtrace_nb as jt
     from jaxtrace_nb._session import get_session
 
@@ -272,7 +277,6 @@ def worker(quick: bool) -> dict:
     modes = [m for m in MODES if m != "recorded_no_cost" or has_capture_cost]
     ctx = {"jt": jt, "session": session, "stream": stream, "has_capture_cost": has_capture_cost,
            "timer": _SelfTimer(session)}
-    rounds = 1 if quick else 3
     plan = workloads(quick)
     for workload in plan:  # warm-up: every code path once, not counted
         for mode in modes:
@@ -280,10 +284,10 @@ def worker(quick: bool) -> dict:
     results = []
     for workload in plan:
         runs = {m: [] for m in modes}
-        for r in range(rounds):
+        for r in range(workload["rounds"]):
             for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
                 runs[mode].append(_run(workload, mode, workload["inputs"], ctx))
-        results.append({k: workload[k] for k in ("name", "how", "jit", "leaves", "traces")} | {"runs": runs})
+        results.append({k: workload[k] for k in ("name", "how", "jit", "leaves", "traces", "rounds")} | {"runs": runs})
     # Where our per-trace time goes, on the largest trace-only workload (profiled apart from the timings).
     largest = max((w for w in plan if w["how"] == "trace"), key=lambda w: w["leaves"])
     ctx["timer"].profiler = cProfile.Profile()
@@ -291,7 +295,7 @@ def worker(quick: bool) -> dict:
     profile = {"workload": largest["name"], "top_own_time": hot_spots(ctx["timer"].profiler, 12)}
     ctx["timer"].profiler = None
     logging.getLogger().removeHandler(handler)
-    return {"modes": modes, "rounds": rounds, "capture_cost_available": has_capture_cost,
+    return {"modes": modes, "capture_cost_available": has_capture_cost,
             "workloads": results, "self_profile": profile}
 
 

@@ -39,15 +39,21 @@ _MAX_AVAL_LEAVES = 4096
 
 
 def aval_leaf(aval: Any) -> Leaf:
+    # Keyed by what the leaf is made of: a fresh aval's own hash and equality run JAX's
+    # Python (its sharding's), a tuple of the same shape, dtype and sharding objects does not.
     try:
-        return _AVAL_LEAVES[aval]
+        key = (aval.shape, aval.dtype, getattr(aval, "weak_type", False), getattr(aval, "sharding", None))
+    except Exception:
+        key = aval
+    try:
+        return _AVAL_LEAVES[key]
     except (KeyError, TypeError):
         pass
     leaf = _new_aval_leaf(aval)
     try:
         if len(_AVAL_LEAVES) >= _MAX_AVAL_LEAVES:
             _AVAL_LEAVES.clear()
-        _AVAL_LEAVES[aval] = leaf
+        _AVAL_LEAVES[key] = leaf
     except TypeError:  # an unhashable aval
         pass
     return leaf
@@ -56,11 +62,23 @@ def aval_leaf(aval: Any) -> Leaf:
 def _new_aval_leaf(aval: Any) -> Leaf:
     try:
         shape = tuple(int(d) if isinstance(d, int) else str(d) for d in aval.shape)
-        dtype = str(aval.dtype)
+        dtype = dtype_name(aval.dtype)
         weak = bool(getattr(aval, "weak_type", False))
     except Exception:
         return Leaf("array", clip(str(aval), 80), ("array", str(aval), "", False, None))
     return array_leaf(shape, dtype, weak, _explicit_sharding(aval, len(shape)))
+
+
+_DTYPE_NAMES: dict = {}  # dtype -> its name: numpy's str() of a dtype takes microseconds
+
+
+def dtype_name(dtype: Any) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = str(dtype)
+        if len(_DTYPE_NAMES) < 256:
+            _DTYPE_NAMES[dtype] = name
+    return name
 
 
 def _explicit_sharding(aval: Any, ndim: int) -> tuple | None:
@@ -151,8 +169,44 @@ class Walker:
         abstract value (flat position = its index) or a `Placeholder`.
 
         Dicts, lists, tuples and named tuples are read from the treedef itself (no object is
-        rebuilt); a subtree under a custom node is rebuilt as a skeleton for the adapters.
+        rebuilt); a subtree under a custom node is rebuilt as a skeleton for the adapters. A
+        treedef made of those containers only is read once, into a plan its next traces reuse.
         """
+        if td.num_nodes == 1 and td.num_leaves == 1:
+            self._leaf(prefix, vals[start], start)
+            return
+        plan = tree_plan(td)
+        if plan is None:
+            self.walk_tree(prefix, td, vals, start)
+        else:
+            self.apply_plan(prefix, plan, vals, start)
+
+    def apply_plan(self, prefix: str, plan: tuple | None, vals: list, start: int) -> None:
+        """The leaves of one argument read through its treedef's plan (None: a single leaf)."""
+        if plan is None:
+            self._leaf(prefix, vals[start], start)
+            return
+        leaves, flat_paths = self.leaves, self.flat_paths
+        for op in plan:
+            path = prefix + op[1]
+            kind = op[0]
+            if kind == _LEAF:
+                i = start + op[2]
+                value = vals[i]
+                if type(value) is Placeholder:
+                    self.emit(path, value)
+                else:
+                    leaves[path] = aval_leaf(value)
+                    flat_paths[i] = path
+            elif kind == _CONST:
+                leaves[path] = op[2]
+            else:  # _SEQ
+                _, _, name, n, first = op
+                elements = "" if first is None else _elements(vals[start + first:start + first + n])
+                leaves[path] = node_leaf((name, n), f"{name} of {n}{elements}", name)
+
+    def walk_tree(self, prefix: str, td: Any, vals: list, start: int = 0) -> None:
+        """`tree`, read node by node from the treedef (no plan)."""
         stack = [(prefix, td, start)]
         while stack:
             path, td, start = stack.pop()
@@ -244,6 +298,80 @@ def _child_keys(kind: type, aux: Any, n: int) -> list[str] | None:
     if isinstance(kind, type) and issubclass(kind, tuple) and hasattr(kind, "_fields"):
         return [f".{name}" for name in kind._fields]
     return None
+
+
+_LEAF, _CONST, _SEQ = 0, 1, 2  # plan steps: (kind, path suffix, ...)
+_PLANS: dict = {}  # JAX's serialization of a treedef of dicts, lists, tuples and None -> its plan
+_UNPLANNED: set = set()  # hashes of treedefs holding other nodes or keys (JAX hashes them on each call)
+_MAX_PLANS = 512
+_MAX_PLANNED_LEAVES = 500_000  # leaves of the planned treedefs, all together
+_planned_leaves = 0
+
+
+def tree_plan(td: Any) -> tuple | None:
+    """The steps that `Walker.tree` takes for `td`, with paths relative to the argument and
+    leaf positions relative to its first leaf; None unless `td` is made of dicts with string
+    keys, lists, tuples and None.
+
+    Plans are found by JAX's own serialization of the treedef (bytes): comparing treedefs
+    would call a user's dict key's ``__eq__``, and no treedef is kept.
+    """
+    global _planned_leaves
+    key = hash(td)
+    if key in _UNPLANNED:  # (a plannable treedef of the same hash is walked instead: slower, the same leaves)
+        return None
+    try:
+        proto = td.serialize_using_proto()
+    except Exception:  # another node or key: JAX refuses to serialize it
+        proto = None
+    plan = _PLANS.get(proto) if proto is not None else None
+    if plan is not None:
+        return plan
+    plan = _new_plan(td) if proto is not None else None
+    if plan is None:
+        if len(_UNPLANNED) >= 4 * _MAX_PLANS:
+            _UNPLANNED.clear()
+        _UNPLANNED.add(key)
+        return None
+    if len(_PLANS) >= _MAX_PLANS or _planned_leaves + td.num_leaves > _MAX_PLANNED_LEAVES:
+        _PLANS.clear()
+        _planned_leaves = 0
+    _PLANS[proto] = plan
+    _planned_leaves += td.num_leaves
+    return plan
+
+
+def _new_plan(td: Any) -> tuple | None:
+    steps: list = []
+    stack = [("", td, 0)]
+    while stack:
+        path, td, start = stack.pop()
+        if td.num_nodes == 1 and td.num_leaves == 1:
+            steps.append((_LEAF, path, start))
+            continue
+        kind, aux = td.node_data()
+        if kind is type(None):
+            steps.append((_CONST, path, NONE_LEAF))
+            continue
+        if kind is dict:
+            if not all(type(k) is str for k in aux):
+                return None
+        elif not (kind is list or kind is tuple):
+            return None
+        children = td.children()
+        keys = _child_keys(kind, aux, len(children))
+        if kind is dict:
+            steps.append((_CONST, path + NODE_SUFFIX, _container_leaf(kind, keys, children, [], start)))
+        else:
+            n = len(keys)
+            all_leaves = n and all(c.num_nodes == 1 and c.num_leaves == 1 for c in children)
+            steps.append((_SEQ, path + NODE_SUFFIX, kind.__name__, n, start if all_leaves else None))
+        pending = []
+        for key, child in zip(keys, children):
+            pending.append((path + key, child, start))
+            start += child.num_leaves
+        stack.extend(reversed(pending))
+    return tuple(steps)
 
 
 def _container_leaf(kind: type, keys: list, children: list, vals: list, start: int) -> Leaf:

@@ -10,7 +10,6 @@ executables are read by duck typing, never kept.
 from __future__ import annotations
 
 import itertools
-from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,15 +38,15 @@ def find_unrolled(names: Sequence[str], min_repeats: int = MIN_REPEATS) -> Unrol
 
     codes: dict[str, int] = {}
     seq = np.fromiter((codes.setdefault(name, len(codes)) for name in names), dtype=np.int32, count=n)
-    last: dict[int, int] = {}
-    distances: Counter = Counter()
-    for i, code in enumerate(seq.tolist()):
-        j = last.get(code)
-        if j is not None:
-            distances[i - j] += 1
-        last[code] = i
+    # Distances between consecutive occurrences of each primitive: positions grouped by primitive
+    # (a stable sort keeps each group in order), differences inside a group.
+    order = np.argsort(seq, kind="stable")
+    same = seq[order][1:] == seq[order][:-1]
+    counts = np.bincount(np.diff(order)[same], minlength=1)
+    periods = [int(p) for p in np.lexsort((np.arange(len(counts)), -counts))[:_MAX_CANDIDATE_PERIODS]
+               if counts[p] > 0]  # most common first; ties: the shorter period first
     best: Unrolled | None = None
-    for period, _ in distances.most_common(_MAX_CANDIDATE_PERIODS):
+    for period in periods:
         if period * min_repeats > n:
             continue
         found = _longest_repeat(seq, period)
@@ -83,9 +82,12 @@ def graph_stats(closed_jaxpr: Any, location: Callable[[str, int], str]) -> Graph
     eqns = getattr(jaxpr, "eqns", None)
     if eqns is None:
         return None
-    found = find_unrolled([eqn.primitive.name for eqn in eqns])
+    found = find_unrolled([eqn.primitive.name for eqn in eqns]) if len(eqns) >= 2 * MIN_REPEATS else None
     where = _loop_location(eqns[found.start:found.start + found.period], location) if found else None
     return GraphStats(len(eqns), count_equations(jaxpr, {}), found, where)
+
+
+_JAXPR_PARAMS: dict = {}  # primitive -> names of its parameters that may hold a sub-jaxpr
 
 
 def count_equations(jaxpr: Any, memo: dict) -> int:
@@ -94,16 +96,37 @@ def count_equations(jaxpr: Any, memo: dict) -> int:
     if key in memo:
         return memo[key]
     memo[key] = 0  # a cycle cannot happen in a jaxpr, but never recurse forever
-    total = 0
-    for eqn in jaxpr.eqns:
-        total += 1
-        for value in eqn.params.values():
+    eqns = jaxpr.eqns
+    total = len(eqns)
+    for eqn in eqns:
+        names = _JAXPR_PARAMS.get(eqn.primitive)
+        if names is None:
+            names = _jaxpr_params(eqn)
+        if not names:
+            continue
+        params = eqn.params
+        for name in names:
+            value = params.get(name)
             for sub in value if isinstance(value, (tuple, list)) else (value,):
                 inner = getattr(sub, "jaxpr", sub) if type(sub).__name__ == "ClosedJaxpr" else sub
                 if type(inner).__name__ == "Jaxpr":
                     total += count_equations(inner, memo)
     memo[key] = total
     return total
+
+
+def _jaxpr_params(eqn: Any) -> tuple:
+    """The parameters of `eqn`'s primitive that hold, or may hold, a jaxpr: a jaxpr, a sequence or
+    None in this equation (a parameter's kind is the same in every equation of a primitive)."""
+    names = tuple(name for name, value in eqn.params.items()
+                  if value is None or isinstance(value, (tuple, list))
+                  or type(value).__name__ in ("Jaxpr", "ClosedJaxpr"))
+    try:
+        if len(_JAXPR_PARAMS) < 4096:
+            _JAXPR_PARAMS[eqn.primitive] = names
+    except TypeError:  # an unhashable primitive
+        pass
+    return names
 
 
 def _loop_location(body: Sequence[Any], location: Callable[[str, int], str]) -> str | None:

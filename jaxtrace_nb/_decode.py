@@ -17,12 +17,13 @@ import weakref
 from typing import Any, Callable
 
 from . import _adapters
-from ._jax_internals import Internals, trace_context_names, trace_context_values
+from ._jax_internals import Internals, all_abstract, trace_context_names, trace_context_values
 from ._jax_layouts import TraceStart
 from ._records import FunctionIdentity, LoweringRecord, TraceRecord
 from ._signature import Origin, Signature
 from ._values import clip, printable, summarize_static
-from ._arguments import _SRC_INFO, DecodedCall, Walker, arg_name, argument, aval_leaf, parameters, raw_identity
+from ._arguments import (_SRC_INFO, DecodedCall, TreeArg, Walker, arg_name, argument, aval_leaf, parameters,
+                         raw_identity, tree_plan)
 
 LIBRARY_PACKAGES = ("jax", "jaxlib", "equinox", "optax", "chex", "flax", "jaxtyping", "jaxtrace_nb")
 _CELL_FILE = re.compile(r"^<ipython-input-\d+-[0-9a-f]+>$|ipykernel_\d+[/\\]\d+\.py$")
@@ -57,16 +58,26 @@ class Decoder:
         self._identities: dict[int, tuple] = {}  # id(function) -> (weakref, identity, parameters)
         self._context: tuple = ((), ())  # JAX's last trace-context values, and their texts
         self._library_files: dict[str, bool] = {}  # file name -> in a library's folder
+        self._locations: dict[tuple, str] = {}  # (file name, line) -> its location text, outside cells
 
     # ---------------------------------------------------------- locations
     def location(self, filename: str, line: int) -> str:
-        label = None
-        if self.cell_label is not None and _CELL_FILE.search(filename):
-            try:
-                label = self.cell_label(filename)
-            except Exception:
-                label = None
-        return printable(f"{label or filename}:{line}", 400)
+        """"file:line", or "In[5]:3" for a notebook cell (asked each time; other files' texts are kept)."""
+        text = self._locations.get((filename, line))
+        if text is not None:
+            return text
+        if _CELL_FILE.search(filename):
+            label = None
+            if self.cell_label is not None:
+                try:
+                    label = self.cell_label(filename)
+                except Exception:
+                    label = None
+            return printable(f"{label or filename}:{line}", 400)
+        if len(self._locations) >= _MAX_IDENTITIES:
+            self._locations.clear()
+        text = self._locations[(filename, line)] = printable(f"{filename}:{line}", 400)
+        return text
 
     def is_library(self, filename: str) -> bool:
         known = self._library_files.get(filename)
@@ -162,6 +173,9 @@ class Decoder:
         return identity
 
     def _signature(self, start: TraceStart, call: DecodedCall, adapters: tuple) -> tuple[Signature, dict]:
+        deferred = self._deferred_signature(start, call)
+        if deferred is not None:
+            return deferred, {}
         walker = Walker(adapters)
         function_path = None
         if call.function_leaf is not None:
@@ -174,6 +188,28 @@ class Decoder:
             context=self._context_texts(),
             leaves=walker.leaves, function_path=function_path, jit_kind=call.jit_kind, call=call.call,
             owners=walker.owners or None, key_parts=_key_parts(start)), walker.flat_paths
+
+    def _deferred_signature(self, start: TraceStart, call: DecodedCall) -> DeferredSignature | None:
+        """A plain ``jax.jit`` call whose every argument is a tree of dicts with string keys, lists,
+        tuples and None, with its leaves read later; None for any other call."""
+        if call.jit_kind != "jit" or call.function_leaf is not None:
+            return None
+        plans = []
+        n_leaves = 0
+        for name, part in call.arguments:
+            if type(part) is not TreeArg:
+                return None
+            td = part.td
+            single = td.num_nodes == 1 and td.num_leaves == 1
+            plan = None if single else tree_plan(td)
+            if plan is None and not single:
+                return None
+            plans.append((name, plan, part.start))
+            n_leaves += len(plan) if plan is not None else 1
+        if not all_abstract(start.vals):  # only abstract values are kept until the leaves are read
+            return None
+        return DeferredSignature(Signature(("id", id(call.user_fun)), self._context_texts(), {}, None, "jit",
+                                           call.call, None, _key_parts(start)), tuple(plans), start.vals, n_leaves)
 
     def _context_texts(self) -> tuple:
         """((name, value text), ...) of JAX's trace context, texts remade only when values change."""
@@ -217,6 +253,27 @@ class Decoder:
         return FunctionIdentity(name, filename, line, self.location(filename, line) if match else "?",
                                 f"{'<cell>' if in_cell else filename}::{name}", in_cell, self.is_library(filename),
                                 "jit", jax_name, src_info)
+
+
+class DeferredSignature:
+    """A trace's signature whose leaves are read when first asked for (`get`), from the plans
+    of its arguments' treedefs and their abstract values (never a user object)."""
+
+    __slots__ = ("_base", "_plans", "_vals", "_built", "n_leaves")
+
+    def __init__(self, base: Signature, plans: tuple, vals: list, n_leaves: int):
+        self._base, self._plans, self._vals, self._built = base, plans, vals, None
+        self.n_leaves = n_leaves
+
+    def get(self) -> Signature:
+        built = self._built
+        if built is None:
+            walker = Walker(())
+            for name, plan, start in self._plans:
+                walker.apply_plan(name, plan, self._vals, start)
+            built = self._built = self._base._replace(leaves=walker.leaves)
+            self._plans = self._vals = None
+        return built
 
 
 def _arg_names(debug_info: Any, flat_paths: dict) -> dict | None:

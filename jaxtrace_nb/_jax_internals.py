@@ -176,6 +176,27 @@ def trace_context_names(n: int) -> tuple:
     return names
 
 
+_ABSTRACT_TYPES: dict = {}  # type -> whether it is one of JAX's abstract values (avals)
+
+
+def all_abstract(values: list) -> bool:
+    """Whether every value is an abstract value (a shape and dtype, never user data)."""
+    for t in set(map(type, values)):
+        known = _ABSTRACT_TYPES.get(t)
+        if known is None:
+            try:
+                from jax._src.core import AbstractValue
+
+                known = issubclass(t, AbstractValue)
+            except Exception:
+                known = False
+            if len(_ABSTRACT_TYPES) < 256:
+                _ABSTRACT_TYPES[t] = known
+        if not known:
+            return False
+    return True
+
+
 def user_frames(traceback: Any):
     """The user's frames of a jaxpr equation's source info, innermost first."""
     from jax._src import source_info_util

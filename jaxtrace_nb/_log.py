@@ -11,12 +11,15 @@ import datetime
 import operator
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from ._diagnosis import CAUSES
 from ._records import Stage
 
 DEFAULT_MAX_EVENTS = 100_000
+# Deferred diagnoses waiting for a reader: at most this many events, holding at most this many
+# signature leaves, before they are settled anyway (memory stays bounded).
+MAX_UNSETTLED_EVENTS = 4096
+MAX_UNSETTLED_LEAVES = 200_000
 
 # The DataFrame's columns, in order, by dtype; the first 17 are the documented contract.
 _TEXT, _INT, _FLOAT, _BOOL = "text", "Int64", "float64", "bool"
@@ -35,9 +38,9 @@ COLUMNS = tuple(name for name, _ in COLUMN_TYPES)
 STAGE_COLUMNS = {Stage.TRACE: "trace_s", Stage.LOWER: "lower_s", Stage.COMPILE: "compile_s",
                  Stage.CACHE_SAVED: "cache_saved_s"}
 _XLA_COST_COLUMNS = ("flops", "arg_bytes", "out_bytes", "temp_bytes")
+_DIAGNOSIS_COLUMNS = ("cause", "leaf", "before", "after", "explanation", "hint")
 
 _ALL_COLUMNS = operator.attrgetter(*COLUMNS)
-_COLUMN_SET = frozenset(COLUMNS)
 
 
 _STRINGS: dict[str, str] = {}  # one copy of each text recent events repeat (names, paths, hints)
@@ -55,18 +58,40 @@ def _shared(text: str) -> str:
     return shared
 
 
+def _event_init():
+    """Event's ``__init__(self, *, time=None, ...)``, written out once: one plain assignment per
+    column (an event is made at every trace), texts shared through `_shared`."""
+    text = {name for name, kind in COLUMN_TYPES if kind == _TEXT}
+    lines = [f"def __init__(self, *, {', '.join(f'{c}=None' for c in COLUMNS)}):"]
+    lines += [f"    self.{c} = {c} if type({c}) is not str else _shared({c})" if c in text else f"    self.{c} = {c}"
+              for c in COLUMNS]
+    lines.append("    self.deferred = None")
+    namespace = {"_shared": _shared}
+    exec("\n".join(lines), namespace)
+    return namespace["__init__"]
+
+
 class Event:
-    """One trace (with the compile that followed it) or one compile without a trace."""
+    """One trace (with the compile that followed it) or one compile without a trace.
 
-    __slots__ = COLUMNS
+    A retrace's diagnosis may be deferred: `deferred` then holds a pure function of plain
+    records that returns it, and the log runs it before anyone reads the event (`settle`).
+    """
 
-    def __init__(self, **fields: Any):
-        unknown = fields.keys() - _COLUMN_SET
-        if unknown:
-            raise TypeError(f"Event has no field(s) {sorted(unknown)}")
-        for name in COLUMNS:
-            value = fields.get(name)
+    __slots__ = COLUMNS + ("deferred",)
+    __init__ = _event_init()  # Event(**fields): every column a keyword, None by default
+
+    def settle(self) -> None:
+        """Run a deferred diagnosis (once); a hint already set (an unrolled loop's) follows its own."""
+        deferred, self.deferred = self.deferred, None
+        if deferred is None:
+            return
+        d = deferred()
+        loop_hint = self.hint
+        for name, value in zip(_DIAGNOSIS_COLUMNS, (d.cause, d.leaf, d.before, d.after, d.explanation, d.hint)):
             setattr(self, name, _shared(value) if type(value) is str else value)
+        if loop_hint:
+            self.hint = f"{self.hint} {loop_hint}" if self.hint else loop_hint
 
     def as_tuple(self) -> tuple:
         return _ALL_COLUMNS(self)
@@ -95,6 +120,8 @@ class EventLog:
         self._events: collections.deque[Event] = collections.deque(maxlen=max_events)
         self._next_seq = 0
         self._subscribers: list[Callable[[Event, str], None]] = []
+        self._unsettled: list[Event] = []  # events whose diagnosis is deferred until read
+        self._unsettled_leaves = 0
         self.on_fault: Callable[[BaseException], None] | None = None  # a subscriber failed
 
     @property
@@ -123,14 +150,42 @@ class EventLog:
             event.seq = self._next_seq
             self._next_seq += 1
             self._events.append(event)
+            deferred = event.deferred
+            if deferred is not None and not self._subscribers:  # nobody reads it yet: settle later
+                self._unsettled.append(event)
+                self._unsettled_leaves += getattr(deferred, "leaves", 1)
+                if len(self._unsettled) > MAX_UNSETTLED_EVENTS or self._unsettled_leaves > MAX_UNSETTLED_LEAVES:
+                    self._settle_all()
+                return event
         self._notify(event, "append")
         return event
 
     def updated(self, event: Event) -> None:
         """Tell subscribers that `event` got more fields (compile seconds, cache hit)."""
-        self._notify(event, "update")
+        if self._subscribers:
+            self._notify(event, "update")
+
+    def settle(self) -> None:
+        """Run every deferred diagnosis (the log does before any event is read)."""
+        with self._lock:
+            self._settle_all()
+
+    def _settle_all(self) -> None:
+        unsettled, self._unsettled, self._unsettled_leaves = self._unsettled, [], 0
+        for event in unsettled:
+            self._settle(event)
+
+    def _settle(self, event: Event) -> None:
+        try:
+            event.settle()
+        except Exception as e:  # the deferred diagnosis contains its own faults; this is a last resort
+            if self.on_fault is not None:
+                self.on_fault(e)
 
     def _notify(self, event: Event, what: str) -> None:
+        if event.deferred is not None:
+            with self._lock:
+                self._settle(event)
         for callback in list(self._subscribers):
             try:
                 callback(event, what)
@@ -153,10 +208,13 @@ class EventLog:
     def reset(self) -> None:
         with self._lock:
             self._events.clear()
+            self._unsettled, self._unsettled_leaves = [], 0
             self._first_seq = self._next_seq
 
     def events(self, since: int = 0, until: int | None = None) -> list[Event]:
         with self._lock:
+            if self._unsettled:
+                self._settle_all()
             events = list(self._events)
         if since or until is not None:
             events = [e for e in events if e.seq >= since and (until is None or e.seq < until)]

@@ -58,9 +58,34 @@ class _PendingTrace(NamedTuple):
     new_object: bool
 
 
+class _DeferredDiagnosis(NamedTuple):
+    """A retrace's diagnosis, run when its event is first read: plain signatures and flags only."""
+
+    signature: Signature  # or a DeferredSignature: leaves read at `get()`
+    previous: tuple  # the function's earlier signatures when it was traced, newest last
+    new_object: bool
+    rerun: str | None
+    cache_cleared: bool
+    fault: object  # Session.fault
+    leaves: int  # what it holds, for the log's bound on unsettled events
+
+    def __call__(self) -> Diagnosis:
+        try:
+            return diagnose(self.signature.get(), [s.get() for s in self.previous], new_object=self.new_object,
+                            rerun_note=self.rerun, cache_cleared=self.cache_cleared)
+        except Exception as e:
+            self.fault("diagnosis", e)
+            return Diagnosis("unknown", None, None, None, "jaxtrace_nb could not diagnose this trace "
+                             "(an internal error, counted in jt.faults()).", "")
+
+
+# The fields of an event whose diagnosis is deferred, until the log settles it.
+_UNSETTLED = Diagnosis(None, None, None, None, None, None)
+
+
 def _keep(signatures: collections.deque, signature: Signature) -> collections.deque:
     """`signatures` with `signature` appended, keeping fewer when signatures are large."""
-    keep = max(1, min(_SIGNATURES_PER_FUNCTION, _LEAF_BUDGET_PER_FUNCTION // max(1, len(signature.leaves))))
+    keep = max(1, min(_SIGNATURES_PER_FUNCTION, _LEAF_BUDGET_PER_FUNCTION // max(1, signature.n_leaves)))
     if signatures.maxlen != keep:
         signatures = collections.deque(signatures, maxlen=keep)
     signatures.append(signature)
@@ -85,6 +110,8 @@ class Session:
         self._started = False  # jt.start() holds one use until jt.stop()
         self._persist: tuple | None = None  # (writer, unsubscribe)
         self._where: tuple | None = None  # (host, JAX process index), read at the first event
+        self._host: str | None = None
+        self._jax_state: tuple | None = None  # JAX's modules that know the process index
         self.log.on_fault = lambda exc: self.fault("log", exc)
 
     # ------------------------------------------------------------ lifecycle
@@ -178,8 +205,9 @@ class Session:
 
     def on_trace(self, record: TraceRecord) -> _PendingTrace | None:
         __tracebackhide__ = True
+        guarded = any(watch.guards for watch in self.watches)
         try:
-            pending = self._diagnose_trace(record)
+            pending = self._diagnose_trace(record, defer=not guarded)
         except Exception as e:
             self.fault("diagnosis", e)
             return None
@@ -191,8 +219,11 @@ class Session:
             raise
         return pending
 
-    def _diagnose_trace(self, record: TraceRecord) -> _PendingTrace:
+    def _diagnose_trace(self, record: TraceRecord, defer: bool = False) -> _PendingTrace:
+        """The trace's event; a retrace's diagnosis is deferred until the event is read when
+        `defer` (it is a pure function of the records held here, and most are never read)."""
         identity = record.identity
+        deferred = None
         with self._lock:
             state = self.functions.get(identity.key)
             traces = state.traces if state is not None else 0
@@ -202,15 +233,20 @@ class Session:
             elif state is None or not state.traces:
                 diagnosis = first_after_failures(state.failed if state is not None else 0)
             else:
-                diagnosis = diagnose(record.signature, list(state.signatures), new_object=new_object,
-                                     rerun_note=rerun,
-                                     cache_cleared=record.cache_generation != state.cache_generation)
+                deferred = _DeferredDiagnosis(record.signature, tuple(state.signatures), new_object, rerun,
+                                              record.cache_generation != state.cache_generation, self.fault,
+                                              record.signature.n_leaves)
+                diagnosis = _UNSETTLED if defer else deferred()
+                if not defer:
+                    deferred = None
         event = self._event(identity, "trace", diagnosis, traces + 1, record.thread, nested=record.nested,
                             call_site=record.call_site)
+        event.deferred = deferred
         if self._persist is not None and record.signature is not None and not identity.internal:
             # A persisted log (one per process of a multi-process run) keeps the argument leaves
             # of each trace, bounded, so that processes can be compared (`_processes`).
-            event.signature = signature_column({path: leaf.text for path, leaf in record.signature.leaves.items()})
+            event.signature = signature_column({path: leaf.text
+                                                for path, leaf in record.signature.get().leaves.items()})
         return _PendingTrace(event, record, new_object)
 
     def on_trace_end(self, pending: _PendingTrace, seconds: float | None, graph: GraphStats | None) -> Event | None:
@@ -281,12 +317,17 @@ class Session:
         """
         if self._where is not None:
             return self._where
-        import socket
+        if self._host is None:
+            import socket
 
+            self._host = socket.gethostname()
         process = None
         try:
-            from jax._src import distributed, xla_bridge
+            if self._jax_state is None:
+                from jax._src import distributed, xla_bridge
 
+                self._jax_state = (distributed, xla_bridge)
+            distributed, xla_bridge = self._jax_state
             if distributed.global_state.client is not None:
                 process = int(distributed.global_state.process_id)
             elif xla_bridge.backends_are_initialized():
@@ -295,7 +336,7 @@ class Session:
                 process = int(jax.process_index())
         except Exception:
             pass
-        where = (socket.gethostname(), process)
+        where = (self._host, process)
         if process is not None:
             self._where = where
             for event in self.log.events():  # recorded before JAX knew it: the same process

@@ -89,6 +89,14 @@ class Signature(NamedTuple):
     owners: dict | None = None  # path -> qualified type of the custom container at that path
     key_parts: tuple = ()  # ((component, hash), ...) of JAX's own cache key: equal keys hash equal
 
+    @property
+    def n_leaves(self) -> int:
+        return len(self.leaves)
+
+    def get(self) -> Signature:
+        """This signature (a `DeferredSignature` builds its own here)."""
+        return self
+
 
 Change = tuple  # (path, old Leaf | None, new Leaf | None)
 

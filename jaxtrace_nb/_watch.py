@@ -47,6 +47,11 @@ class Watch:
         self._session.release()
 
     @property
+    def guards(self) -> bool:
+        """Whether this scope may stop a trace (it then needs each trace's cause at once)."""
+        return self.max_traces is not None or self.max_retraces is not None
+
+    @property
     def records(self) -> list[Event]:
         """The events recorded inside this scope (so far, if still open)."""
         if self._start is None:

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxtrace_nb._cost import find_unrolled
+from jaxtrace_nb._cost import count_equations, find_unrolled
 from jaxtrace_nb._records import Unrolled
 
 
@@ -20,6 +20,72 @@ def test_find_unrolled_on_plain_sequences():
     assert find_unrolled(["dot", "tanh"] * 15) is None  # too few repetitions for a loop
     assert find_unrolled(["a", "b", "c", "d"] * 3) is None
     assert find_unrolled([]) is None
+
+
+def _longest_block(names: list, min_repeats: int = 16):
+    """The best repetition over every block length (the reference `find_unrolled` must agree with)."""
+    best = None
+    for period in range(1, len(names) // min_repeats + 1):
+        run, start_of_run = 0, 0
+        for i in range(len(names) - period):
+            if names[i] == names[i + period]:
+                if run == 0:
+                    start_of_run = i
+                run += 1
+                repeats = run // period + 1
+                if repeats >= min_repeats and (best is None or repeats * period > best.equations):
+                    best = Unrolled(repeats, period, start_of_run)
+            else:
+                run = 0
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_find_unrolled_finds_the_longest_repetition_of_generated_programs(seed):
+    import random
+
+    rng = random.Random(seed)
+    alphabet = ["dot", "add", "tanh", "mul", "exp", "sub"]
+    block = [rng.choice(alphabet) for _ in range(rng.randint(1, 5))]
+    names = ([rng.choice(alphabet) for _ in range(rng.randint(0, 30))] + block * rng.randint(10, 60)
+             + [rng.choice(alphabet) for _ in range(rng.randint(0, 30))])
+    found, expected = find_unrolled(names), _longest_block(names)
+    assert (found is None) == (expected is None)
+    if found is not None:
+        assert found.equations == expected.equations
+        assert names[found.start:found.start + found.equations] == names[found.start:found.start + found.period] * found.repeats
+
+
+def _every_equation(jaxpr) -> int:
+    """Equations of `jaxpr` and of every jaxpr in any parameter of any equation (no shortcut)."""
+    total = 0
+    for eqn in jaxpr.eqns:
+        total += 1
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", sub) if type(sub).__name__ == "ClosedJaxpr" else sub
+                if type(inner).__name__ == "Jaxpr":
+                    total += _every_equation(inner)
+    return total
+
+
+def test_equation_count_reaches_every_sub_jaxpr():
+    @jax.custom_jvp
+    def soft(x):
+        return jnp.log1p(jnp.exp(x))
+
+    soft.defjvp(lambda p, t: (soft(p[0]), t[0] * jax.nn.sigmoid(p[0])))
+
+    def program(x):
+        x = jax.jit(lambda y: jnp.sin(y) * 2)(x)
+        x = jax.lax.cond(x.sum() > 0, jnp.cos, lambda y: jax.jit(jnp.tanh)(y) + 1, x)
+        x, _ = jax.lax.scan(lambda c, _: (jax.checkpoint(lambda z: soft(z) * c)(c), None), x, None, length=3)
+        x = jax.lax.while_loop(lambda c: c.sum() < 10, lambda c: c + jax.vmap(jnp.exp)(c), x)
+        return jax.grad(lambda y: soft(y).sum())(x)
+
+    jaxpr = jax.make_jaxpr(program)(jnp.ones(3)).jaxpr
+    for _ in range(2):  # the second time from the per-primitive memory of which parameters hold jaxprs
+        assert count_equations(jaxpr, {}) == _every_equation(jaxpr) > len(jaxpr.eqns) + 10
 
 
 def _unrolled(x):

@@ -100,7 +100,7 @@ INJECTIONS = {
     "probe": (_inject_probe, "probe", False),
     "stage frame": (_inject_stage_frame, "timing", False),
     "signature": (_inject_signature, "signature", True),
-    "diff": (_inject_diagnosis, "diagnosis", False),
+    "diff": (_inject_diagnosis, "diagnosis", True),  # logged, its cause "unknown"
     "log": (_inject_log, "log", False),
     "subscriber": (_inject_subscriber, "log", True),
     "timing": (_inject_timing, "timing", True),
@@ -139,6 +139,7 @@ def test_injected_fault_is_contained_counted_and_reported_once(fresh, monkeypatc
             warnings.simplefilter("always")
             results = _user_program()
             results_again = _user_program()
+            jt.log()  # a view reads the log: deferred diagnoses run now
     finally:
         monkeypatch.undo()
         if remove is not None:

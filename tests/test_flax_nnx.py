@@ -52,7 +52,7 @@ def leaves_of(name: str) -> dict:
     from jaxtrace_nb._session import get_session
 
     (state,) = [s for s in get_session().functions.values() if s.identity is not None and s.identity.name == name]
-    return state.signatures[-1].leaves
+    return state.signatures[-1].get().leaves
 
 
 def where(fn) -> str:
