@@ -317,7 +317,10 @@ def tree_plan(td: Any) -> tuple | None:
     would call a user's dict key's ``__eq__``, and no treedef is kept.
     """
     global _planned_leaves
-    key = hash(td)
+    try:
+        key = hash(td)
+    except Exception:  # node data that cannot be hashed: walked
+        return None
     if key in _UNPLANNED:  # (a plannable treedef of the same hash is walked instead: slower, the same leaves)
         return None
     try:
