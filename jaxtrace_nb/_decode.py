@@ -267,12 +267,16 @@ class DeferredSignature:
 
     def get(self) -> Signature:
         built = self._built
-        if built is None:
-            walker = Walker(())
-            for name, plan, start in self._plans:
-                walker.apply_plan(name, plan, self._vals, start)
-            built = self._built = self._base._replace(leaves=walker.leaves)
-            self._plans = self._vals = None
+        if built is not None:
+            return built
+        plans, vals = self._plans, self._vals
+        if plans is None:  # another thread built it meanwhile (it sets `_built` before clearing these)
+            return self._built
+        walker = Walker(())
+        for name, plan, start in plans:
+            walker.apply_plan(name, plan, vals, start)
+        built = self._built = self._base._replace(leaves=walker.leaves)
+        self._plans = self._vals = None
         return built
 
 

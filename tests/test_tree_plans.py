@@ -86,3 +86,35 @@ def test_only_plain_containers_are_planned_and_no_treedef_is_kept():
     for other in ({"w": Box(1)}, [Pair(1, 2)], [Empty()], {(1, 2): 1}, {"w": {1.5: 2}}, {1: 2}):
         assert tree_plan(jax.tree_util.tree_structure(other)) is None
     assert all(type(key) is bytes for key in _arguments._PLANS)  # JAX's serialization, not the treedef
+
+
+def _retraces(tag: str) -> None:
+    """One function retraced by a shape, a dtype, a structure, a key and a None change."""
+    f = jax.jit(lambda p, y: jax.tree_util.tree_leaves(p)[0].sum() + y)
+    f.__name__ = tag
+    p = {"w": jnp.ones(3), "b": [jnp.ones(2), None]}
+    f(p, 1.0)
+    f({**p, "w": jnp.ones(4)}, 1.0)
+    f({**p, "w": jnp.ones(4, jnp.int32)}, 1.0)
+    f({**p, "b": (jnp.ones(2), None)}, 1.0)
+    f({**p, "b": [jnp.ones(2), jnp.ones(1)]}, 1.0)
+    f({**p, "z": jnp.ones(1)}, jnp.float32(2))
+
+
+def test_a_deferred_diagnosis_is_the_one_made_at_the_trace(jt):
+    from jaxtrace_nb._decode import DeferredSignature
+    from jaxtrace_nb._session import get_session
+
+    fields = ["trace_number", "cause", "leaf", "before", "after", "explanation", "hint"]
+    _retraces("deferred")  # diagnosed when the log is read
+    deferred = jt.log(internal=False)[fields]
+    state = next(s for s in get_session().functions.values() if s.identity.name.endswith("<lambda>"))
+    kept = state.signatures[-1]
+    assert type(kept) is DeferredSignature and kept.get() is kept.get()
+    assert kept.n_leaves == len(kept.get().leaves)
+    jt.reset()
+    with jt.watch(max_traces=100):  # a watch with a limit diagnoses each trace at its start
+        _retraces("eager")
+    eager = jt.log(internal=False)[fields]
+    assert deferred.to_dict("records") == eager.to_dict("records")
+    assert list(deferred["cause"]) == ["first", "shape", "dtype", "structure", "structure", "structure"]
