@@ -202,8 +202,8 @@ class Walker:
                 leaves[path] = op[2]
             else:  # _SEQ
                 _, _, name, n, first = op
-                elements = "" if first is None else _elements(vals[start + first:start + first + n])
-                leaves[path] = node_leaf((name, n), f"{name} of {n}{elements}", name)
+                leaves[path] = _sequence_leaf(name, n, None if first is None
+                                              else vals[start + first:start + first + n])
 
     def walk_tree(self, prefix: str, td: Any, vals: list, start: int = 0) -> None:
         """`tree`, read node by node from the treedef (no plan)."""
@@ -384,10 +384,13 @@ def _container_leaf(kind: type, keys: list, children: list, vals: list, start: i
         shown = ", ".join(k[1:-1] for k in keys[:6]) + (", …" if len(keys) > 6 else "")
         return node_leaf((name, tuple(keys)), clip(f"dict with keys {shown}" if keys else "empty dict", 120), name)
     n = len(keys)
-    elements = ""
-    if n and all(c.num_nodes == 1 and c.num_leaves == 1 for c in children):
-        elements = _elements([vals[start + i] for i in range(n)])
-    return node_leaf((name, n), f"{name} of {n}{elements}", name)
+    all_leaves = n and all(c.num_nodes == 1 and c.num_leaves == 1 for c in children)
+    return _sequence_leaf(name, n, vals[start:start + n] if all_leaves else None)
+
+
+def _sequence_leaf(name: str, n: int, elements: list | None) -> Leaf:
+    """A list or tuple of `n` children; `elements`: its children's values when all are leaves."""
+    return node_leaf((name, n), f"{name} of {n}{_elements(elements) if elements else ''}", name)
 
 
 def _skeleton_container_leaf(kind: type, keys: list, text: str | None) -> Leaf:

@@ -432,6 +432,11 @@ def diagnose_compile(new: Signature, previous: Sequence[Signature], *, traced: b
     return Diagnosis(cause, first[0], before, after, explanation, hint, len(changes))
 
 
+def join_hints(first: str | None, then: str | None) -> str | None:
+    """Two hints of one event, the diagnosis's before the graph's (an unrolled loop)."""
+    return f"{first} {then}" if first and then else (then or first)
+
+
 def unrolled_loop_hint(found: Unrolled, total: int, where: str | None) -> str:
     """The hint for a trace whose top level holds an unrolled Python loop."""
     at = f" (loop body at {where})" if where else ""

@@ -12,7 +12,7 @@ import operator
 import threading
 from collections.abc import Callable, Iterable
 
-from ._diagnosis import CAUSES
+from ._diagnosis import CAUSES, join_hints
 from ._records import Stage
 
 DEFAULT_MAX_EVENTS = 100_000
@@ -87,11 +87,10 @@ class Event:
         if deferred is None:
             return
         d = deferred()
-        loop_hint = self.hint
-        for name, value in zip(_DIAGNOSIS_COLUMNS, (d.cause, d.leaf, d.before, d.after, d.explanation, d.hint)):
+        graph_hint = self.hint
+        for name, value in zip(_DIAGNOSIS_COLUMNS, (d.cause, d.leaf, d.before, d.after, d.explanation,
+                                                    join_hints(d.hint, graph_hint))):
             setattr(self, name, _shared(value) if type(value) is str else value)
-        if loop_hint:
-            self.hint = f"{self.hint} {loop_hint}" if self.hint else loop_hint
 
     def as_tuple(self) -> tuple:
         return _ALL_COLUMNS(self)

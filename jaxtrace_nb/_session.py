@@ -15,7 +15,7 @@ import warnings
 from typing import NamedTuple
 
 from ._diagnosis import (FIRST, NO_SIGNATURE, REDUCED, REDUCED_COMPILE, Diagnosis, diagnose, diagnose_compile,
-                         first_after_failures, unrolled_loop_hint)
+                         first_after_failures, join_hints, unrolled_loop_hint)
 from ._log import Event, EventLog, now
 from ._probe import Probe
 from ._processes import signature_column
@@ -67,7 +67,11 @@ class _DeferredDiagnosis(NamedTuple):
     rerun: str | None
     cache_cleared: bool
     fault: object  # Session.fault
-    leaves: int  # what it holds, for the log's bound on unsettled events
+
+    @property
+    def leaves(self) -> int:
+        """What it holds, for the log's bound on unsettled events."""
+        return self.signature.n_leaves
 
     def __call__(self) -> Diagnosis:
         try:
@@ -234,11 +238,11 @@ class Session:
                 diagnosis = first_after_failures(state.failed if state is not None else 0)
             else:
                 deferred = _DeferredDiagnosis(record.signature, tuple(state.signatures), new_object, rerun,
-                                              record.cache_generation != state.cache_generation, self.fault,
-                                              record.signature.n_leaves)
-                diagnosis = _UNSETTLED if defer else deferred()
-                if not defer:
-                    deferred = None
+                                              record.cache_generation != state.cache_generation, self.fault)
+                if defer:
+                    diagnosis = _UNSETTLED
+                else:
+                    diagnosis, deferred = deferred(), None
         event = self._event(identity, "trace", diagnosis, traces + 1, record.thread, nested=record.nested,
                             call_site=record.call_site)
         event.deferred = deferred
@@ -356,8 +360,7 @@ class Session:
         event.eqns, event.eqns_total, event.loop_line = graph.eqns, graph.eqns_total, graph.loop_where
         if graph.unrolled is not None:
             event.loop_repeats = graph.unrolled.repeats
-            loop = unrolled_loop_hint(graph.unrolled, graph.eqns, graph.loop_where)
-            event.hint = f"{event.hint} {loop}" if event.hint else loop
+            event.hint = join_hints(event.hint, unrolled_loop_hint(graph.unrolled, graph.eqns, graph.loop_where))
 
     def on_lowering(self, event: Event | None, record: LoweringRecord) -> Event | None:
         try:
