@@ -316,7 +316,6 @@ def tree_plan(td: Any) -> tuple | None:
     Plans are found by JAX's own serialization of the treedef (bytes): comparing treedefs
     would call a user's dict key's ``__eq__``, and no treedef is kept.
     """
-    global _planned_leaves
     try:
         key = hash(td)
     except Exception:  # node data that cannot be hashed: walked
@@ -336,12 +335,66 @@ def tree_plan(td: Any) -> tuple | None:
             _UNPLANNED.clear()
         _UNPLANNED.add(key)
         return None
-    if len(_PLANS) >= _MAX_PLANS or _planned_leaves + td.num_leaves > _MAX_PLANNED_LEAVES:
-        _PLANS.clear()
-        _planned_leaves = 0
-    _PLANS[proto] = plan
-    _planned_leaves += td.num_leaves
+    _keep_plan(_PLANS, proto, plan, td.num_leaves)
     return plan
+
+
+def _keep_plan(plans: dict, proto: bytes, plan: Any, leaves: int) -> None:
+    """Remember `plan` under `proto`; all plans together stay within `_MAX_PLANNED_LEAVES`."""
+    global _planned_leaves
+    if len(plans) >= _MAX_PLANS or _planned_leaves + leaves > _MAX_PLANNED_LEAVES:
+        _PLANS.clear()
+        _CALL_PLANS.clear()
+        _planned_leaves = 0
+    plans[proto] = plan
+    _planned_leaves += leaves
+
+
+_CALL_PLANS: dict = {}  # JAX's serialization of a call's (args, kwargs) treedef -> its `CallPlan` or False
+
+
+class CallPlan(NamedTuple):
+    """How to read a call whose every argument is a tree of dicts with string keys, lists, tuples
+    and None: ((position or keyword name, the argument's `tree_plan` (None: one leaf), its first
+    leaf), ...), positional arguments first, then keywords as JAX sorts them; and how many
+    leaves its signature has (containers and None included)."""
+
+    arguments: tuple
+    n_leaves: int
+
+
+def call_plan(td: Any) -> CallPlan | None:
+    """The `CallPlan` of a traced call's whole ``(args, kwargs)`` treedef, found by JAX's own
+    serialization of it (one call, bytes; see `tree_plan`); None for any other call (a static
+    argument, a custom node, a dict key that is not a string)."""
+    try:
+        proto = td.serialize_using_proto()
+    except Exception:  # a node or key JAX cannot serialize: static arguments, custom nodes
+        return None
+    plan = _CALL_PLANS.get(proto)
+    if plan is None:
+        plan = _new_call_plan(td) or False
+        _keep_plan(_CALL_PLANS, proto, plan, td.num_leaves if plan else 0)
+    return plan or None
+
+
+def _new_call_plan(td: Any) -> CallPlan | None:
+    if td.node_data()[0] is not tuple or td.num_nodes < 3:
+        return None
+    args_td, kwargs_td = td.children()
+    kw_kind, kw_names = kwargs_td.node_data()
+    if args_td.node_data()[0] is not tuple or kw_kind is not dict or not all(type(k) is str for k in kw_names):
+        return None
+    arguments, start, n_leaves = [], 0, 0
+    for where, child in (*enumerate(args_td.children()), *zip(kw_names, kwargs_td.children())):
+        single = child.num_nodes == 1 and child.num_leaves == 1
+        plan = None if single else _new_plan(child)
+        if plan is None and not single:
+            return None
+        arguments.append((where, plan, start))
+        start += child.num_leaves
+        n_leaves += len(plan) if plan is not None else 1
+    return CallPlan(tuple(arguments), n_leaves)
 
 
 def _new_plan(td: Any) -> tuple | None:

@@ -10,6 +10,7 @@ executables are read by duck typing, never kept.
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -107,11 +108,34 @@ def count_equations(jaxpr: Any, memo: dict) -> int:
         params = eqn.params
         for name in names:
             value = params.get(name)
+            if value is None:
+                continue
             for sub in value if isinstance(value, (tuple, list)) else (value,):
                 inner = getattr(sub, "jaxpr", sub) if type(sub).__name__ == "ClosedJaxpr" else sub
                 if type(inner).__name__ == "Jaxpr":
-                    total += count_equations(inner, memo)
+                    total += _sub_total(inner, memo)
     memo[key] = total
+    return total
+
+
+# id(sub-jaxpr) -> (a weak reference to it, its equations in all). JAX reuses a nested jit's
+# jaxpr in every trace that calls it with the same types, so most are counted once.
+_SUB_TOTALS: dict = {}
+_MAX_SUB_TOTALS = 4096
+
+
+def _sub_total(jaxpr: Any, memo: dict) -> int:
+    known = _SUB_TOTALS.get(id(jaxpr))
+    if known is not None and known[0]() is jaxpr:
+        return known[1]
+    total = count_equations(jaxpr, memo)
+    try:
+        ref = weakref.ref(jaxpr)
+    except TypeError:
+        return total
+    if len(_SUB_TOTALS) >= _MAX_SUB_TOTALS:
+        _SUB_TOTALS.clear()
+    _SUB_TOTALS[id(jaxpr)] = (ref, total)
     return total
 
 

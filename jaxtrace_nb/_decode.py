@@ -18,12 +18,12 @@ from typing import Any, Callable
 
 from . import _adapters
 from ._jax_internals import Internals, all_abstract, trace_context_names, trace_context_values
-from ._jax_layouts import TraceStart
+from ._jax_layouts import PlainCall, TraceStart
 from ._records import FunctionIdentity, LoweringRecord, TraceRecord
 from ._signature import Origin, Signature
 from ._values import clip, printable, summarize_static
 from ._arguments import (_SRC_INFO, DecodedCall, TreeArg, Walker, arg_name, argument, aval_leaf, parameters,
-                         raw_identity, tree_plan)
+                         call_plan, raw_identity, tree_plan)
 
 LIBRARY_PACKAGES = ("jax", "jaxlib", "equinox", "optax", "chex", "flax", "jaxtyping", "jaxtrace_nb")
 _CELL_FILE = re.compile(r"^<ipython-input-\d+-[0-9a-f]+>$|ipykernel_\d+[/\\]\d+\.py$")
@@ -56,6 +56,8 @@ class Decoder:
         self.library_dirs = _library_dirs()
         self.cell_label: Callable[[str], str | None] | None = None  # set by the IPython glue
         self._identities: dict[int, tuple] = {}  # id(function) -> (weakref, identity, parameters)
+        # id(function) -> (its last `CallPlan`, its `_identities` entry, ((name, plan, start), ...), call)
+        self._named_plans: dict[int, tuple] = {}
         self._context: tuple = ((), ())  # JAX's last trace-context values, and their texts
         self._library_files: dict[str, bool] = {}  # file name -> in a library's folder
         self._locations: dict[tuple, str] = {}  # (file name, line) -> its location text, outside cells
@@ -121,6 +123,32 @@ class Decoder:
         return TraceRecord(identity, nested, signature, ref, thread, self.call_site(), cache_generation,
                            arg_names)
 
+    def plain_jit_record(self, call: PlainCall, *, nested: bool, thread: int,
+                         cache_generation: int) -> TraceRecord | None:
+        """`trace_record` of a retrace of a plain ``jax.jit`` function whose every argument is a
+        tree of dicts with string keys, lists, tuples and None (`call_plan`), read from the
+        whole call's treedef at once; None for any other call, and for a function's first trace
+        (which `trace_record` reads, and whose identity and parameters it remembers).
+
+        Only a function that `trace_record` found to be a plain ``jax.jit`` one qualifies: a
+        library adapter claims a call by its function object or by a static argument, and a
+        call of plain trees has none (``tests/test_tree_plans.py`` compares the two readings)."""
+        fun = call.fun
+        known = self._identities.get(id(fun))
+        if known is None or known[0]() is not fun or known[1] is None or known[2] is None \
+                or known[1].jit_kind != "jit":
+            return None
+        plan = call_plan(call.tree)
+        if plan is None or not all_abstract(call.vals):
+            return None
+        named = self._named_plans.get(id(fun))
+        if named is None or named[0] is not plan or named[1] is not known:
+            named = self._named_plans[id(fun)] = (plan, known, *_named_arguments(plan, *known[2]))
+        base = Signature(("id", id(fun)), self._context_texts(), {}, None, "jit", named[3], None,
+                         _key_parts(call.key))
+        signature = DeferredSignature(base, named[2], call.vals, plan.n_leaves)
+        return TraceRecord(known[1], nested, signature, known[0], thread, self.call_site(), cache_generation, None)
+
     def is_wrapper(self, fun: Any) -> bool:
         """Whether `fun` is a library's jit wrapper around a user function (e.g. eqx.filter_jit's)."""
         return any(adapter.wraps(fun) for adapter in _adapters.active())
@@ -147,6 +175,8 @@ class Decoder:
         found = parameters(fun)
         if cached is not None and cached[0]() is fun:
             self._identities[id(fun)] = cached[:2] + (found,)
+        else:
+            self._remember(fun, None, found)
         return found
 
     def identity(self, start: TraceStart, call: DecodedCall) -> FunctionIdentity:
@@ -164,13 +194,19 @@ class Decoder:
             jax_name=str(self.internals.fun_name(start.fun)),
             src_info=str(getattr(start.debug_info, "func_src_info", "") or ""))
         if fun is not None and call.identity is None:
-            try:
-                if len(self._identities) >= _MAX_IDENTITIES:
-                    self._identities.clear()
-                self._identities[id(fun)] = (weakref.ref(fun), identity, cached[2] if cached else None)
-            except TypeError:
-                pass
+            self._remember(fun, identity, cached[2] if cached is not None and cached[0]() is fun else None)
         return identity
+
+    def _remember(self, fun: Any, identity: FunctionIdentity | None, params: tuple | None) -> None:
+        """Keep `fun`'s identity and parameters, by the object (a weak reference to it)."""
+        try:
+            if len(self._identities) >= _MAX_IDENTITIES:
+                self._identities.clear()
+            self._identities[id(fun)] = (weakref.ref(fun), identity, params)
+            if len(self._named_plans) >= _MAX_IDENTITIES:
+                self._named_plans.clear()
+        except TypeError:  # an object without weak references: asked again next time
+            pass
 
     def _signature(self, start: TraceStart, call: DecodedCall, adapters: tuple) -> tuple[Signature, dict]:
         deferred = self._deferred_signature(start, call)
@@ -187,7 +223,7 @@ class Decoder:
             function_token=("id", id(call.user_fun)),
             context=self._context_texts(),
             leaves=walker.leaves, function_path=function_path, jit_kind=call.jit_kind, call=call.call,
-            owners=walker.owners or None, key_parts=_key_parts(start)), walker.flat_paths
+            owners=walker.owners or None, key_parts=_key_parts(start.key)), walker.flat_paths
 
     def _deferred_signature(self, start: TraceStart, call: DecodedCall) -> DeferredSignature | None:
         """A plain ``jax.jit`` call whose every argument is a tree of dicts with string keys, lists,
@@ -209,7 +245,7 @@ class Decoder:
         if not all_abstract(start.vals):  # only abstract values are kept until the leaves are read
             return None
         return DeferredSignature(Signature(("id", id(call.user_fun)), self._context_texts(), {}, None, "jit",
-                                           call.call, None, _key_parts(start)), tuple(plans), start.vals, n_leaves)
+                                           call.call, None, _key_parts(start.key)), tuple(plans), start.vals, n_leaves)
 
     def _context_texts(self) -> tuple:
         """((name, value text), ...) of JAX's trace context, texts remade only when values change."""
@@ -280,6 +316,17 @@ class DeferredSignature:
         return built
 
 
+def _named_arguments(plan: Any, positional: list, var: str | None) -> tuple[tuple, tuple]:
+    """A `CallPlan`'s arguments under the function's parameter names: ((name, plan, first leaf),
+    ...), and the call ((name, "position" | "keyword"), ...)."""
+    plans, call = [], []
+    for where, tree, start in plan.arguments:
+        name = arg_name(where, positional, var) if type(where) is int else where
+        plans.append((name, tree, start))
+        call.append((name, "position" if type(where) is int else "keyword"))
+    return tuple(plans), tuple(call)
+
+
 def _arg_names(debug_info: Any, flat_paths: dict) -> dict | None:
     """JAX's name of each flat argument -> the user's path of that leaf."""
     names = getattr(debug_info, "arg_names", None) or ()
@@ -324,10 +371,10 @@ def context_text(value: Any) -> str:
     return f"<{type(value).__name__} {token}>"
 
 
-def _key_parts(start: TraceStart) -> tuple:
+def _key_parts(key: tuple) -> tuple:
     """Hashes of the components of JAX's tracing-cache key (JAX hashed them already)."""
     parts = []
-    for name, value in start.key:
+    for name, value in key:
         try:
             parts.append((name, hash(value)))
         except Exception:

@@ -150,12 +150,17 @@ def stage_frame(event: str, layout: TraceLayout | None = None) -> StageFrame | N
 _CONTEXT_NAMES: list = []  # JAX's names of its trace-context entries (fixed in a process), once read
 
 
+_TRACE_CONTEXT: list = []  # JAX's config.trace_context, once imported
+
+
 def trace_context_values() -> tuple:
     """The values of JAX's trace context: every config value its caches key on."""
     try:
-        from jax._src import config
+        if not _TRACE_CONTEXT:
+            from jax._src import config
 
-        return tuple(config.trace_context())
+            _TRACE_CONTEXT.append(config.trace_context)
+        return tuple(_TRACE_CONTEXT[0]())
     except Exception:
         return ()
 

@@ -48,6 +48,16 @@ class TraceStart(NamedTuple):
     in_avals: Any = None  # the layout's own argument structure, for adapters that need more
 
 
+class PlainCall(NamedTuple):
+    """A trace's call read without splitting its arguments (`TraceLayout.plain_call`)."""
+
+    fun: Any  # the traced callable
+    tree: Any  # the treedef of the whole ``(args, kwargs)``
+    vals: list  # the abstract value of every leaf, in order
+    key: tuple  # as `TraceStart.key`
+    token: int  # as `TraceStart.token`
+
+
 def _dynamic(tree: Any, start: int) -> ArgPart:
     return ArgPart(False, None, tree, start, tree.num_leaves)
 
@@ -69,6 +79,11 @@ class TraceLayout:
 
     def read(self, frame) -> TraceStart | None:
         raise NotImplementedError
+
+    def plain_call(self, frame) -> PlainCall | None:
+        """The call with its whole ``(args, kwargs)`` treedef, where the layout has one: read
+        faster than `read` when every argument turns out plain (`Decoder.plain_jit_record`)."""
+        return None
 
     def debug_info(self, frame) -> Any:
         """The trace's DebugInfo, read cheaply before deciding whether to read the rest."""
@@ -94,6 +109,14 @@ class FlatTreeLayout(TraceLayout):
         super().__init__(hook_module)
         self.static_type = static_type
 
+    def plain_call(self, frame) -> PlainCall | None:
+        local = frame.f_locals
+        fun, in_avals, debug_info = local.get("fun"), local.get("in_avals"), local.get("debug_info")
+        if fun is None or in_avals is None or debug_info is None:
+            return None
+        tree = in_avals.tree
+        return PlainCall(fun, tree, list(in_avals.vals), _key(fun, tree, debug_info), id(debug_info))
+
     def read(self, frame) -> TraceStart | None:
         local = frame.f_locals
         debug_info, in_avals = local.get("debug_info"), local.get("in_avals")
@@ -116,8 +139,12 @@ class FlatTreeLayout(TraceLayout):
         # The types are compared leaf by leaf; the key's other parts: the tree (with the statics).
         return TraceStart(fun, debug_info, list(in_avals.vals), parts[:n_pos],
                           list(zip(map(str, names[n_pos:]), parts[n_pos:])),
-                          (("function", fun), ("inputs", in_avals.tree), ("debug info", debug_info)),
-                          id(debug_info), in_avals)
+                          _key(fun, in_avals.tree, debug_info), id(debug_info), in_avals)
+
+
+def _key(fun: Any, tree: Any, debug_info: Any) -> tuple:
+    """What JAX's tracing-cache key is made of, besides the argument types (compared leaf by leaf)."""
+    return ("function", fun), ("inputs", tree), ("debug info", debug_info)
 
 
 class FTLayout(FlatTreeLayout):
@@ -128,6 +155,9 @@ class FTLayout(FlatTreeLayout):
     def __init__(self, hook_module: Any, ft_static: type):
         TraceLayout.__init__(self, hook_module)
         self.ft_static = ft_static
+
+    def plain_call(self, frame) -> PlainCall | None:
+        return None  # a flattree's treedef shows a static argument as a leaf: every call is `read`
 
     def read(self, frame) -> TraceStart | None:
         local = frame.f_locals

@@ -182,16 +182,23 @@ class Probe:
         if nested and not self.nested_helpers and decoder.is_library(decoder_source_file(debug_info)) \
                 and not decoder.is_wrapper(layout.fun(frame)):
             return None, None  # JAX's own helper inside a trace: no view shows it unless asked
-        start = layout.read(frame)
-        if start is None:
-            return None, None
         misses = self.internals.trace_cache_misses()
         if misses is not None:
             if misses <= self._last_misses:
                 self._cache_generation += 1  # the counter went back: JAX's caches were cleared
             self._last_misses = misses
-        record = decoder.trace_record(start, nested=nested, thread=threading.get_ident(),
-                                      cache_generation=self._cache_generation, on_fault=self._sink.fault)
+        thread = threading.get_ident()
+        plain = layout.plain_call(frame)
+        if plain is not None:
+            record = decoder.plain_jit_record(plain, nested=nested, thread=thread,
+                                              cache_generation=self._cache_generation)
+            if record is not None:
+                return record, plain.token
+        start = layout.read(frame)
+        if start is None:
+            return None, None
+        record = decoder.trace_record(start, nested=nested, thread=thread, cache_generation=self._cache_generation,
+                                      on_fault=self._sink.fault)
         return record, start.token
 
     # ---------------------------------------------------------- monitoring

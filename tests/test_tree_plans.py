@@ -118,3 +118,67 @@ def test_a_deferred_diagnosis_is_the_one_made_at_the_trace(jt):
     eager = jt.log(internal=False)[fields]
     assert deferred.to_dict("records") == eager.to_dict("records")
     assert list(deferred["cause"]) == ["first", "shape", "dtype", "structure", "structure", "structure"]
+
+
+def _spec(aval):
+    return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_a_plain_call_read_at_once_is_the_call_read_argument_by_argument(seed, monkeypatch):
+    """A plain ``jax.jit`` retrace read from its whole treedef (`Decoder.plain_jit_record`) gives
+    the record that reading it argument by argument (`Decoder.trace_record`) gives."""
+    import jaxtrace_nb as jt
+    from jaxtrace_nb._session import get_session
+
+    rng = random.Random(seed)
+    custom = seed % 4 == 0
+    is_aval = lambda x: isinstance(x, jax.core.ShapedArray)  # noqa: E731
+    args = [_tree(rng, 3, custom) for _ in range(rng.randint(1, 3))]
+    kwargs = {name: _tree(rng, 2, custom) for name in rng.sample(["z", "a", "m"], rng.randint(0, 2))}
+    static = rng.random() < 0.2
+    names = ", ".join(f"p{i}" for i in range(len(args)))
+    namespace: dict = {}
+    exec(f"def f({names}, *rest, **kw):\n    return 0", namespace)
+    f = jax.jit(namespace["f"], static_argnums=(len(args) - 1,) if static else ())
+    probe = get_session().probe
+    compared, fast_none = [], []
+
+    def checked(frame):
+        layout, decoder = probe.internals.layout, probe.decoder
+        plain = layout.plain_call(frame)
+        fast = decoder.plain_jit_record(plain, nested=False, thread=1, cache_generation=0) if plain else None
+        if fast is None:
+            fast_none.append(frame.f_code.co_name)
+        else:
+            slow = decoder.trace_record(layout.read(frame), nested=False, thread=1, cache_generation=0,
+                                        on_fault=lambda stage, exc: pytest.fail(f"{stage}: {exc!r}"))
+            compared.append((fast, slow))
+        return original(frame)
+
+    original = probe._trace_record
+    jt.reset()
+    jt.start()
+    try:
+        monkeypatch.setattr(probe, "_trace_record", checked)
+        for shape in ((1,), (2,)):  # the first trace is read argument by argument; the retrace may not be
+            marker = jax.ShapeDtypeStruct(shape, jnp.float32)
+            spec = jax.tree.map(_spec, (args, kwargs), is_leaf=is_aval)
+            if static:
+                spec[0][-1] = "static"
+            f.trace(*spec[0], marker, **spec[1])
+    finally:
+        monkeypatch.undo()
+        jt.stop()
+        jt.reset()
+    plain = not static and all(_arguments._new_plan(jax.tree_util.tree_structure(a, is_leaf=is_aval)) is not None
+                               for a in (*args, *kwargs.values()))
+    assert len(compared) == (1 if plain else 0), fast_none
+    for fast, slow in compared:
+        assert fast.identity == slow.identity and fast.function_ref() is slow.function_ref()
+        assert (fast.nested, fast.thread, fast.cache_generation, fast.arg_names) == \
+            (slow.nested, slow.thread, slow.cache_generation, slow.arg_names)
+        got, expected = fast.signature.get(), slow.signature.get()
+        assert list(got.leaves.items()) == list(expected.leaves.items())
+        assert got._replace(leaves={}) == expected._replace(leaves={})
+        assert fast.signature.n_leaves == slow.signature.n_leaves == len(got.leaves)
