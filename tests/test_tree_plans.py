@@ -173,7 +173,9 @@ def test_a_plain_call_read_at_once_is_the_call_read_argument_by_argument(seed, m
         jt.reset()
     plain = not static and all(_arguments._new_plan(jax.tree_util.tree_structure(a, is_leaf=is_aval)) is not None
                                for a in (*args, *kwargs.values()))
-    assert len(compared) == (1 if plain else 0), fast_none
+    # JAX 0.9 - 0.10 hand the whole call's treedef to the trace; 0.8 and 0.11 are read argument by argument.
+    whole_treedef = type(probe.internals.layout).__name__ == "FlatTreeLayout"
+    assert len(compared) == (1 if plain and whole_treedef else 0), fast_none
     for fast, slow in compared:
         assert fast.identity == slow.identity and fast.function_ref() is slow.function_ref()
         assert (fast.nested, fast.thread, fast.cache_generation, fast.arg_names) == \
