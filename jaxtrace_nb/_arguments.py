@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from ._signature import NODE_SUFFIX, NONE_LEAF, Leaf, Origin, array_leaf, node_leaf, static_leaf
 from ._values import clip, summarize_static
@@ -172,14 +172,11 @@ class Walker:
         rebuilt); a subtree under a custom node is rebuilt as a skeleton for the adapters. A
         treedef made of those containers only is read once, into a plan its next traces reuse.
         """
-        if td.num_nodes == 1 and td.num_leaves == 1:
-            self._leaf(prefix, vals[start], start)
-            return
-        plan = tree_plan(td)
-        if plan is None:
+        found = argument_plan(td)
+        if found is None:
             self.walk_tree(prefix, td, vals, start)
         else:
-            self.apply_plan(prefix, plan, vals, start)
+            self.apply_plan(prefix, found[0], vals, start)
 
     def apply_plan(self, prefix: str, plan: tuple | None, vals: list, start: int) -> None:
         """The leaves of one argument read through its treedef's plan (None: a single leaf)."""
@@ -339,6 +336,16 @@ def tree_plan(td: Any) -> tuple | None:
     return plan
 
 
+def argument_plan(td: Any, make: Callable[[Any], tuple | None] | None = None) -> tuple | None:
+    """(the plan of one argument's treedef, or None for a single leaf; how many leaves its
+    signature has) when the argument is plain (see `tree_plan`), else None. `make` builds the
+    plan (default: `tree_plan`, which remembers it)."""
+    if td.num_nodes == 1 and td.num_leaves == 1:
+        return None, 1
+    plan = (make or tree_plan)(td)
+    return None if plan is None else (plan, len(plan))
+
+
 def _keep_plan(plans: dict, proto: bytes, plan: Any, leaves: int) -> None:
     """Remember `plan` under `proto`; all plans together stay within `_MAX_PLANNED_LEAVES`."""
     global _planned_leaves
@@ -387,13 +394,12 @@ def _new_call_plan(td: Any) -> CallPlan | None:
         return None
     arguments, start, n_leaves = [], 0, 0
     for where, child in (*enumerate(args_td.children()), *zip(kw_names, kwargs_td.children())):
-        single = child.num_nodes == 1 and child.num_leaves == 1
-        plan = None if single else _new_plan(child)
-        if plan is None and not single:
+        found = argument_plan(child, _new_plan)  # (the call's plan is what is remembered)
+        if found is None:
             return None
-        arguments.append((where, plan, start))
+        arguments.append((where, found[0], start))
         start += child.num_leaves
-        n_leaves += len(plan) if plan is not None else 1
+        n_leaves += found[1]
     return CallPlan(tuple(arguments), n_leaves)
 
 

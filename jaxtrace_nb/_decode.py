@@ -23,7 +23,7 @@ from ._records import FunctionIdentity, LoweringRecord, TraceRecord
 from ._signature import Origin, Signature
 from ._values import clip, printable, summarize_static
 from ._arguments import (_SRC_INFO, DecodedCall, TreeArg, Walker, arg_name, argument, aval_leaf, parameters,
-                         call_plan, raw_identity, tree_plan)
+                         argument_plan, call_plan, raw_identity)
 
 LIBRARY_PACKAGES = ("jax", "jaxlib", "equinox", "optax", "chex", "flax", "jaxtyping", "jaxtrace_nb")
 _CELL_FILE = re.compile(r"^<ipython-input-\d+-[0-9a-f]+>$|ipykernel_\d+[/\\]\d+\.py$")
@@ -139,14 +139,16 @@ class Decoder:
                 or known[1].jit_kind != "jit":
             return None
         plan = call_plan(call.tree)
-        if plan is None or not all_abstract(call.vals):
+        if plan is None:
             return None
         named = self._named_plans.get(id(fun))
         if named is None or named[0] is not plan or named[1] is not known:
+            if len(self._named_plans) >= _MAX_IDENTITIES:
+                self._named_plans.clear()
             named = self._named_plans[id(fun)] = (plan, known, *_named_arguments(plan, *known[2]))
-        base = Signature(("id", id(fun)), self._context_texts(), {}, None, "jit", named[3], None,
-                         _key_parts(call.key))
-        signature = DeferredSignature(base, named[2], call.vals, plan.n_leaves)
+        signature = self._deferred(fun, named[3], call.key, named[2], call.vals, plan.n_leaves)
+        if signature is None:
+            return None
         return TraceRecord(known[1], nested, signature, known[0], thread, self.call_site(), cache_generation, None)
 
     def is_wrapper(self, fun: Any) -> bool:
@@ -203,8 +205,6 @@ class Decoder:
             if len(self._identities) >= _MAX_IDENTITIES:
                 self._identities.clear()
             self._identities[id(fun)] = (weakref.ref(fun), identity, params)
-            if len(self._named_plans) >= _MAX_IDENTITIES:
-                self._named_plans.clear()
         except TypeError:  # an object without weak references: asked again next time
             pass
 
@@ -233,19 +233,21 @@ class Decoder:
         plans = []
         n_leaves = 0
         for name, part in call.arguments:
-            if type(part) is not TreeArg:
+            found = argument_plan(part.td) if type(part) is TreeArg else None
+            if found is None:
                 return None
-            td = part.td
-            single = td.num_nodes == 1 and td.num_leaves == 1
-            plan = None if single else tree_plan(td)
-            if plan is None and not single:
-                return None
-            plans.append((name, plan, part.start))
-            n_leaves += len(plan) if plan is not None else 1
-        if not all_abstract(start.vals):  # only abstract values are kept until the leaves are read
+            plans.append((name, found[0], part.start))
+            n_leaves += found[1]
+        return self._deferred(call.user_fun, call.call, start.key, tuple(plans), start.vals, n_leaves)
+
+    def _deferred(self, fun: Any, call: tuple, key: tuple, plans: tuple, vals: list,
+                  n_leaves: int) -> DeferredSignature | None:
+        """The `DeferredSignature` of a plain ``jax.jit`` call read through `plans`; None unless
+        every value is abstract (only those are kept until the leaves are read)."""
+        if not all_abstract(vals):
             return None
-        return DeferredSignature(Signature(("id", id(call.user_fun)), self._context_texts(), {}, None, "jit",
-                                           call.call, None, _key_parts(start.key)), tuple(plans), start.vals, n_leaves)
+        return DeferredSignature(Signature(("id", id(fun)), self._context_texts(), {}, None, "jit", call, None,
+                                           _key_parts(key)), plans, vals, n_leaves)
 
     def _context_texts(self) -> tuple:
         """((name, value text), ...) of JAX's trace context, texts remade only when values change."""
