@@ -24,8 +24,8 @@ import statistics
 import time
 
 # The probe's per-trace steps, timed separately: (owner, attribute) -> field.
-PARTS = {("decoder", "trace_record"): "signature_s", ("probe_module", "graph_stats"): "graph_s",
-         ("session", "_diagnose_trace"): "diff_s"}
+PARTS = {("decoder", "trace_record"): "signature_s", ("decoder", "plain_jit_record"): "signature_s",
+         ("probe_module", "graph_stats"): "graph_s", ("session", "_draft"): "diff_s"}
 MODES = ("baseline", "recorded", "recorded_no_cost", "explain", "eqx_assert")
 
 
@@ -250,7 +250,7 @@ def _run(workload: dict, mode: str, inputs, ctx) -> dict:
     out = {"total_s": total, "traces": len(inputs)}
     if mode.startswith("recorded"):
         start = time.perf_counter()
-        session.log.settle()  # the diagnoses deferred until read: what the first view of the log pays
+        session.log.settle()  # the events and diagnoses deferred until read: what the first view of the log pays
         out["settle_s"] = time.perf_counter() - start
         records, listener_s = ctx["timer"].take()
         top = [r for r in records if r["top"]]

@@ -216,7 +216,7 @@ def figures(results: dict, quick: bool) -> list[dict]:
                                 fmt_spread(s, "ms", 1e3), None))
         d = w.get("settle_per_trace_s")
         if d:
-            rows.append(_figure("2 trace path", f"{w['name']}: deferred diagnosis per trace, paid when the log is "
+            rows.append(_figure("2 trace path", f"{w['name']}: deferred event and diagnosis per trace, paid when the log is "
                                                 "first read", "(absolute)", fmt_spread(d, "ms", 1e3), None))
         if "self_by_trace_number_s" in w:
             values = list(w["self_by_trace_number_s"].values())

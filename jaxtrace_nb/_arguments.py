@@ -346,18 +346,22 @@ def argument_plan(td: Any, make: Callable[[Any], tuple | None] | None = None) ->
     return None if plan is None else (plan, len(plan))
 
 
-def _keep_plan(plans: dict, proto: bytes, plan: Any, leaves: int) -> None:
-    """Remember `plan` under `proto`; all plans together stay within `_MAX_PLANNED_LEAVES`."""
+def _keep_plan(plans: dict, key: Any, plan: Any, leaves: int) -> None:
+    """Remember `plan` under `key`; all plans together stay within `_MAX_PLANNED_LEAVES`."""
     global _planned_leaves
     if len(plans) >= _MAX_PLANS or _planned_leaves + leaves > _MAX_PLANNED_LEAVES:
         _PLANS.clear()
         _CALL_PLANS.clear()
+        _NAMED_CALL_PLANS.clear()
         _planned_leaves = 0
-    plans[proto] = plan
+    plans[key] = plan
     _planned_leaves += leaves
 
 
 _CALL_PLANS: dict = {}  # JAX's serialization of a call's (args, kwargs) treedef -> its `CallPlan` or False
+# (hash of the treedef, its leaves, its nodes, JAX's argument names) -> `CallPlan`, for calls whose
+# names show every dict key (see `call_plan`).
+_NAMED_CALL_PLANS: dict = {}
 
 
 class CallPlan(NamedTuple):
@@ -370,10 +374,22 @@ class CallPlan(NamedTuple):
     n_leaves: int
 
 
-def call_plan(td: Any) -> CallPlan | None:
+def call_plan(td: Any, names: tuple | None = None) -> CallPlan | None:
     """The `CallPlan` of a traced call's whole ``(args, kwargs)`` treedef, found by JAX's own
     serialization of it (one call, bytes; see `tree_plan`); None for any other call (a static
-    argument, a custom node, a dict key that is not a string)."""
+    argument, a custom node, a dict key that is not a string).
+
+    `names`, JAX's name of each leaf (``DebugInfo.arg_names``, e.g. ``"params['w']"``), find a
+    plan seen before without serializing: the treedef's hash covers its nodes' kinds and
+    arities (not dict keys, and no user code runs), and names made of every dict key (each
+    ``repr``'d) tell the keys apart. Only a call whose every dict entry holds a leaf is found
+    that way (an entry holding ``None`` or an empty container shows in no name)."""
+    named = None
+    if type(names) is tuple:
+        named = (hash(td), td.num_leaves, td.num_nodes, names)
+        plan = _NAMED_CALL_PLANS.get(named)
+        if plan is not None:
+            return plan
     try:
         proto = td.serialize_using_proto()
     except Exception:  # a node or key JAX cannot serialize: static arguments, custom nodes
@@ -382,7 +398,24 @@ def call_plan(td: Any) -> CallPlan | None:
     if plan is None:
         plan = _new_call_plan(td) or False
         _keep_plan(_CALL_PLANS, proto, plan, td.num_leaves if plan else 0)
+    if plan and named is not None and len(names) == td.num_leaves and all(type(n) is str and n for n in names) \
+            and _every_dict_entry_has_leaves(td):
+        _keep_plan(_NAMED_CALL_PLANS, named, plan, td.num_leaves)
     return plan or None
+
+
+def _every_dict_entry_has_leaves(td: Any) -> bool:
+    """Whether every entry of every dict in `td` holds at least one leaf (so its key is in a name)."""
+    stack = [td]
+    while stack:
+        node = stack.pop()
+        if node.num_nodes == 1:
+            continue
+        children = node.children()
+        if node.node_data()[0] is dict and any(child.num_leaves == 0 for child in children):
+            return False
+        stack.extend(children)
+    return True
 
 
 def _new_call_plan(td: Any) -> CallPlan | None:

@@ -138,7 +138,7 @@ class Decoder:
         if known is None or known[0]() is not fun or known[1] is None or known[2] is None \
                 or known[1].jit_kind != "jit":
             return None
-        plan = call_plan(call.tree)
+        plan = call_plan(call.tree, call.names)
         if plan is None:
             return None
         named = self._named_plans.get(id(fun))

@@ -56,6 +56,7 @@ class PlainCall(NamedTuple):
     vals: list  # the abstract value of every leaf, in order
     key: tuple  # as `TraceStart.key`
     token: int  # as `TraceStart.token`
+    names: Any  # JAX's name of every leaf (``DebugInfo.arg_names``): a tuple of strings, or None
 
 
 def _dynamic(tree: Any, start: int) -> ArgPart:
@@ -115,7 +116,8 @@ class FlatTreeLayout(TraceLayout):
         if fun is None or in_avals is None or debug_info is None:
             return None
         tree = in_avals.tree
-        return PlainCall(fun, tree, list(in_avals.vals), _key(fun, tree, debug_info), id(debug_info))
+        return PlainCall(fun, tree, list(in_avals.vals), _key(fun, tree, debug_info), id(debug_info),
+                         getattr(debug_info, "arg_names", None))
 
     def read(self, frame) -> TraceStart | None:
         local = frame.f_locals

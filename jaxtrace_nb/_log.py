@@ -112,13 +112,19 @@ class Event:
 
 
 class EventLog:
-    """Bounded event store with subscribers; thread-safe."""
+    """Bounded event store with subscribers; thread-safe.
+
+    An event may come as a draft (`append_draft`: any object with `build()` -> Event and
+    `leaves`), built in order when the log is next read; a draft takes its seq at once.
+    """
 
     def __init__(self, max_events: int = DEFAULT_MAX_EVENTS):
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a draft's build may fill in the process of earlier events
         self._events: collections.deque[Event] = collections.deque(maxlen=max_events)
         self._next_seq = 0
         self._subscribers: list[Callable[[Event, str], None]] = []
+        self._drafts: list = []  # events not built yet, in seq order
+        self._draft_leaves = 0
         self._unsettled: list[Event] = []  # events whose diagnosis is deferred until read
         self._unsettled_leaves = 0
         self.on_fault: Callable[[BaseException], None] | None = None  # a subscriber failed
@@ -131,12 +137,20 @@ class EventLog:
         if n < 1:
             raise ValueError("max_events must be at least 1")
         with self._lock:
+            self._build_drafts()
             self._events = collections.deque(self._events, maxlen=n)
 
     @property
     def dropped(self) -> int:
         """How many events the cap has dropped since the last reset."""
-        return self._next_seq - len(self._events) - self._first_seq
+        with self._lock:
+            self._build_drafts()
+            return self._next_seq - len(self._events) - self._first_seq
+
+    @property
+    def followed(self) -> bool:
+        """Whether someone reads every event as it comes (then drafts are built at once)."""
+        return bool(self._subscribers)
 
     _first_seq = 0
 
@@ -146,18 +160,65 @@ class EventLog:
 
     def append(self, event: Event) -> Event:
         with self._lock:
+            self._build_drafts()  # they come first
             event.seq = self._next_seq
             self._next_seq += 1
-            self._events.append(event)
-            deferred = event.deferred
-            if deferred is not None and not self._subscribers:  # nobody reads it yet: settle later
-                self._unsettled.append(event)
-                self._unsettled_leaves += getattr(deferred, "leaves", 1)
-                if len(self._unsettled) > MAX_UNSETTLED_EVENTS or self._unsettled_leaves > MAX_UNSETTLED_LEAVES:
-                    self._settle_all()
+            if self._store(event):
                 return event
         self._notify(event, "append")
         return event
+
+    def _store(self, event: Event) -> bool:
+        """Keep `event`; True when its diagnosis waits for a reader (nobody to notify)."""
+        self._events.append(event)
+        deferred = event.deferred
+        if deferred is None or self._subscribers:
+            return False
+        self._unsettled.append(event)
+        self._unsettled_leaves += getattr(deferred, "leaves", 1)
+        if len(self._unsettled) > MAX_UNSETTLED_EVENTS or self._unsettled_leaves > MAX_UNSETTLED_LEAVES:
+            self._settle_all()
+        return True
+
+    def append_draft(self, draft):
+        """Append an event to be built when the log is next read (nobody follows it now);
+        returns `draft`. Drafts are bounded like deferred diagnoses, and by the cap."""
+        with self._lock:
+            draft.seq = self._next_seq
+            self._next_seq += 1
+            self._drafts.append(draft)
+            self._draft_leaves += draft.leaves
+            if len(self._drafts) >= min(MAX_UNSETTLED_EVENTS, self.max_events) \
+                    or self._draft_leaves > MAX_UNSETTLED_LEAVES:
+                self._build_drafts()
+        return draft
+
+    def built(self, draft) -> Event | None:
+        """`draft`'s event, built with every draft before it; None if the log was reset since."""
+        with self._lock:
+            self._build_drafts()
+            return draft.event
+
+    def _build_drafts(self) -> None:
+        if not self._drafts:
+            return
+        drafts, self._drafts, self._draft_leaves = self._drafts, [], 0
+        for draft in drafts:
+            try:
+                event = draft.build()
+            except Exception as e:  # the session contains its own faults; this is a last resort
+                if self.on_fault is not None:
+                    self.on_fault(e)
+                continue
+            event.seq = draft.seq
+            self._store(event)
+
+    def fill_process(self, process: int) -> None:
+        """Set the process of the events that have none (recorded before JAX knew it)."""
+        with self._lock:
+            for event in self._events:
+                if event.process is None:
+                    event.process = process
 
     def updated(self, event: Event) -> None:
         """Tell subscribers that `event` got more fields (compile seconds, cache hit)."""
@@ -165,8 +226,9 @@ class EventLog:
             self._notify(event, "update")
 
     def settle(self) -> None:
-        """Run every deferred diagnosis (the log does before any event is read)."""
+        """Build every draft and run every deferred diagnosis (the log does before any event is read)."""
         with self._lock:
+            self._build_drafts()
             self._settle_all()
 
     def _settle_all(self) -> None:
@@ -194,7 +256,9 @@ class EventLog:
 
     def subscribe(self, callback: Callable[[Event, str], None]) -> Callable[[], None]:
         """Call `callback(event, "append" | "update")` on every change; returns an unsubscribe."""
-        self._subscribers.append(callback)
+        with self._lock:
+            self._build_drafts()  # appended before: built unfollowed, like the events before them
+            self._subscribers.append(callback)
 
         def unsubscribe() -> None:
             try:
@@ -207,11 +271,13 @@ class EventLog:
     def reset(self) -> None:
         with self._lock:
             self._events.clear()
+            self._drafts, self._draft_leaves = [], 0
             self._unsettled, self._unsettled_leaves = [], 0
             self._first_seq = self._next_seq
 
     def events(self, since: int = 0, until: int | None = None) -> list[Event]:
         with self._lock:
+            self._build_drafts()
             if self._unsettled:
                 self._settle_all()
             events = list(self._events)

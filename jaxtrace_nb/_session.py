@@ -50,12 +50,34 @@ class _FunctionState:
         self.failed = 0  # trace attempts that raised (not recorded as traces)
 
 
-class _PendingTrace(NamedTuple):
-    """A trace diagnosed at its start, recorded when it ends (a trace that raises never does)."""
+class _TraceDraft:
+    """A trace's event before it is built: what the trace's start and end said of it.
 
-    event: Event
-    record: TraceRecord
-    new_object: bool
+    Built into its `Event` when the log is read (`EventLog.append_draft`), or at once while
+    someone follows the log live (a watch, a subscriber, a persisted log), or when its
+    compile begins. A trace that raises never ends, and is never built.
+    """
+
+    __slots__ = ("session", "record", "new_object", "diagnosis", "deferred", "time", "cell", "trace_number",
+                 "seconds", "graph", "event", "seq")
+
+    def __init__(self, session: Session, record: TraceRecord, new_object: bool, diagnosis: Diagnosis,
+                 deferred: _DeferredDiagnosis | None, trace_number: int):
+        self.session, self.record, self.new_object = session, record, new_object
+        self.diagnosis, self.deferred, self.trace_number = diagnosis, deferred, trace_number
+        self.time, self.cell = now(), session.current_cell
+        self.seconds = self.graph = self.event = self.seq = None
+
+    @property
+    def leaves(self) -> int:
+        """What it holds, for the log's bound on drafts."""
+        return self.deferred.leaves if self.deferred is not None else 1
+
+    def build(self) -> Event:
+        """Its event (made once)."""
+        if self.event is None:
+            self.event = self.session._trace_event(self)
+        return self.event
 
 
 class _DeferredDiagnosis(NamedTuple):
@@ -207,29 +229,31 @@ class Session:
             state.identity = identity
         return state
 
-    def on_trace(self, record: TraceRecord) -> _PendingTrace | None:
+    def on_trace(self, record: TraceRecord) -> _TraceDraft | None:
         __tracebackhide__ = True
-        guarded = any(watch.guards for watch in self.watches)
+        watches = self.watches
+        guarded = any(watch.guards for watch in watches)
         try:
-            pending = self._diagnose_trace(record, defer=not guarded)
+            draft = self._draft(record, defer=not guarded)
+            if watches or self._persist is not None or self.log.followed:
+                draft.build()  # followed live: the event now, not when the log is read
         except Exception as e:
             self.fault("diagnosis", e)
             return None
         try:
-            for watch in list(self.watches):
-                watch.check(pending.event)  # raises RetraceError past a watch's limit
+            for watch in list(watches):
+                watch.check(draft.event)  # raises RetraceError past a watch's limit
         except RetraceError:
-            self._append(pending.event)  # the trace it stopped, with its cause, for the views
+            self._append(draft.event)  # the trace it stopped, with its cause, for the views
             raise
-        return pending
+        return draft
 
-    def _diagnose_trace(self, record: TraceRecord, defer: bool = False) -> _PendingTrace:
-        """The trace's event; a retrace's diagnosis is deferred until the event is read when
+    def _draft(self, record: TraceRecord, defer: bool = False) -> _TraceDraft:
+        """The trace's draft; a retrace's diagnosis is deferred until the event is read when
         `defer` (it is a pure function of the records held here, and most are never read)."""
-        identity = record.identity
         deferred = None
         with self._lock:
-            state = self.functions.get(identity.key)
+            state = self.functions.get(record.identity.key)
             traces = state.traces if state is not None else 0
             new_object, rerun = self._new_object(state, record) if state is not None else (False, None)
             if record.signature is None:
@@ -243,24 +267,40 @@ class Session:
                     diagnosis = _UNSETTLED
                 else:
                     diagnosis, deferred = deferred(), None
-        event = self._event(identity, "trace", diagnosis, traces + 1, record.thread, nested=record.nested,
-                            call_site=record.call_site)
-        event.deferred = deferred
+            return _TraceDraft(self, record, new_object, diagnosis, deferred, traces + 1)
+
+    def _trace_event(self, draft: _TraceDraft) -> Event:
+        """A draft's event: its diagnosis, and what its trace's end reported when it has ended."""
+        record = draft.record
+        identity = record.identity
+        event = self._event(identity, "trace", draft.diagnosis, draft.trace_number, record.thread,
+                            nested=record.nested, call_site=record.call_site, time=draft.time, cell=draft.cell)
+        event.deferred = draft.deferred
         if self._persist is not None and record.signature is not None and not identity.internal:
             # A persisted log (one per process of a multi-process run) keeps the argument leaves
             # of each trace, bounded, so that processes can be compared (`_processes`).
             event.signature = signature_column({path: leaf.text
                                                 for path, leaf in record.signature.get().leaves.items()})
-        return _PendingTrace(event, record, new_object)
+        self._ended(event, draft)
+        return event
 
-    def on_trace_end(self, pending: _PendingTrace, seconds: float | None, graph: GraphStats | None) -> Event | None:
+    def _ended(self, event: Event, draft: _TraceDraft) -> None:
+        """What the trace's end reported (nothing before it has ended)."""
+        event.trace_number = draft.trace_number
+        if draft.seconds is not None:
+            event.set_seconds(Stage.TRACE, draft.seconds)
+        if draft.graph is not None:
+            self._set_graph(event, draft.graph)
+
+    def on_trace_end(self, draft: _TraceDraft, seconds: float | None,
+                     graph: GraphStats | None) -> Event | _TraceDraft | None:
         try:
-            event, record = pending.event, pending.record
+            record = draft.record
             with self._lock:
                 state = self._state(record.identity.key, record.identity)
                 if record.signature is not None:
                     state.signatures = _keep(state.signatures, record.signature)
-                if record.function_ref is not None and (pending.new_object or not state.refs):
+                if record.function_ref is not None and (draft.new_object or not state.refs):
                     state.refs.append(record.function_ref)
                 state.traces += 1
                 state.location = record.identity.location
@@ -269,15 +309,14 @@ class Session:
                 if record.arg_names is not None:
                     state.arg_names = record.arg_names
                 self._remember_program(record.identity)
-                event.trace_number = state.traces
-            if seconds is not None:
-                event.set_seconds(Stage.TRACE, seconds)
-            if graph is not None:
-                self._set_graph(event, graph)
+                draft.trace_number = state.traces
+            draft.seconds, draft.graph = seconds, graph
+            if draft.event is not None:
+                self._ended(draft.event, draft)
         except Exception as e:
             self.fault("diagnosis", e)
             return None
-        return self._append(event)
+        return self._append(draft)
 
     def _new_object(self, state: _FunctionState, record: TraceRecord) -> tuple[bool, str | None]:
         """Whether the traced function object is one not seen before, and why (a re-run cell)."""
@@ -303,9 +342,12 @@ class Session:
         programs[program] = identity.key
 
     def _event(self, identity: FunctionIdentity, kind: str, d: Diagnosis, trace_number: int, thread: int, *,
-               nested: bool = False, call_site: str | None = None) -> Event:
+               nested: bool = False, call_site: str | None = None, time=None, cell=None) -> Event:
+        """An event of `identity`, made at `time` in `cell` (by default: now, in the current cell)."""
+        if time is None:
+            time, cell = now(), self.current_cell
         host, process = self._place()
-        return Event(time=now(), cell=self.current_cell, function=identity.name, location=identity.location,
+        return Event(time=time, cell=cell, function=identity.name, location=identity.location,
                      kind=kind, internal=identity.internal, nested=nested, trace_number=trace_number,
                      cause=d.cause, leaf=d.leaf, before=d.before, after=d.after, explanation=d.explanation,
                      hint=d.hint, call_site=call_site, jit=identity.jit_kind, thread=thread, key=identity.key,
@@ -343,15 +385,13 @@ class Session:
         where = (self._host, process)
         if process is not None:
             self._where = where
-            for event in self.log.events():  # recorded before JAX knew it: the same process
-                if event.process is None:
-                    event.process = process
+            self.log.fill_process(process)  # events recorded before JAX knew it: the same process
         return where
 
-    def on_trace_failed(self, pending: _PendingTrace) -> None:
+    def on_trace_failed(self, draft: _TraceDraft) -> None:
         try:
             with self._lock:
-                self._state(pending.record.identity.key, pending.record.identity).failed += 1
+                self._state(draft.record.identity.key, draft.record.identity).failed += 1
         except Exception as e:
             self.fault("diagnosis", e)
 
@@ -362,8 +402,10 @@ class Session:
             event.loop_repeats = graph.unrolled.repeats
             event.hint = join_hints(event.hint, unrolled_loop_hint(graph.unrolled, graph.eqns, graph.loop_where))
 
-    def on_lowering(self, event: Event | None, record: LoweringRecord) -> Event | None:
+    def on_lowering(self, event: Event | _TraceDraft | None, record: LoweringRecord) -> Event | None:
         try:
+            if type(event) is _TraceDraft:
+                event = self.log.built(event)
             with self._lock:
                 if event is not None:  # the compile of a trace just recorded
                     state = self.functions.get(event.key)
@@ -402,9 +444,14 @@ class Session:
             return signature
         return signature._replace(leaves={names.get(path, path): leaf for path, leaf in signature.leaves.items()})
 
-    def _append(self, event: Event) -> Event | None:
-        """Append to the log; a failure there is counted (stage 'log'), never raised."""
+    def _append(self, event: Event | _TraceDraft) -> Event | _TraceDraft | None:
+        """Append to the log (a draft not built yet: to be built when the log is read); a failure
+        there is counted (stage 'log'), never raised."""
         try:
+            if type(event) is _TraceDraft:
+                if event.event is None:
+                    return self.log.append_draft(event)
+                event = event.event
             return self.log.append(event)
         except Exception as e:
             self.fault("log", e)

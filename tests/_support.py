@@ -197,27 +197,27 @@ class _ExplainedMisses(logging.Handler):
     def __init__(self, session, explained_after: bool):
         super().__init__(logging.WARNING)
         self.latest = None
-        self.started: dict = {}  # JAX name -> event of that function's latest trace start
+        self.started: dict = {}  # JAX name -> draft of that function's latest trace start
         self.after = explained_after  # JAX 0.8 explains a miss once its trace is done
-        self.by_event: dict[int, tuple[str, str]] = {}
+        self.by_draft: list = []  # (draft, (name, category)); a draft's event is built when the log is read
         on_trace = session.on_trace
 
         def tagged(record):
             pending = on_trace(record)
             latest, self.latest = self.latest, None
             if pending is not None:
-                self.started[record.identity.jax_name] = pending.event
+                self.started[record.identity.jax_name] = pending
                 if latest is not None and latest[0] == record.identity.jax_name:
-                    self.by_event[id(pending.event)] = latest
+                    self.by_draft.append((pending, latest))
             return pending
 
         self.on_trace = tagged
 
     def _explained(self, name: str, category: str) -> None:
         if self.after:
-            event = self.started.pop(name, None)
-            if event is not None:
-                self.by_event[id(event)] = (name, category)
+            draft = self.started.pop(name, None)
+            if draft is not None:
+                self.by_draft.append((draft, (name, category)))
         else:
             self.latest = (name, category)
 
@@ -250,7 +250,8 @@ class _Misses:
 
     def explained(self, events) -> list:
         """(event, (name, JAX's category)) for each of `events` JAX explained."""
-        by_event = self._handler.by_event
+        by_event = {id(draft.event): explained for draft, explained in self._handler.by_draft
+                    if draft.event is not None}
         return [(e, by_event[id(e)]) for e in events if id(e) in by_event]
 
     @staticmethod

@@ -84,6 +84,11 @@ def _inject_diagnosis(mp):
 
 def _inject_log(mp):
     mp.setattr(EventLog, "append", _boom)
+    mp.setattr(EventLog, "append_draft", _boom)  # an event built when the log is read
+
+
+def _inject_event_build(mp):
+    mp.setattr(Session, "_trace_event", _boom)  # building a trace's event when the log is read
 
 
 def _inject_subscriber(mp):
@@ -102,6 +107,7 @@ INJECTIONS = {
     "signature": (_inject_signature, "signature", True),
     "diff": (_inject_diagnosis, "diagnosis", True),  # logged, its cause "unknown"
     "log": (_inject_log, "log", False),
+    "event build": (_inject_event_build, "log", False),
     "subscriber": (_inject_subscriber, "log", True),
     "timing": (_inject_timing, "timing", True),
 }

@@ -142,11 +142,18 @@ def test_a_plain_call_read_at_once_is_the_call_read_argument_by_argument(seed, m
     exec(f"def f({names}, *rest, **kw):\n    return 0", namespace)
     f = jax.jit(namespace["f"], static_argnums=(len(args) - 1,) if static else ())
     probe = get_session().probe
-    compared, fast_none = [], []
+    compared, fast_none, plans = [], [], []
 
     def checked(frame):
         layout, decoder = probe.internals.layout, probe.decoder
         plain = layout.plain_call(frame)
+        if plain is not None:  # the plan found by JAX's names (from the 3rd trace) is the one made afresh
+            try:
+                plain.tree.serialize_using_proto()
+                fresh = _arguments._new_call_plan(plain.tree)
+            except Exception:
+                fresh = None
+            plans.append((_arguments.call_plan(plain.tree, plain.names), fresh))
         fast = decoder.plain_jit_record(plain, nested=False, thread=1, cache_generation=0) if plain else None
         if fast is None:
             fast_none.append(frame.f_code.co_name)
@@ -161,7 +168,7 @@ def test_a_plain_call_read_at_once_is_the_call_read_argument_by_argument(seed, m
     jt.start()
     try:
         monkeypatch.setattr(probe, "_trace_record", checked)
-        for shape in ((1,), (2,)):  # the first trace is read argument by argument; the retrace may not be
+        for shape in ((1,), (2,), (3,)):  # the first trace is read argument by argument; retraces may not be
             marker = jax.ShapeDtypeStruct(shape, jnp.float32)
             spec = jax.tree.map(_spec, (args, kwargs), is_leaf=is_aval)
             if static:
@@ -175,7 +182,8 @@ def test_a_plain_call_read_at_once_is_the_call_read_argument_by_argument(seed, m
                                for a in (*args, *kwargs.values()))
     # JAX 0.9 - 0.10 hand the whole call's treedef to the trace; 0.8 and 0.11 are read argument by argument.
     whole_treedef = type(probe.internals.layout).__name__ == "FlatTreeLayout"
-    assert len(compared) == (1 if plain and whole_treedef else 0), fast_none
+    assert len(compared) == (2 if plain and whole_treedef else 0), fast_none
+    assert len(plans) == (3 if whole_treedef else 0) and all(got == fresh for got, fresh in plans), plans
     for fast, slow in compared:
         assert fast.identity == slow.identity and fast.function_ref() is slow.function_ref()
         assert (fast.nested, fast.thread, fast.cache_generation, fast.arg_names) == \
@@ -184,3 +192,22 @@ def test_a_plain_call_read_at_once_is_the_call_read_argument_by_argument(seed, m
         assert list(got.leaves.items()) == list(expected.leaves.items())
         assert got._replace(leaves={}) == expected._replace(leaves={})
         assert fast.signature.n_leaves == slow.signature.n_leaves == len(got.leaves)
+
+
+def test_a_plan_found_by_names_needs_every_dict_key_in_a_name():
+    """Two calls whose treedefs hash alike and whose leaves JAX names alike, told apart: an entry
+    holding None or an empty container shows in no name, so such a call is never found by names."""
+    x = jnp.ones(2)
+    first = jax.tree_util.tree_structure(((({"a": None, "b": x}),), {}))
+    second = jax.tree_util.tree_structure(((({"a0": None, "b": x}),), {}))
+    names = ("p['b']",)
+    assert hash(first) == hash(second) and first != second
+    for td in (first, second, first, second):
+        assert _arguments.call_plan(td, names) == _arguments._new_call_plan(td)
+    assert _arguments.call_plan(first, names) != _arguments.call_plan(second, names)
+    shown = jax.tree_util.tree_structure((({"a": x, "b": x},), {}))
+    renamed = jax.tree_util.tree_structure((({"a": x, "c": x},), {}))
+    assert hash(shown) == hash(renamed)
+    for td, leaf_names in ((shown, ("p['a']", "p['b']")), (renamed, ("p['a']", "p['c']"))) * 2:
+        assert _arguments.call_plan(td, leaf_names) == _arguments._new_call_plan(td)
+    assert (hash(shown), 2, shown.num_nodes, ("p['a']", "p['b']")) in _arguments._NAMED_CALL_PLANS
