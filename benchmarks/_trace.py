@@ -7,11 +7,11 @@ all of them:
 * ``baseline``: nothing observes JAX (jaxtrace_nb is stopped: `jt.stop()` restores JAX exactly);
 * ``recorded``: `jt.start()`; ``recorded_no_cost``: the same with the probe's compile-cost
   capture switched off (when the probe has `capture_cost`);
+* ``recorded_timed``: recorded, with the probe's per-trace work timed by wrapping it (`_SelfTimer`).
+  The wrappers cost time of their own, so this mode gives our seconds per trace and where they
+  go, never a ratio that is reported as the cost of recording;
 * ``explain``: `jax_explain_cache_misses` on, its messages formatted into an in-memory log;
 * ``eqx_assert``: the function wrapped in `eqx.debug.assert_max_traces` (under the jit).
-
-In the recorded modes the probe's per-trace work (decode + signature, diagnosis, graph) and
-its monitoring listeners are timed by wrapping them (see `_SelfTimer`).
 """
 
 from __future__ import annotations
@@ -25,13 +25,14 @@ import time
 
 # The probe's per-trace steps, timed separately: (owner, attribute) -> field.
 PARTS = {("decoder", "trace_record"): "signature_s", ("decoder", "plain_jit_record"): "signature_s",
-         ("probe_module", "graph_stats"): "graph_s", ("session", "_draft"): "diff_s"}
-MODES = ("baseline", "recorded", "recorded_no_cost", "explain", "eqx_assert")
+         ("probe_module", "graph_stats"): "graph_s", ("session", "on_trace"): "draft_s"}
+MODES = ("baseline", "recorded", "recorded_no_cost", "recorded_timed", "explain", "eqx_assert")
 
 
 class _SelfTimer:
     """Times the probe's per-trace work (the trace-start hook and the trace-end listener) and its
-    listeners by shadowing them: on the instances, and on the decoder class and probe module."""
+    listeners by shadowing them: on the instances, and on the decoder class and probe module.
+    Shadowed only while `on` (the hook and listeners are taken at `jt.start()`: switch before it)."""
 
     def __init__(self, session):
         from jaxtrace_nb import _probe
@@ -97,14 +98,30 @@ class _SelfTimer:
                     self.listener_s += time.perf_counter() - start
             return listener
 
-        probe._on_trace_start = start_hook  # captured by `install`, so shadow before start
-        probe._trace_end = end_hook
         owners = {"decoder": Decoder, "probe_module": _probe, "session": session}
+        # (owner, name, original, shadow): the instances' attributes shadow their class's methods
+        self._shadows = [(probe, "_on_trace_start", None, start_hook), (probe, "_trace_end", None, end_hook),
+                         (probe, "_on_duration", None, timed_listener(on_duration)),
+                         (probe, "_on_event", None, timed_listener(on_event))]
         for (owner, name), field in PARTS.items():
             target = owners[owner]
-            setattr(target, name, timed_part(getattr(target, name), field))
-        probe._on_duration = timed_listener(on_duration)  # registered by `install`, so wrap before start
-        probe._on_event = timed_listener(on_event)
+            original = getattr(target, name)
+            self._shadows.append((target, name, original if owner != "session" else None,
+                                  timed_part(original, field)))
+        self.on = False
+
+    def switch(self, on: bool) -> None:
+        """Shadow the probe's steps (on) or restore them; call before `jt.start()`."""
+        if on == self.on:
+            return
+        for target, name, original, shadow in self._shadows:
+            if on:
+                setattr(target, name, shadow)
+            elif original is None:
+                target.__dict__.pop(name, None)  # an instance attribute over its class's method
+            else:
+                setattr(target, name, original)
+        self.on = on
 
     def take(self) -> tuple[list[dict], float]:
         records, listener_s = self.records, self.listener_s
@@ -224,10 +241,11 @@ def _run(workload: dict, mode: str, inputs, ctx) -> dict:
 
     jitted = _jitted(workload, mode)
     jt, session, stream = ctx["jt"], ctx["session"], ctx["stream"]
+    ctx["timer"].switch(mode == "recorded_timed")
     if mode.startswith("recorded"):
         jt.reset()
         if ctx["has_capture_cost"]:
-            session.probe.capture_cost = mode == "recorded"
+            session.probe.capture_cost = mode != "recorded_no_cost"
         jt.start()
     elif mode == "explain":
         jax.config.update("jax_explain_cache_misses", True)
@@ -253,9 +271,11 @@ def _run(workload: dict, mode: str, inputs, ctx) -> dict:
         session.log.settle()  # the events and diagnoses deferred until read: what the first view of the log pays
         out["settle_s"] = time.perf_counter() - start
         records, listener_s = ctx["timer"].take()
-        top = [r for r in records if r["top"]]
-        out.update(recorded_top_traces=len(top), self_s=sum(r["total_s"] for r in records) + listener_s,
-                   listener_s=listener_s, per_trace=[{k: r[k] for k in ("total_s", *PARTS.values())} for r in top])
+        if mode == "recorded_timed":
+            top = [r for r in records if r["top"]]
+            out.update(recorded_top_traces=len(top), self_s=sum(r["total_s"] for r in records) + listener_s,
+                       listener_s=listener_s,
+                       per_trace=[{k: r[k] for k in ("total_s", *dict.fromkeys(PARTS.values()))} for r in top])
         jt.reset()
     elif mode == "explain":
         out["log_bytes"] = len(stream.getvalue())
@@ -275,8 +295,9 @@ def worker(quick: bool) -> dict:
     logging.getLogger().addHandler(handler)
     has_capture_cost = hasattr(session.probe, "capture_cost")
     modes = [m for m in MODES if m != "recorded_no_cost" or has_capture_cost]
+    timer = _SelfTimer(session)
     ctx = {"jt": jt, "session": session, "stream": stream, "has_capture_cost": has_capture_cost,
-           "timer": _SelfTimer(session)}
+           "timer": timer}
     plan = workloads(quick)
     for workload in plan:  # warm-up: every code path once, not counted
         for mode in modes:
@@ -291,10 +312,11 @@ def worker(quick: bool) -> dict:
     # Where our per-trace time goes, on the largest trace-only workload (profiled apart from the timings).
     largest = max((w for w in plan if w["how"] == "trace"), key=lambda w: w["leaves"])
     ctx["timer"].profiler = cProfile.Profile()
-    _run(largest, "recorded", largest["inputs"], ctx)
+    _run(largest, "recorded_timed", largest["inputs"], ctx)
     profile = {"workload": largest["name"], "top_own_time": hot_spots(ctx["timer"].profiler, 12)}
     ctx["timer"].profiler = None
     logging.getLogger().removeHandler(handler)
+    timer.switch(False)
     return {"modes": modes, "capture_cost_available": has_capture_cost,
             "workloads": results, "self_profile": profile}
 

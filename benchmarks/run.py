@@ -135,15 +135,16 @@ def trace_section(quick: bool) -> dict:
         if "recorded_no_cost" in runs:
             row["capture_cost_ratio"] = spread(ratios(rec, [r["total_s"] for r in runs["recorded_no_cost"]]))
         row["explain_log_bytes_per_trace"] = statistics.median(r["log_bytes"] for r in runs["explain"]) / w["traces"]
-        row["recorded_top_traces"] = [r["recorded_top_traces"] for r in runs["recorded"]]
-        per_trace = [t for r in runs["recorded"] for t in r["per_trace"][1:]]  # not the first trace
+        timed = runs.get("recorded_timed", [])  # our own seconds, from the mode that times them (never a ratio)
+        row["recorded_top_traces"] = [r["recorded_top_traces"] for r in timed]
+        per_trace = [t for r in timed for t in r["per_trace"][1:]]  # not the first trace
         row["self_per_trace_s"] = {k: spread(t[k] for t in per_trace) for k in per_trace[0]} if per_trace else {}
         settle = [r["settle_s"] / w["traces"] for r in runs["recorded"] if "settle_s" in r]
         row["settle_per_trace_s"] = spread(settle) if settle else None
-        row["self_total_fraction"] = spread(r["self_s"] / r["total_s"] for r in runs["recorded"])
+        row["self_total_fraction"] = spread(r["self_s"] / r["total_s"] for r in timed)
         row["added_per_trace_s"] = spread((r - b) / w["traces"] for r, b in zip(rec, base))
-        if w["how"] == "trace" and w["traces"] >= 32:
-            row["self_by_trace_number_s"] = history_profile([r["per_trace"] for r in runs["recorded"]])
+        if w["how"] == "trace" and w["traces"] >= 32 and timed:
+            row["self_by_trace_number_s"] = history_profile([r["per_trace"] for r in timed])
         out.append(row)
     return {"modes": raw["modes"], "capture_cost_available": raw["capture_cost_available"],
             "workloads": out, "self_profile": raw["self_profile"], "platform": raw.get("platform")}

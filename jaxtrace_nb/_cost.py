@@ -10,6 +10,7 @@ executables are read by duck typing, never kept.
 from __future__ import annotations
 
 import itertools
+import operator
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -83,24 +84,35 @@ def graph_stats(closed_jaxpr: Any, location: Callable[[str, int], str]) -> Graph
     eqns = getattr(jaxpr, "eqns", None)
     if eqns is None:
         return None
-    found = find_unrolled([eqn.primitive.name for eqn in eqns]) if len(eqns) >= 2 * MIN_REPEATS else None
+    n = len(eqns)
+    found = find_unrolled([eqn.primitive.name for eqn in eqns]) if n >= 2 * MIN_REPEATS else None
     where = _loop_location(eqns[found.start:found.start + found.period], location) if found else None
-    return GraphStats(len(eqns), count_equations(jaxpr, {}), found, where)
+    # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this runs at every trace.
+    return tuple.__new__(GraphStats, (n, _count_equations(jaxpr, eqns, {}), found, where))
 
 
 _JAXPR_PARAMS: dict = {}  # primitive -> names of its parameters that may hold a sub-jaxpr
+_PLAIN_PRIMITIVES: set = set()  # the primitives in `_JAXPR_PARAMS` with none
+_PRIMITIVE = operator.attrgetter("primitive")
 
 
 def count_equations(jaxpr: Any, memo: dict) -> int:
     """Equations of `jaxpr` and, recursively, of every sub-jaxpr (scan, cond, while, nested jit)."""
+    return _count_equations(jaxpr, jaxpr.eqns, memo)
+
+
+def _count_equations(jaxpr: Any, eqns: Sequence[Any], memo: dict) -> int:
     key = id(jaxpr)
     if key in memo:
         return memo[key]
     memo[key] = 0  # a cycle cannot happen in a jaxpr, but never recurse forever
-    eqns = jaxpr.eqns
     total = len(eqns)
+    if _PLAIN_PRIMITIVES.issuperset(map(_PRIMITIVE, eqns)):  # no parameter of any equation may hold a jaxpr
+        memo[key] = total
+        return total
+    candidates = _JAXPR_PARAMS.get
     for eqn in eqns:
-        names = _JAXPR_PARAMS.get(eqn.primitive)
+        names = candidates(eqn.primitive)
         if names is None:
             names = _jaxpr_params(eqn)
         if not names:
@@ -140,14 +152,18 @@ def _sub_total(jaxpr: Any, memo: dict) -> int:
 
 
 def _jaxpr_params(eqn: Any) -> tuple:
-    """The parameters of `eqn`'s primitive that hold, or may hold, a jaxpr: a jaxpr, a sequence or
-    None in this equation (a parameter's kind is the same in every equation of a primitive)."""
+    """The parameters of `eqn`'s primitive that hold, or may hold, a jaxpr: a jaxpr or a sequence
+    in this equation (a parameter's kind is the same in every equation of a primitive), or None
+    under a name that says so (Pallas's ``custom_fusion`` has ``pallas_jaxpr=None`` in some
+    equations; every optional jaxpr parameter in JAX is named so: ``tests/test_compile_cost.py``)."""
     names = tuple(name for name, value in eqn.params.items()
-                  if value is None or isinstance(value, (tuple, list))
-                  or type(value).__name__ in ("Jaxpr", "ClosedJaxpr"))
+                  if isinstance(value, (tuple, list)) or type(value).__name__ in ("Jaxpr", "ClosedJaxpr")
+                  or (value is None and "jaxpr" in name))
     try:
         if len(_JAXPR_PARAMS) < 4096:
             _JAXPR_PARAMS[eqn.primitive] = names
+            if not names:
+                _PLAIN_PRIMITIVES.add(eqn.primitive)
     except TypeError:  # an unhashable primitive
         pass
     return names

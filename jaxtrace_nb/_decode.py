@@ -14,10 +14,10 @@ import os
 import re
 import sys
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from . import _adapters
-from ._jax_internals import Internals, all_abstract, trace_context_names, trace_context_values
+from ._jax_internals import Internals, all_abstract, trace_context_function, trace_context_names
 from ._jax_layouts import PlainCall, TraceStart
 from ._records import FunctionIdentity, LoweringRecord, TraceRecord
 from ._signature import Origin, Signature
@@ -61,6 +61,9 @@ class Decoder:
         self._context: tuple = ((), ())  # JAX's last trace-context values, and their texts
         self._library_files: dict[str, bool] = {}  # file name -> in a library's folder
         self._locations: dict[tuple, str] = {}  # (file name, line) -> its location text, outside cells
+        self._lines: dict[tuple, tuple] = {}  # (id(code), offset) -> (weak reference to the code, line)
+        self._call_path: tuple | None = None  # the stack of the last `call_site`, as it keeps it
+        self._trace_context = trace_context_function()  # JAX's: every config value its caches key on
 
     # ---------------------------------------------------------- locations
     def location(self, filename: str, line: int) -> str:
@@ -89,21 +92,73 @@ class Decoder:
             known = self._library_files[filename] = bool(self.library_dirs) and filename.startswith(self.library_dirs)
         return known
 
-    def call_site(self) -> str | None:
-        """The innermost frame of the user's own code on the current stack."""
-        frame = sys._getframe(1)
+    def call_site(self, frame=None) -> str | None:
+        """The innermost frame of the user's own code on the stack, from `frame` (by default the
+        caller's) outwards.
+
+        The library frames' code objects up to it are remembered: where the same code objects
+        are on the stack again, so is the same answer (each frame's verdict depends on its code
+        alone), and no frame is asked again. Its line is kept per code object (weakly) and
+        instruction: finding a line scans the code's line table."""
+        if frame is None:
+            frame = sys._getframe(1)
+        path = self._call_path  # (the library frames' code objects, a weak reference to the user frame's)
+        if path is not None:
+            f = frame
+            try:
+                for code in path[0]:
+                    if f.f_code is not code:
+                        break
+                    f = f.f_back
+                else:
+                    if f.f_code is path[1]():
+                        return self._site(f)
+            except AttributeError:  # a shorter stack (`f` is None)
+                pass
+        library, codes = self._library_files, []
         for _ in range(_MAX_CALL_SITE_DEPTH):
             if frame is None:
                 return None
-            filename = frame.f_code.co_filename
-            if not self.is_library(filename) and not filename.startswith("<frozen"):
-                return self.location(filename, frame.f_lineno)
+            code = frame.f_code
+            filename = code.co_filename
+            known = library.get(filename)
+            if known is None:
+                known = self.is_library(filename)
+            if not known and not filename.startswith("<frozen"):
+                try:
+                    self._call_path = (tuple(codes), weakref.ref(code))
+                except TypeError:
+                    self._call_path = None
+                return self._site(frame)
+            codes.append(code)
             frame = frame.f_back
         return None
 
+    def _site(self, frame) -> str:
+        """`frame`'s location text, its line found per code object and instruction."""
+        code = frame.f_code
+        key = (id(code), frame.f_lasti)
+        seen = self._lines.get(key)
+        line = seen[1] if seen is not None and seen[0]() is code else self._line(key, code, frame.f_lineno)
+        filename = code.co_filename
+        text = self._locations.get((filename, line))
+        return text if text is not None else self.location(filename, line)
+
+    def _line(self, key: tuple, code: Any, line: int) -> int:
+        """Keep `line` for `key` (`call_site`), with a weak reference to `code`, which `key` names by id."""
+        try:
+            ref = weakref.ref(code)
+        except TypeError:
+            return line
+        if len(self._lines) >= _MAX_IDENTITIES:
+            self._lines.clear()
+        self._lines[key] = (ref, line)
+        return line
+
     # ------------------------------------------------------------- traces
     def trace_record(self, start: TraceStart, *, nested: bool, thread: int, cache_generation: int,
-                     on_fault: Callable[[str, BaseException], None]) -> TraceRecord:
+                     on_fault: Callable[[str, BaseException], None], frame=None) -> TraceRecord:
+        """The record of a trace; `frame` is the trace's own (the user's call is found above it)."""
         adapters = _adapters.active()
         call = self.decode_call(start, adapters)
         identity = self.identity(start, call)
@@ -120,11 +175,11 @@ class Decoder:
                 ref = weakref.ref(call.user_fun)
             except TypeError:
                 ref = None
-        return TraceRecord(identity, nested, signature, ref, thread, self.call_site(), cache_generation,
+        return TraceRecord(identity, nested, signature, ref, thread, self.call_site(frame), cache_generation,
                            arg_names)
 
-    def plain_jit_record(self, call: PlainCall, *, nested: bool, thread: int,
-                         cache_generation: int) -> TraceRecord | None:
+    def plain_jit_record(self, call: PlainCall, *, nested: bool, thread: int, cache_generation: int,
+                         frame=None) -> TraceRecord | None:
         """`trace_record` of a retrace of a plain ``jax.jit`` function whose every argument is a
         tree of dicts with string keys, lists, tuples and None (`call_plan`), read from the
         whole call's treedef at once; None for any other call, and for a function's first trace
@@ -135,21 +190,31 @@ class Decoder:
         call of plain trees has none (``tests/test_tree_plans.py`` compares the two readings)."""
         fun = call.fun
         known = self._identities.get(id(fun))
-        if known is None or known[0]() is not fun or known[1] is None or known[2] is None \
-                or known[1].jit_kind != "jit":
+        if known is None or known[0]() is not fun:
             return None
         plan = call_plan(call.tree, call.names)
         if plan is None:
             return None
         named = self._named_plans.get(id(fun))
         if named is None or named[0] is not plan or named[1] is not known:
+            if known[1] is None or known[2] is None or known[1].jit_kind != "jit":
+                return None
             if len(self._named_plans) >= _MAX_IDENTITIES:
                 self._named_plans.clear()
             named = self._named_plans[id(fun)] = (plan, known, *_named_arguments(plan, *known[2]))
-        signature = self._deferred(fun, named[3], call.key, named[2], call.vals, plan.n_leaves)
-        if signature is None:
+        vals = call.vals
+        if not all_abstract(vals):
             return None
-        return TraceRecord(known[1], nested, signature, known[0], thread, self.call_site(), cache_generation, None)
+        try:
+            hashes = (hash(fun), hash(call.tree), hash(call.debug_info))
+        except Exception:
+            hashes = tuple(h for _, h in _key_parts((("function", fun), ("inputs", call.tree),
+                                                      ("debug info", call.debug_info))))
+        signature = DeferredSignature((id(fun), self._context_texts(), named[3], hashes), named[2], vals,
+                                      plan.n_leaves)
+        # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this runs at every retrace.
+        return tuple.__new__(TraceRecord, (known[1], nested, signature, known[0], thread, self.call_site(frame),
+                                           cache_generation, None))
 
     def is_wrapper(self, fun: Any) -> bool:
         """Whether `fun` is a library's jit wrapper around a user function (e.g. eqx.filter_jit's)."""
@@ -238,20 +303,23 @@ class Decoder:
                 return None
             plans.append((name, found[0], part.start))
             n_leaves += found[1]
-        return self._deferred(call.user_fun, call.call, start.key, tuple(plans), start.vals, n_leaves)
+        return self._deferred(call.user_fun, call.call, _key_parts(start.key), tuple(plans), start.vals, n_leaves)
 
-    def _deferred(self, fun: Any, call: tuple, key: tuple, plans: tuple, vals: list,
+    def _deferred(self, fun: Any, call: tuple, key_parts: tuple, plans: tuple, vals: Sequence,
                   n_leaves: int) -> DeferredSignature | None:
         """The `DeferredSignature` of a plain ``jax.jit`` call read through `plans`; None unless
         every value is abstract (only those are kept until the leaves are read)."""
         if not all_abstract(vals):
             return None
-        return DeferredSignature(Signature(("id", id(fun)), self._context_texts(), {}, None, "jit", call, None,
-                                           _key_parts(key)), plans, vals, n_leaves)
+        return DeferredSignature((id(fun), self._context_texts(), call, tuple(h for _, h in key_parts)), plans, vals,
+                                 n_leaves)
 
     def _context_texts(self) -> tuple:
         """((name, value text), ...) of JAX's trace context, texts remade only when values change."""
-        values = trace_context_values()
+        try:
+            values = tuple(self._trace_context())
+        except Exception:
+            values = ()
         if values != self._context[0]:
             names = trace_context_names(len(values))
             self._context = (values, tuple((str(n), context_text(v)) for n, v in zip(names, values)))
@@ -297,24 +365,27 @@ class DeferredSignature:
     """A trace's signature whose leaves are read when first asked for (`get`), from the plans
     of its arguments' treedefs and their abstract values (never a user object)."""
 
-    __slots__ = ("_base", "_plans", "_vals", "_built", "n_leaves")
+    __slots__ = ("_parts", "_plans", "_vals", "_built", "n_leaves")
 
-    def __init__(self, base: Signature, plans: tuple, vals: list, n_leaves: int):
-        self._base, self._plans, self._vals, self._built = base, plans, vals, None
+    def __init__(self, parts: tuple, plans: tuple, vals: Sequence, n_leaves: int):
+        # parts: the id of the function, the `Signature`'s context and call, the hashes of JAX's key's parts
+        self._parts, self._plans, self._vals, self._built = parts, plans, vals, None
         self.n_leaves = n_leaves
 
     def get(self) -> Signature:
         built = self._built
         if built is not None:
             return built
-        plans, vals = self._plans, self._vals
+        plans, vals, parts = self._plans, self._vals, self._parts
         if plans is None:  # another thread built it meanwhile (it sets `_built` before clearing these)
             return self._built
         walker = Walker(())
         for name, plan, start in plans:
             walker.apply_plan(name, plan, vals, start)
-        built = self._built = self._base._replace(leaves=walker.leaves)
-        self._plans = self._vals = None
+        function_id, context, call, hashes = parts
+        built = self._built = Signature(("id", function_id), context, walker.leaves, None, "jit", call, None,
+                                        tuple(zip(KEY_PARTS, hashes)))
+        self._plans = self._vals = self._parts = None
         return built
 
 
@@ -371,6 +442,9 @@ def context_text(value: Any) -> str:
     except Exception:
         token = "unhashable"
     return f"<{type(value).__name__} {token}>"
+
+
+KEY_PARTS = ("function", "inputs", "debug info")  # what JAX's tracing-cache key is made of (`TraceStart.key`)
 
 
 def _key_parts(key: tuple) -> tuple:

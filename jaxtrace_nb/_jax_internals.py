@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 from ._jax_layouts import TraceLayout, detect_layout
 
@@ -120,6 +120,36 @@ def _misses_counter() -> Callable[[], int | None]:
     return lambda: cached.cache_info().misses
 
 
+def trace_end_locals(layout: TraceLayout, walk: bool = False) -> dict | None:
+    """The locals of the JAX function reporting a trace's seconds, seen from inside a
+    `jax.monitoring` listener (`TraceLayout.trace_end` reads them); None if that
+    function is not found within a few frames. No other frame's locals are read.
+
+    It is looked for where it was last time first, unless `walk`: then frame by frame
+    from the listener (the nearest one, should a frame of that name be further up too)."""
+    names = layout.trace_frames
+    depth = 0 if walk else _TRACE_END_DEPTH[0]
+    if depth:  # where it was last time: reached without making a frame object of every frame between
+        try:
+            frame = sys._getframe(depth)
+        except ValueError:
+            frame = None
+        if frame is not None and frame.f_code.co_name in names:
+            return frame.f_locals
+    frame = sys._getframe(1)
+    for depth in range(1, _MAX_LISTENER_DEPTH + 1):
+        if frame is None:
+            return None
+        if frame.f_code.co_name in names:
+            _TRACE_END_DEPTH[0] = depth
+            return frame.f_locals
+        frame = frame.f_back
+    return None
+
+
+_TRACE_END_DEPTH = [0]  # frames from `trace_end_locals` to the trace's reporting function, last found
+
+
 class StageFrame(NamedTuple):
     """The JAX function reporting a stage's seconds to a listener right now."""
 
@@ -127,10 +157,11 @@ class StageFrame(NamedTuple):
     raised: bool  # the stage ended with an exception (JAX reports its seconds all the same)
 
 
-def stage_frame(event: str, layout: TraceLayout | None = None) -> StageFrame | None:
-    """The frame reporting `event`, seen from inside a `jax.monitoring` listener; None if that
-    function is not found within a few frames (another JAX layout, or another caller)."""
-    names = layout.trace_frames if event == TRACE_EVENT and layout is not None else _STAGE_FRAMES.get(event)
+def stage_frame(event: str) -> StageFrame | None:
+    """The frame reporting a lowering's or a compile's seconds (`event`), seen from inside a
+    `jax.monitoring` listener; None if that function is not found within a few frames (another
+    JAX layout, or another caller). A trace's: `trace_end_locals`."""
+    names = _STAGE_FRAMES.get(event)
     if not names:
         return None
     frame = sys._getframe(1)
@@ -150,19 +181,15 @@ def stage_frame(event: str, layout: TraceLayout | None = None) -> StageFrame | N
 _CONTEXT_NAMES: list = []  # JAX's names of its trace-context entries (fixed in a process), once read
 
 
-_TRACE_CONTEXT: list = []  # JAX's config.trace_context, once imported
-
-
-def trace_context_values() -> tuple:
-    """The values of JAX's trace context: every config value its caches key on."""
+def trace_context_function() -> Callable[[], tuple]:
+    """JAX's ``config.trace_context``: the values of every config option its caches key on
+    (a function answering ``()`` where JAX has none)."""
     try:
-        if not _TRACE_CONTEXT:
-            from jax._src import config
+        from jax._src import config
 
-            _TRACE_CONTEXT.append(config.trace_context)
-        return tuple(_TRACE_CONTEXT[0]())
+        return config.trace_context
     except Exception:
-        return ()
+        return tuple
 
 
 def trace_context_names(n: int) -> tuple:
@@ -182,11 +209,15 @@ def trace_context_names(n: int) -> tuple:
 
 
 _ABSTRACT_TYPES: dict = {}  # type -> whether it is one of JAX's abstract values (avals)
+_ABSTRACT: set = set()  # the types of `_ABSTRACT_TYPES` that are abstract values (one subset test)
 
 
-def all_abstract(values: list) -> bool:
+def all_abstract(values: Sequence) -> bool:
     """Whether every value is an abstract value (a shape and dtype, never user data)."""
-    for t in set(map(type, values)):
+    types = set(map(type, values))
+    if types <= _ABSTRACT:
+        return True
+    for t in types:
         known = _ABSTRACT_TYPES.get(t)
         if known is None:
             try:
@@ -197,6 +228,8 @@ def all_abstract(values: list) -> bool:
                 known = False
             if len(_ABSTRACT_TYPES) < 256:
                 _ABSTRACT_TYPES[t] = known
+                if known:
+                    _ABSTRACT.add(t)
         if not known:
             return False
     return True

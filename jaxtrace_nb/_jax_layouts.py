@@ -18,6 +18,10 @@ the caller's frame holds differs by release, so each range has a `TraceLayout`:
 
 Every layout yields the same `TraceStart`. `detect_layout` picks one by feature, not by
 version number.
+
+The announcing frame's locals are read once per trace (`TraceLayout.begin`) and
+handed to every reading: in CPython before 3.13 each ``frame.f_locals`` rebuilds the whole
+dict, raising and clearing a ``KeyError`` for every local not bound yet.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ class TraceStart(NamedTuple):
     positional: list  # [ArgPart]
     keyword: list  # [(name, ArgPart)], sorted by name as JAX flattens them
     key: tuple  # ((component, object), ...): what JAX's cache key is made of, to hash
-    token: int  # pairs this trace with the report of its end (see `TraceLayout.end_token`)
+    token: int  # pairs this trace with the report of its end (see `TraceLayout.trace_end`)
     in_avals: Any = None  # the layout's own argument structure, for adapters that need more
 
 
@@ -53,8 +57,8 @@ class PlainCall(NamedTuple):
 
     fun: Any  # the traced callable
     tree: Any  # the treedef of the whole ``(args, kwargs)``
-    vals: list  # the abstract value of every leaf, in order
-    key: tuple  # as `TraceStart.key`
+    vals: tuple  # the abstract value of every leaf, in order
+    debug_info: Any  # DebugInfo; with `fun` and `tree`, what JAX's cache key is made of (`TraceStart.key`)
     token: int  # as `TraceStart.token`
     names: Any  # JAX's name of every leaf (``DebugInfo.arg_names``): a tuple of strings, or None
 
@@ -78,25 +82,34 @@ class TraceLayout:
     def __init__(self, hook_module: Any):
         self.hook_module = hook_module
 
-    def read(self, frame) -> TraceStart | None:
+    def begin(self, frame) -> tuple[dict, Any]:
+        """The locals of the frame announcing a trace (read once, for every reading below), and the
+        trace's DebugInfo, read before deciding whether to read the rest."""
+        local = frame.f_locals
+        return local, local.get("debug_info")
+
+    def read(self, frame, local: dict) -> TraceStart | None:
         raise NotImplementedError
 
-    def plain_call(self, frame) -> PlainCall | None:
+    def plain_call(self, local: dict) -> PlainCall | None:
         """The call with its whole ``(args, kwargs)`` treedef, where the layout has one: read
         faster than `read` when every argument turns out plain (`Decoder.plain_jit_record`)."""
         return None
 
-    def debug_info(self, frame) -> Any:
-        """The trace's DebugInfo, read cheaply before deciding whether to read the rest."""
-        return frame.f_locals.get("debug_info")
+    def fun(self, frame, local: dict) -> Any:
+        """The traced callable, read before deciding whether to read the rest."""
+        return local.get("fun")
 
-    def fun(self, frame) -> Any:
-        """The traced callable, read cheaply (as `debug_info`)."""
-        return frame.f_locals.get("fun")
+    def jitted(self, frame) -> Any:
+        """The function a jit trace is of, where it can be read without the announcing frame's
+        locals (`begin`); else None. It is the object `fun` reads."""
+        return None
 
-    def end_token(self, local: dict) -> int:
-        """The pairing token of the trace whose seconds the frame with `local`s reports."""
-        return id(local.get("dbg"))
+    def trace_end(self, local: dict) -> tuple[int, bool]:
+        """Of the trace whose seconds the frame with `local`s reports: its pairing token, and
+        whether it raised (JAX reports the seconds all the same; the traced program, ``jaxpr``,
+        is bound only when it returned)."""
+        return id(local.get("dbg")), "jaxpr" not in local
 
 
 class FlatTreeLayout(TraceLayout):
@@ -110,17 +123,26 @@ class FlatTreeLayout(TraceLayout):
         super().__init__(hook_module)
         self.static_type = static_type
 
-    def plain_call(self, frame) -> PlainCall | None:
-        local = frame.f_locals
+    def jitted(self, frame) -> Any:
+        # From JAX 0.9.2, ``pjit._infer_params(fun, ...)`` hands its `fun` to ``_trace_for_jit``, which
+        # hands it to the announcing frame; its locals are fewer and mostly bound (a cheaper read).
+        caller = frame.f_back
+        if caller is None or caller.f_code.co_name != "_trace_for_jit":
+            return None
+        caller = caller.f_back
+        if caller is None or caller.f_code.co_name != "_infer_params":
+            return None
+        return caller.f_locals.get("fun")
+
+    def plain_call(self, local: dict) -> PlainCall | None:
         fun, in_avals, debug_info = local.get("fun"), local.get("in_avals"), local.get("debug_info")
         if fun is None or in_avals is None or debug_info is None:
             return None
-        tree = in_avals.tree
-        return PlainCall(fun, tree, list(in_avals.vals), _key(fun, tree, debug_info), id(debug_info),
-                         getattr(debug_info, "arg_names", None))
+        # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this runs at every trace.
+        return tuple.__new__(PlainCall, (fun, in_avals.tree, in_avals.vals, debug_info, id(debug_info),
+                                         getattr(debug_info, "arg_names", None)))
 
-    def read(self, frame) -> TraceStart | None:
-        local = frame.f_locals
+    def read(self, frame, local: dict) -> TraceStart | None:
         debug_info, in_avals = local.get("debug_info"), local.get("in_avals")
         if debug_info is None or in_avals is None:
             return None
@@ -158,11 +180,10 @@ class FTLayout(FlatTreeLayout):
         TraceLayout.__init__(self, hook_module)
         self.ft_static = ft_static
 
-    def plain_call(self, frame) -> PlainCall | None:
+    def plain_call(self, local: dict) -> PlainCall | None:
         return None  # a flattree's treedef shows a static argument as a leaf: every call is `read`
 
-    def read(self, frame) -> TraceStart | None:
-        local = frame.f_locals
+    def read(self, frame, local: dict) -> TraceStart | None:
         debug_info, in_avals = local.get("debug_info"), local.get("in_avals")
         if debug_info is None or in_avals is None:
             return None
@@ -202,8 +223,8 @@ class PjitLayout(TraceLayout):
     trace_frames = ("_create_pjit_jaxpr",)
     _DEPTH = 6
 
-    def read(self, frame) -> TraceStart | None:
-        token = id(frame.f_locals.get("fun"))
+    def read(self, frame, local: dict) -> TraceStart | None:
+        token = id(local.get("fun"))
         impl = _find(frame, "_infer_params_impl", self._DEPTH)
         internal = _find(impl, "_infer_params_internal", 2) if impl is not None else None
         if impl is None or internal is None:
@@ -239,14 +260,14 @@ class PjitLayout(TraceLayout):
                           (("function", fun), ("inputs", (in_tree, tuple(vals), statics)), ("debug info", dbg)),
                           token)
 
-    def end_token(self, local: dict) -> int:
-        return id(local.get("fun"))
+    def trace_end(self, local: dict) -> tuple[int, bool]:
+        return id(local.get("fun")), "jaxpr" not in local
 
-    def debug_info(self, frame) -> Any:
+    def begin(self, frame) -> tuple[dict, Any]:
         impl = _find(frame, "_infer_params_impl", self._DEPTH)
-        return impl.f_locals.get("dbg") if impl is not None else None
+        return frame.f_locals, impl.f_locals.get("dbg") if impl is not None else None
 
-    def fun(self, frame) -> Any:  # the frame's own `fun` is a `linear_util.WrappedFun`
+    def fun(self, frame, local: dict) -> Any:  # the frame's own `fun` is a `linear_util.WrappedFun`
         impl = _find(frame, "_infer_params_impl", self._DEPTH)
         return impl.f_locals.get("fun") if impl is not None else None
 

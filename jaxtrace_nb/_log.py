@@ -127,6 +127,8 @@ class EventLog:
         self._draft_leaves = 0
         self._unsettled: list[Event] = []  # events whose diagnosis is deferred until read
         self._unsettled_leaves = 0
+        self._draft_cap = min(MAX_UNSETTLED_EVENTS, max_events)  # drafts kept before they are built anyway
+        self.followed = False  # someone reads every event as it comes (then drafts are built at once)
         self.on_fault: Callable[[BaseException], None] | None = None  # a subscriber failed
 
     @property
@@ -139,6 +141,7 @@ class EventLog:
         with self._lock:
             self._build_drafts()
             self._events = collections.deque(self._events, maxlen=n)
+            self._draft_cap = min(MAX_UNSETTLED_EVENTS, n)
 
     @property
     def dropped(self) -> int:
@@ -146,11 +149,6 @@ class EventLog:
         with self._lock:
             self._build_drafts()
             return self._next_seq - len(self._events) - self._first_seq
-
-    @property
-    def followed(self) -> bool:
-        """Whether someone reads every event as it comes (then drafts are built at once)."""
-        return bool(self._subscribers)
 
     _first_seq = 0
 
@@ -188,10 +186,15 @@ class EventLog:
             self._next_seq += 1
             self._drafts.append(draft)
             self._draft_leaves += draft.leaves
-            if len(self._drafts) >= min(MAX_UNSETTLED_EVENTS, self.max_events) \
-                    or self._draft_leaves > MAX_UNSETTLED_LEAVES:
+            if len(self._drafts) >= self._draft_cap or self._draft_leaves > MAX_UNSETTLED_LEAVES:
                 self._build_drafts()
         return draft
+
+    def build_drafts(self) -> None:
+        """Build every draft now, in order."""
+        if self._drafts:
+            with self._lock:
+                self._build_drafts()
 
     def built(self, draft) -> Event | None:
         """`draft`'s event, built with every draft before it; None if the log was reset since."""
@@ -259,12 +262,14 @@ class EventLog:
         with self._lock:
             self._build_drafts()  # appended before: built unfollowed, like the events before them
             self._subscribers.append(callback)
+            self.followed = True
 
         def unsubscribe() -> None:
             try:
                 self._subscribers.remove(callback)
             except ValueError:
                 pass
+            self.followed = bool(self._subscribers)
 
         return unsubscribe
 
@@ -430,3 +435,8 @@ def export_frame(df, path: str) -> str:
 
 def now() -> datetime.datetime:
     return datetime.datetime.now()
+
+
+def when(timestamp: float) -> datetime.datetime:
+    """A `time.time()` timestamp as `now()` would have given it then (local time)."""
+    return datetime.datetime.fromtimestamp(timestamp)

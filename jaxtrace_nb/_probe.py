@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import weakref
 
 from . import _jax_internals as jaxi
 from ._cost import graph_stats, xla_cost
@@ -30,6 +31,7 @@ from ._records import Sink, Stage
 _TRACEBACKS_EXCLUDED = False  # JAX cannot remove a traceback exclusion: add ours once per process
 XLA_COST_SHARE = 0.02  # at most this share of a compile's seconds goes to reading XLA's cost figures
 XLA_COST_S_PER_ARGUMENT = 25e-6  # what reading them costs (benchmarks/run.py, "XLA cost read")
+_MAX_HELPER_VERDICTS = 4096
 
 
 class Probe:
@@ -39,6 +41,7 @@ class Probe:
         self._sink = sink
         self._tls = threading.local()
         self._installed = False
+        self._full = False  # installed with the full probe (as `full`, read by the listeners)
         self._hook = None
         self._orig_test_event = None
         self._listeners: list[tuple[str, object]] = []
@@ -50,6 +53,7 @@ class Probe:
         self.capture_cost = True  # equation counts, unrolled loops, FLOPs and bytes of each compile
         self.nested_helpers = False  # also decode JAX's own jitted helpers traced inside another trace
         self.untested_ok = False  # record in full on a newer JAX without the self-check (the check itself)
+        self._helpers: dict[int, tuple] = {}  # id(function) -> (weak reference, a library's own helper)
 
     @property
     def cell_label(self):
@@ -93,6 +97,7 @@ class Probe:
             self._install_hook(self.internals.layout)
             _exclude_from_tracebacks()
         self._installed = True
+        self._full = self.internals.full
         if self.internals.full:
             return f"jaxtrace_nb: {self.internals.reason}; self-check passed, recording in full." if newer else ""
         if not self._listeners:  # JAX < 0.8.1: jax.monitoring cannot remove a listener again
@@ -118,7 +123,7 @@ class Probe:
                 self._hook.active = False
         self._hook = None
         self.decoder = None
-        self._installed = False
+        self._installed = self._full = False
 
     def _register(self, kind: str, callback) -> None:
         api = jaxi.listener_api(kind)
@@ -159,8 +164,10 @@ class Probe:
         if record.nested:  # JAX reports no end of a nested trace: it is complete as far as we see
             self._sink.on_trace_end(handle, None, None)
         else:  # completed by the trace-duration event of the same trace (same debug info object)
-            self._fail_pending()
-            self._tls.trace = (token, record.identity.jax_name, handle)
+            tls = self._tls
+            if tls.__dict__.get("trace") is not None:
+                self._fail_pending()
+            tls.trace = (token, record.identity.jax_name, handle)
 
     def _fail_pending(self) -> None:
         """A top-level trace still pending when another starts never completed: it raised."""
@@ -171,41 +178,66 @@ class Probe:
 
     def _trace_record(self, frame) -> tuple:
         """(the trace's record, its pairing token), or (None, None) for a trace not recorded."""
-        layout = self.internals.layout
+        internals = self.internals
+        layout = internals.layout
         if frame.f_code.co_name not in layout.bodies:
             return None, None
-        debug_info = layout.debug_info(frame)
+        nested = not internals.is_top_level()
+        skip_helpers = nested and not self.nested_helpers
+        if skip_helpers:  # a library's own helper inside a trace: no view shows it unless asked
+            fun = layout.jitted(frame)
+            known = self._helpers.get(id(fun)) if fun is not None else None
+            if known is not None and known[1] and known[0]() is fun:
+                return None, None
+        local, debug_info = layout.begin(frame)
         if getattr(debug_info, "traced_for", None) != "jit":
             return None, None
-        nested = not self.internals.is_top_level()
+        if skip_helpers and self._is_helper(frame, local, debug_info):
+            return None, None
         decoder = self.decoder
-        if nested and not self.nested_helpers and decoder.is_library(decoder_source_file(debug_info)) \
-                and not decoder.is_wrapper(layout.fun(frame)):
-            return None, None  # JAX's own helper inside a trace: no view shows it unless asked
-        misses = self.internals.trace_cache_misses()
+        misses = internals.trace_cache_misses()
         if misses is not None:
             if misses <= self._last_misses:
                 self._cache_generation += 1  # the counter went back: JAX's caches were cleared
             self._last_misses = misses
         thread = threading.get_ident()
-        plain = layout.plain_call(frame)
+        plain = layout.plain_call(local)
         if plain is not None:
             record = decoder.plain_jit_record(plain, nested=nested, thread=thread,
-                                              cache_generation=self._cache_generation)
+                                              cache_generation=self._cache_generation, frame=frame)
             if record is not None:
                 return record, plain.token
-        start = layout.read(frame)
+        start = layout.read(frame, local)
         if start is None:
             return None, None
         record = decoder.trace_record(start, nested=nested, thread=thread, cache_generation=self._cache_generation,
-                                      on_fault=self._sink.fault)
+                                      on_fault=self._sink.fault, frame=frame)
         return record, start.token
+
+    def _is_helper(self, frame, local: dict, debug_info) -> bool:
+        """Whether a trace inside another trace is of a library's own jitted function (not a
+        library's jit wrapper around a user's function). Kept per function object (weakly), for
+        `_trace_record` to find before it reads the trace's arguments."""
+        fun = self.internals.layout.fun(frame, local)
+        decoder = self.decoder
+        verdict = decoder.is_library(decoder_source_file(debug_info)) and not decoder.is_wrapper(fun)
+        try:
+            ref = weakref.ref(fun)
+        except TypeError:  # not weakly referable: decided again at its next trace
+            return verdict
+        helpers = self._helpers
+        if len(helpers) >= _MAX_HELPER_VERDICTS:
+            helpers.clear()
+        helpers[id(fun)] = (ref, verdict)
+        return verdict
 
     # ---------------------------------------------------------- monitoring
     def _on_duration(self, *args, **kwargs) -> None:
         try:
             event, duration = args[0], args[1]
-            if type(event) is str and event.startswith("/jax/co"):
+            if event == jaxi.TRACE_EVENT and self._full:  # the trace's own listener: the common case
+                self._trace_end(float(duration))
+            elif type(event) is str and event.startswith("/jax/co"):
                 self._duration(event, float(duration), str(kwargs.get("fun_name")))
         except Exception as e:
             self._sink.fault("timing", e)
@@ -271,15 +303,25 @@ class Probe:
         """
         tls = self._tls
         pending = tls.__dict__.get("trace")
-        layout = self.internals.layout
-        stage = jaxi.stage_frame(jaxi.TRACE_EVENT, layout)
-        if pending is None or stage is None or layout.end_token(stage.locals) != pending[0]:
+        if pending is None:
             return
-        if stage.raised:  # the trace raised: JAX cached nothing, and no trace is recorded
+        layout = self.internals.layout
+        local = jaxi.trace_end_locals(layout)
+        if local is None:
+            return
+        token, raised = layout.trace_end(local)
+        if token != pending[0]:  # not its trace, or its frame is not where it was last time: look again
+            local = jaxi.trace_end_locals(layout, walk=True)
+            if local is None:
+                return
+            token, raised = layout.trace_end(local)
+            if token != pending[0]:
+                return
+        if raised:  # JAX cached nothing, and no trace is recorded
             self._fail_pending()
             return
         tls.trace = None
-        jaxpr = stage.locals.get("jaxpr") if self.capture_cost else None
+        jaxpr = local.get("jaxpr") if self.capture_cost else None
         graph = graph_stats(jaxpr, self.decoder.location) if jaxpr is not None else None
         handle = self._sink.on_trace_end(pending[2], duration, graph)
         if handle is not None:

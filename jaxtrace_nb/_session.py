@@ -11,12 +11,13 @@ import collections
 import os
 import sys
 import threading
+import time
 import warnings
 from typing import NamedTuple
 
 from ._diagnosis import (FIRST, NO_SIGNATURE, REDUCED, REDUCED_COMPILE, Diagnosis, diagnose, diagnose_compile,
                          first_after_failures, join_hints, unrolled_loop_hint)
-from ._log import Event, EventLog, now
+from ._log import Event, EventLog, now, when
 from ._probe import Probe
 from ._processes import signature_column
 from ._records import FunctionIdentity, GraphStats, LoweringRecord, Stage, TraceRecord, XlaCost
@@ -53,25 +54,24 @@ class _FunctionState:
 class _TraceDraft:
     """A trace's event before it is built: what the trace's start and end said of it.
 
-    Built into its `Event` when the log is read (`EventLog.append_draft`), or at once while
-    someone follows the log live (a watch, a subscriber, a persisted log), or when its
-    compile begins. A trace that raises never ends, and is never built.
+    The trace records only this. The function's state (its trace count, its earlier
+    signatures, the function objects seen) is read and updated when the draft is built, in
+    the log's order: when the log is read (`EventLog.append_draft`), when the trace's compile
+    begins, or before any other event of the session reads that state. While someone follows
+    the log live (a watch, a subscriber, a persisted log) that happens at the trace itself.
+    A trace that raises never ends, and is never built.
     """
 
     __slots__ = ("session", "record", "new_object", "diagnosis", "deferred", "time", "cell", "trace_number",
-                 "seconds", "graph", "event", "seq")
+                 "seconds", "graph", "event", "seq", "begun", "leaves")
 
-    def __init__(self, session: Session, record: TraceRecord, new_object: bool, diagnosis: Diagnosis,
-                 deferred: _DeferredDiagnosis | None, trace_number: int):
-        self.session, self.record, self.new_object = session, record, new_object
-        self.diagnosis, self.deferred, self.trace_number = diagnosis, deferred, trace_number
-        self.time, self.cell = now(), session.current_cell
+    def __init__(self, session: Session, record: TraceRecord):
+        self.session, self.record = session, record
+        self.time, self.cell = time.time(), session.current_cell  # (a datetime when built)
         self.seconds = self.graph = self.event = self.seq = None
-
-    @property
-    def leaves(self) -> int:
-        """What it holds, for the log's bound on drafts."""
-        return self.deferred.leaves if self.deferred is not None else 1
+        self.begun = False  # its function's state was read (`Session._begin`, which sets the four fields it reads)
+        signature = record.signature
+        self.leaves = signature.n_leaves if signature is not None else 1  # what it holds, for the log's bound
 
     def build(self) -> Event:
         """Its event (made once)."""
@@ -124,7 +124,7 @@ class Session:
     def __init__(self):
         self.log = EventLog()
         self.probe = Probe(self)
-        self.functions: dict[str, _FunctionState] = {}
+        self._functions: dict[str, _FunctionState] = {}
         self.watches: list[Watch] = []
         self.current_cell: int | None = None
         self.notice = ""
@@ -193,13 +193,19 @@ class Session:
                 self._persist = (writer, self.log.subscribe(writer))
 
     @property
+    def functions(self) -> dict[str, _FunctionState]:
+        """Per-function state, as of every trace recorded so far (drafts are built first)."""
+        self.log.build_drafts()
+        return self._functions
+
+    @property
     def recording(self) -> bool:
         return self.probe.installed
 
     def reset(self) -> None:
         with self._lock:
             self.log.reset()
-            self.functions.clear()
+            self._functions.clear()
             self._programs.clear()
 
     # -------------------------------------------------------------- faults
@@ -220,11 +226,11 @@ class Session:
 
     # ------------------------------------------------------------ from probe
     def _state(self, key: str, identity: FunctionIdentity | None = None) -> _FunctionState:
-        state = self.functions.get(key)
+        state = self._functions.get(key)
         if state is None:
-            if len(self.functions) >= _MAX_FUNCTIONS:
-                self.functions.pop(next(iter(self.functions)))
-            state = self.functions[key] = _FunctionState(identity)
+            if len(self._functions) >= _MAX_FUNCTIONS:
+                self._functions.pop(next(iter(self._functions)))
+            state = self._functions[key] = _FunctionState(identity)
         elif identity is not None:
             state.identity = identity
         return state
@@ -232,11 +238,13 @@ class Session:
     def on_trace(self, record: TraceRecord) -> _TraceDraft | None:
         __tracebackhide__ = True
         watches = self.watches
-        guarded = any(watch.guards for watch in watches)
         try:
-            draft = self._draft(record, defer=not guarded)
-            if watches or self._persist is not None or self.log.followed:
-                draft.build()  # followed live: the event now, not when the log is read
+            draft = _TraceDraft(self, record)
+            if not watches and not self.log.followed:  # (a persisted log follows it)
+                return draft  # begun and built when the log is read, in order
+            self.log.build_drafts()  # the traces before it: the state they leave is its past
+            self._begin(draft, defer=not any(watch.guards for watch in watches))
+            draft.build()  # followed live: the event now, not when the log is read
         except Exception as e:
             self.fault("diagnosis", e)
             return None
@@ -248,14 +256,16 @@ class Session:
             raise
         return draft
 
-    def _draft(self, record: TraceRecord, defer: bool = False) -> _TraceDraft:
-        """The trace's draft; a retrace's diagnosis is deferred until the event is read when
-        `defer` (it is a pure function of the records held here, and most are never read)."""
+    def _begin(self, draft: _TraceDraft, defer: bool = True) -> None:
+        """What the function's state says of the trace: its number, whether its function object
+        is new, and its diagnosis. A retrace's diagnosis is deferred until the event is read
+        when `defer` (it is a pure function of the records held here, and most are never read)."""
+        record = draft.record
         deferred = None
         with self._lock:
-            state = self.functions.get(record.identity.key)
+            state = self._functions.get(record.identity.key)
             traces = state.traces if state is not None else 0
-            new_object, rerun = self._new_object(state, record) if state is not None else (False, None)
+            new_object, rerun = self._new_object(state, record, draft.cell) if state is not None else (False, None)
             if record.signature is None:
                 diagnosis = Diagnosis(None, None, None, None, NO_SIGNATURE, "") if traces else FIRST
             elif state is None or not state.traces:
@@ -267,14 +277,36 @@ class Session:
                     diagnosis = _UNSETTLED
                 else:
                     diagnosis, deferred = deferred(), None
-            return _TraceDraft(self, record, new_object, diagnosis, deferred, traces + 1)
+        draft.new_object, draft.diagnosis, draft.deferred = new_object, diagnosis, deferred
+        draft.trace_number, draft.begun = traces + 1, True
+
+    def _end(self, draft: _TraceDraft) -> None:
+        """The function's state once the trace has ended."""
+        record = draft.record
+        with self._lock:
+            state = self._state(record.identity.key, record.identity)
+            if record.signature is not None:
+                state.signatures = _keep(state.signatures, record.signature)
+            if record.function_ref is not None and (draft.new_object or not state.refs):
+                state.refs.append(record.function_ref)
+            state.traces += 1
+            state.location = record.identity.location
+            state.cell = draft.cell
+            state.cache_generation = record.cache_generation
+            if record.arg_names is not None:
+                state.arg_names = record.arg_names
+            self._remember_program(record.identity)
+            draft.trace_number = state.traces
 
     def _trace_event(self, draft: _TraceDraft) -> Event:
         """A draft's event: its diagnosis, and what its trace's end reported when it has ended."""
+        if not draft.begun:  # an ended trace nobody followed: its state, in the log's order
+            self._begin(draft)
+            self._end(draft)
         record = draft.record
         identity = record.identity
         event = self._event(identity, "trace", draft.diagnosis, draft.trace_number, record.thread,
-                            nested=record.nested, call_site=record.call_site, time=draft.time, cell=draft.cell)
+                            nested=record.nested, call_site=record.call_site, time=when(draft.time), cell=draft.cell)
         event.deferred = draft.deferred
         if self._persist is not None and record.signature is not None and not identity.internal:
             # A persisted log (one per process of a multi-process run) keeps the argument leaves
@@ -294,44 +326,42 @@ class Session:
 
     def on_trace_end(self, draft: _TraceDraft, seconds: float | None,
                      graph: GraphStats | None) -> Event | _TraceDraft | None:
+        draft.seconds, draft.graph = seconds, graph
+        if not draft.begun and not self.log.followed:  # begun, ended and built when the log is read
+            try:
+                return self.log.append_draft(draft)
+            except Exception as e:
+                self.fault("log", e)
+                return None
         try:
-            record = draft.record
-            with self._lock:
-                state = self._state(record.identity.key, record.identity)
-                if record.signature is not None:
-                    state.signatures = _keep(state.signatures, record.signature)
-                if record.function_ref is not None and (draft.new_object or not state.refs):
-                    state.refs.append(record.function_ref)
-                state.traces += 1
-                state.location = record.identity.location
-                state.cell = self.current_cell
-                state.cache_generation = record.cache_generation
-                if record.arg_names is not None:
-                    state.arg_names = record.arg_names
-                self._remember_program(record.identity)
-                draft.trace_number = state.traces
-            draft.seconds, draft.graph = seconds, graph
-            if draft.event is not None:
-                self._ended(draft.event, draft)
+            if draft.begun:  # followed since it began
+                self._end(draft)
+                if draft.event is not None:
+                    self._ended(draft.event, draft)
+            elif self.log.followed:  # followed since it began, not before: its event now, in order
+                self.log.build_drafts()
+                draft.build()
         except Exception as e:
             self.fault("diagnosis", e)
             return None
         return self._append(draft)
 
-    def _new_object(self, state: _FunctionState, record: TraceRecord) -> tuple[bool, str | None]:
-        """Whether the traced function object is one not seen before, and why (a re-run cell)."""
+    def _new_object(self, state: _FunctionState, record: TraceRecord, cell: int | None) -> tuple[bool, str | None]:
+        """Whether the traced function object is one not seen before, and why (a re-run cell).
+
+        Function objects are told apart by their weak references (one per live object, kept
+        here), so the answer holds after the function itself is gone."""
         if not state.traces or record.function_ref is None:
             return False, None
-        fn = record.function_ref()
-        if not all(ref() is not fn for ref in state.refs):
+        ref = record.function_ref
+        if any(seen is ref for seen in state.refs):
             return False, None
         identity = record.identity
         if state.location is not None and state.location != identity.location:
             return True, (f"its cell was run again: defined at {identity.location}, was {state.location}"
                           if identity.in_cell else f"re-defined at {identity.location}, was {state.location}")
-        if self.current_cell is not None and state.cell is not None and state.cell != self.current_cell \
-                and identity.in_cell:
-            return True, f"re-created in cell {self.current_cell}, last traced in cell {state.cell}"
+        if cell is not None and state.cell is not None and state.cell != cell and identity.in_cell:
+            return True, f"re-created in cell {cell}, last traced in cell {state.cell}"
         return True, None
 
     def _remember_program(self, identity: FunctionIdentity) -> None:
@@ -390,6 +420,7 @@ class Session:
 
     def on_trace_failed(self, draft: _TraceDraft) -> None:
         try:
+            self.log.build_drafts()  # the traces before it first: it failed after them
             with self._lock:
                 self._state(draft.record.identity.key, draft.record.identity).failed += 1
         except Exception as e:
@@ -406,9 +437,11 @@ class Session:
         try:
             if type(event) is _TraceDraft:
                 event = self.log.built(event)
+            else:
+                self.log.build_drafts()  # a compile without a new trace: the functions' state as of now
             with self._lock:
                 if event is not None:  # the compile of a trace just recorded
-                    state = self.functions.get(event.key)
+                    state = self._functions.get(event.key)
                     if state is not None and record.signature is not None:
                         state.lowerings = _keep(state.lowerings, self._user_names(state, record.signature))
                     return event
@@ -421,7 +454,7 @@ class Session:
         key = self._programs.get((record.jax_name, record.src_info))
         if key is None and record.signature is not None:  # traced before recording started
             key = next((k for (name, _), k in reversed(self._programs.items()) if name == record.jax_name), None)
-        state = self.functions.get(key) if key is not None else None
+        state = self._functions.get(key) if key is not None else None
         if state is None or state.identity is None:
             identity = record.identity or FunctionIdentity(record.jax_name, "?", 0, "?", f"?::{record.jax_name}",
                                                            False, False, "jit", record.jax_name, record.src_info)
@@ -475,7 +508,7 @@ class Session:
     def on_timing(self, event: Event, stage: Stage, seconds: float) -> None:
         event.set_seconds(stage, seconds)
         if stage is Stage.COMPILE:
-            state = self.functions.get(event.key)
+            state = self._functions.get(event.key)
             if state is not None:
                 state.compiles += 1
             if event.eqns_total:

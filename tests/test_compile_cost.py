@@ -88,6 +88,38 @@ def test_equation_count_reaches_every_sub_jaxpr():
         assert count_equations(jaxpr, {}) == _every_equation(jaxpr) > len(jaxpr.eqns) + 10
 
 
+def test_every_optional_jaxpr_parameter_of_jax_is_named_so():
+    """The equation count looks inside a parameter that is None in one equation only when its name
+    says "jaxpr" (`_cost._jaxpr_params`): in the installed JAX's sources, every function argument
+    annotated as an optional jaxpr (the rules of a primitive take its parameters so) is named so."""
+    import ast
+    import pathlib
+
+    def members(annotation):  # the types of a union: `A | B`, Optional[A], Union[A, B]
+        if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+            return members(annotation.left) + members(annotation.right)
+        if isinstance(annotation, ast.Subscript) and ast.unparse(annotation.value).split(".")[-1] in ("Optional",
+                                                                                                      "Union"):
+            inner = annotation.slice
+            return [t for e in (inner.elts if isinstance(inner, ast.Tuple) else [inner]) for t in members(e)] + \
+                (["None"] if ast.unparse(annotation.value).endswith("Optional") else [])
+        return [ast.unparse(annotation).split(".")[-1]]
+
+    optional, files = [], 0
+    for path in pathlib.Path(jax.__file__).parent.joinpath("_src").rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        files += 1
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for arg in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs):
+                types = members(arg.annotation) if arg.annotation is not None else []
+                if "None" in types and {"Jaxpr", "ClosedJaxpr"} & set(types):
+                    optional.append((arg.arg, f"{path.name}:{node.lineno}"))
+    assert files > 100 and optional, (files, optional)  # the scan saw JAX, and found Pallas's pallas_jaxpr
+    assert [(name, where) for name, where in optional if "jaxpr" not in name] == []
+
+
 def _unrolled(x):
     for _ in range(200):
         x = jnp.tanh(x @ x) + x

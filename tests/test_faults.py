@@ -63,7 +63,8 @@ def _boom(*args, **kwargs):
 
 def _inject_binding(mp):
     for layout in (_jax_layouts.FlatTreeLayout, _jax_layouts.FTLayout, _jax_layouts.PjitLayout):
-        mp.setattr(layout, "read", _boom)  # reading the arguments JAX passed, whatever the JAX
+        for reading in ("begin", "read", "plain_call", "jitted"):  # the arguments JAX passed, whatever the JAX
+            mp.setattr(layout, reading, _boom)
 
 
 def _inject_probe(mp):
@@ -76,6 +77,7 @@ def _inject_signature(mp):
 
 def _inject_stage_frame(mp):
     mp.setattr(_jax_internals, "stage_frame", _boom)  # reading a stage's frame in a listener
+    mp.setattr(_jax_internals, "trace_end_locals", _boom)  # and a trace's
 
 
 def _inject_diagnosis(mp):
@@ -397,7 +399,8 @@ def _deep(depth: int):
 
 
 def test_pytree_10000_deep_fails_or_succeeds_as_without_recording(fresh):
-    """At the default recursion limit JAX refuses it; with a raised limit it traces."""
+    """At the default recursion limit JAX refuses it; with a raised limit it traces (before Python 3.12,
+    where raising the limit raises the C stack's too). Either way, as without recording."""
 
     def program(r):
         f = jax.jit(lambda t: jax.tree_util.tree_leaves(t)[0] + 1)
@@ -417,9 +420,11 @@ def test_pytree_10000_deep_fails_or_succeeds_as_without_recording(fresh):
     finally:
         sys.setrecursionlimit(limit)
     assert with_recording == without
+    assert jt.faults() == {}
+    if sys.version_info >= (3, 12):  # C recursion has its own limit from 3.12: still refused, as without recording
+        return
     assert without[0][0][1][0] == "ok"
     assert events["cause"].tolist() == ["first", "structure"]
-    assert jt.faults() == {}
 
 
 def _nanobind_masked(outcome):

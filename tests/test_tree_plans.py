@@ -146,7 +146,8 @@ def test_a_plain_call_read_at_once_is_the_call_read_argument_by_argument(seed, m
 
     def checked(frame):
         layout, decoder = probe.internals.layout, probe.decoder
-        plain = layout.plain_call(frame)
+        local, _ = layout.begin(frame)
+        plain = layout.plain_call(local)
         if plain is not None:  # the plan found by JAX's names (from the 3rd trace) is the one made afresh
             try:
                 plain.tree.serialize_using_proto()
@@ -158,7 +159,7 @@ def test_a_plain_call_read_at_once_is_the_call_read_argument_by_argument(seed, m
         if fast is None:
             fast_none.append(frame.f_code.co_name)
         else:
-            slow = decoder.trace_record(layout.read(frame), nested=False, thread=1, cache_generation=0,
+            slow = decoder.trace_record(layout.read(frame, local), nested=False, thread=1, cache_generation=0,
                                         on_fault=lambda stage, exc: pytest.fail(f"{stage}: {exc!r}"))
             compared.append((fast, slow))
         return original(frame)
