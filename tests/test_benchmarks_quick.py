@@ -25,6 +25,7 @@ def test_quick_benchmark_reports_every_section(tmp_path):
 
     trace = sections["trace"]
     assert trace["modes"][:2] == ["baseline", "recorded"] and {"explain", "eqx_assert"} <= set(trace["modes"])
+    assert "recorded_timed" in trace["modes"]  # our own seconds come from a mode apart from the ratios
     for w in trace["workloads"]:  # the probe recorded every retrace of the workload, in every round
         assert w["recorded_top_traces"] == [w["traces"]] * w["rounds"], w["name"]
         assert w["self_per_trace_s"]["total_s"]["n"] > 0
