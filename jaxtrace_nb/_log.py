@@ -118,8 +118,9 @@ class EventLog:
     `leaves`), built in order when the log is next read; a draft takes its seq at once.
     """
 
-    def __init__(self, max_events: int = DEFAULT_MAX_EVENTS):
-        self._lock = threading.RLock()  # a draft's build may fill in the process of earlier events
+    def __init__(self, max_events: int = DEFAULT_MAX_EVENTS, lock: threading.RLock | None = None):
+        # A draft's build may fill in the process of earlier events; a session shares its own lock.
+        self._lock = lock if lock is not None else threading.RLock()
         self._events: collections.deque[Event] = collections.deque(maxlen=max_events)
         self._next_seq = 0
         self._subscribers: list[Callable[[Event, str], None]] = []
@@ -265,11 +266,12 @@ class EventLog:
             self.followed = True
 
         def unsubscribe() -> None:
-            try:
-                self._subscribers.remove(callback)
-            except ValueError:
-                pass
-            self.followed = bool(self._subscribers)
+            with self._lock:
+                try:
+                    self._subscribers.remove(callback)
+                except ValueError:
+                    pass
+                self.followed = bool(self._subscribers)
 
         return unsubscribe
 

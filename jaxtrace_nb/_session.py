@@ -8,6 +8,7 @@ input). Nothing here holds a user array, tracer or object. Implements `_records.
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 import sys
 import threading
@@ -63,13 +64,14 @@ class _TraceDraft:
     """
 
     __slots__ = ("session", "record", "new_object", "diagnosis", "deferred", "time", "cell", "trace_number",
-                 "seconds", "graph", "event", "seq", "begun", "leaves")
+                 "seconds", "graph", "event", "seq", "begun", "start", "end", "applied", "leaves")
 
     def __init__(self, session: Session, record: TraceRecord):
         self.session, self.record = session, record
         self.time, self.cell = time.time(), session.current_cell  # (a datetime when built)
-        self.seconds = self.graph = self.event = self.seq = None
+        self.seconds = self.graph = self.event = self.seq = self.start = self.end = None
         self.begun = False  # its function's state was read (`Session._begin`, which sets the four fields it reads)
+        self.applied = False  # its end is in its function's state (`Session._end`)
         signature = record.signature
         self.leaves = signature.n_leaves if signature is not None else 1  # what it holds, for the log's bound
 
@@ -122,7 +124,10 @@ class Session:
     """Owns the probe, the log and the per-function state."""
 
     def __init__(self):
-        self.log = EventLog()
+        # One lock for the session's state and its log: building a draft (under the log's lock)
+        # reads and updates the functions' state, and the session's own steps append to the log.
+        self._lock = threading.RLock()
+        self.log = EventLog(lock=self._lock)
         self.probe = Probe(self)
         self._functions: dict[str, _FunctionState] = {}
         self.watches: list[Watch] = []
@@ -131,7 +136,10 @@ class Session:
         self.fault_counts: collections.Counter = collections.Counter()
         # The function each traced program belongs to, for compiles without a new trace.
         self._programs: dict[tuple, str] = {}  # (JAX name, JAX source info) -> function key
-        self._lock = threading.RLock()
+        # Every trace's start and end take a tick: a trace reads its function's state as the traces
+        # that ended before it started left it (`_begin`), whenever its draft is built.
+        self._ticks = itertools.count()
+        self._unbegun: collections.deque[_TraceDraft] = collections.deque()  # in start order
         self._users = 0
         self._started = False  # jt.start() holds one use until jt.stop()
         self._persist: tuple | None = None  # (writer, unsubscribe)
@@ -204,6 +212,7 @@ class Session:
 
     def reset(self) -> None:
         with self._lock:
+            self._begin_started()  # a trace under way read what it started with
             self.log.reset()
             self._functions.clear()
             self._programs.clear()
@@ -240,11 +249,14 @@ class Session:
         watches = self.watches
         try:
             draft = _TraceDraft(self, record)
-            if not watches and not self.log.followed:  # (a persisted log follows it)
-                return draft  # begun and built when the log is read, in order
-            self.log.build_drafts()  # the traces before it: the state they leave is its past
-            self._begin(draft, defer=not any(watch.guards for watch in watches))
-            draft.build()  # followed live: the event now, not when the log is read
+            with self._lock:
+                draft.start = next(self._ticks)
+                if not watches and not self.log.followed:  # (a persisted log follows it)
+                    self._unbegun.append(draft)  # begun, ended and built when the log is read
+                    return draft
+                self.log.build_drafts()  # the traces before it: the state they leave is its past
+                self._begin(draft, defer=not any(watch.guards for watch in watches))
+                draft.build()  # followed live: the event now, not when the log is read
         except Exception as e:
             self.fault("diagnosis", e)
             return None
@@ -280,10 +292,21 @@ class Session:
         draft.new_object, draft.diagnosis, draft.deferred = new_object, diagnosis, deferred
         draft.trace_number, draft.begun = traces + 1, True
 
+    def _begin_started(self, before: float = float("inf")) -> None:
+        """Every trace that started before tick `before` and has not read its function's state reads
+        it now (before a later end, a failure or a reset changes it)."""
+        unbegun = self._unbegun
+        while unbegun and unbegun[0].start < before:
+            draft = unbegun.popleft()
+            if not draft.begun:
+                self._begin(draft)
+
     def _end(self, draft: _TraceDraft) -> None:
-        """The function's state once the trace has ended."""
+        """The function's state once the trace has ended (at tick `draft.end`)."""
         record = draft.record
         with self._lock:
+            self._begin_started(draft.end)  # the traces that started before it ended read the state before it
+            draft.applied = True
             state = self._state(record.identity.key, record.identity)
             if record.signature is not None:
                 state.signatures = _keep(state.signatures, record.signature)
@@ -300,9 +323,8 @@ class Session:
 
     def _trace_event(self, draft: _TraceDraft) -> Event:
         """A draft's event: its diagnosis, and what its trace's end reported when it has ended."""
-        if not draft.begun:  # an ended trace nobody followed: its state, in the log's order
-            self._begin(draft)
-            self._end(draft)
+        if draft.end is not None and not draft.applied:  # an ended trace nobody followed: its state now
+            self._end(draft)  # (it read its function's state before any trace that ended after it started)
         record = draft.record
         identity = record.identity
         event = self._event(identity, "trace", draft.diagnosis, draft.trace_number, record.thread,
@@ -327,20 +349,23 @@ class Session:
     def on_trace_end(self, draft: _TraceDraft, seconds: float | None,
                      graph: GraphStats | None) -> Event | _TraceDraft | None:
         draft.seconds, draft.graph = seconds, graph
-        if not draft.begun and not self.log.followed:  # begun, ended and built when the log is read
+        if draft.event is None and not self.log.followed:  # begun, ended and built when the log is read
             try:
-                return self.log.append_draft(draft)
+                with self._lock:  # its end tick in the order of the log
+                    draft.end = next(self._ticks)
+                    return self.log.append_draft(draft)
             except Exception as e:
                 self.fault("log", e)
                 return None
         try:
-            if draft.begun:  # followed since it began
-                self._end(draft)
-                if draft.event is not None:
+            with self._lock:
+                draft.end = next(self._ticks)
+                if draft.event is not None:  # built at its start, followed since
+                    self._end(draft)
                     self._ended(draft.event, draft)
-            elif self.log.followed:  # followed since it began, not before: its event now, in order
-                self.log.build_drafts()
-                draft.build()
+                else:  # followed since it began, not before: its event now, in order
+                    self.log.build_drafts()
+                    draft.build()
         except Exception as e:
             self.fault("diagnosis", e)
             return None
@@ -420,8 +445,9 @@ class Session:
 
     def on_trace_failed(self, draft: _TraceDraft) -> None:
         try:
-            self.log.build_drafts()  # the traces before it first: it failed after them
             with self._lock:
+                self.log.build_drafts()  # the traces before it first: it failed after them
+                self._begin_started(next(self._ticks))  # the traces under way do not see it
                 self._state(draft.record.identity.key, draft.record.identity).failed += 1
         except Exception as e:
             self.fault("diagnosis", e)
