@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 
 from . import _adapters
 from ._jax_internals import Internals, all_abstract, trace_context_function, trace_context_names
-from ._jax_layouts import PlainCall, TraceStart
+from ._jax_layouts import KEY_PARTS, PlainCall, TraceStart, cache_key
 from ._records import FunctionIdentity, LoweringRecord, TraceRecord
 from ._signature import Origin, Signature
 from ._values import clip, printable, summarize_static
@@ -202,16 +202,13 @@ class Decoder:
             if len(self._named_plans) >= _MAX_IDENTITIES:
                 self._named_plans.clear()
             named = self._named_plans[id(fun)] = (plan, known, *_named_arguments(plan, *known[2]))
-        vals = call.vals
-        if not all_abstract(vals):
-            return None
         try:
-            hashes = (hash(fun), hash(call.tree), hash(call.debug_info))
+            hashes = (hash(fun), hash(call.tree), hash(call.debug_info))  # (`cache_key`'s parts)
         except Exception:
-            hashes = tuple(h for _, h in _key_parts((("function", fun), ("inputs", call.tree),
-                                                      ("debug info", call.debug_info))))
-        signature = DeferredSignature((id(fun), self._context_texts(), named[3], hashes), named[2], vals,
-                                      plan.n_leaves)
+            hashes = _key_hashes(cache_key(fun, call.tree, call.debug_info))
+        signature = self._deferred(fun, named[3], hashes, named[2], call.vals, plan.n_leaves)
+        if signature is None:
+            return None
         # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this runs at every retrace.
         return tuple.__new__(TraceRecord, (known[1], nested, signature, known[0], thread, self.call_site(frame),
                                            cache_generation, None))
@@ -303,16 +300,16 @@ class Decoder:
                 return None
             plans.append((name, found[0], part.start))
             n_leaves += found[1]
-        return self._deferred(call.user_fun, call.call, _key_parts(start.key), tuple(plans), start.vals, n_leaves)
+        return self._deferred(call.user_fun, call.call, _key_hashes(start.key), tuple(plans), start.vals, n_leaves)
 
-    def _deferred(self, fun: Any, call: tuple, key_parts: tuple, plans: tuple, vals: Sequence,
+    def _deferred(self, fun: Any, call: tuple, key_hashes: tuple, plans: tuple, vals: Sequence,
                   n_leaves: int) -> DeferredSignature | None:
         """The `DeferredSignature` of a plain ``jax.jit`` call read through `plans`; None unless
-        every value is abstract (only those are kept until the leaves are read)."""
+        every value is abstract (only those are kept until the leaves are read). `key_hashes`: of
+        `cache_key`'s parts, in the order of `KEY_PARTS`."""
         if not all_abstract(vals):
             return None
-        return DeferredSignature((id(fun), self._context_texts(), call, tuple(h for _, h in key_parts)), plans, vals,
-                                 n_leaves)
+        return DeferredSignature((id(fun), self._context_texts(), call, key_hashes), plans, vals, n_leaves)
 
     def _context_texts(self) -> tuple:
         """((name, value text), ...) of JAX's trace context, texts remade only when values change."""
@@ -444,15 +441,17 @@ def context_text(value: Any) -> str:
     return f"<{type(value).__name__} {token}>"
 
 
-KEY_PARTS = ("function", "inputs", "debug info")  # what JAX's tracing-cache key is made of (`TraceStart.key`)
-
-
 def _key_parts(key: tuple) -> tuple:
-    """Hashes of the components of JAX's tracing-cache key (JAX hashed them already)."""
-    parts = []
-    for name, value in key:
+    """((part, hash), ...) of JAX's tracing-cache key (`cache_key`; JAX hashed its parts already)."""
+    return tuple(zip((name for name, _ in key), _key_hashes(key)))
+
+
+def _key_hashes(key: tuple) -> tuple:
+    """The hash of each part of `key` (`cache_key`), None where one cannot be hashed."""
+    hashes = []
+    for _, value in key:
         try:
-            parts.append((name, hash(value)))
+            hashes.append(hash(value))
         except Exception:
-            parts.append((name, None))
-    return tuple(parts)
+            hashes.append(None)
+    return tuple(hashes)

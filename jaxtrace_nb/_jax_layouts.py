@@ -47,7 +47,7 @@ class TraceStart(NamedTuple):
     vals: list  # the abstract value of every dynamic leaf, in order
     positional: list  # [ArgPart]
     keyword: list  # [(name, ArgPart)], sorted by name as JAX flattens them
-    key: tuple  # ((component, object), ...): what JAX's cache key is made of, to hash
+    key: tuple  # `cache_key(...)`: what JAX's cache key is made of, to hash
     token: int  # pairs this trace with the report of its end (see `TraceLayout.trace_end`)
     in_avals: Any = None  # the layout's own argument structure, for adapters that need more
 
@@ -163,12 +163,16 @@ class FlatTreeLayout(TraceLayout):
         # The types are compared leaf by leaf; the key's other parts: the tree (with the statics).
         return TraceStart(fun, debug_info, list(in_avals.vals), parts[:n_pos],
                           list(zip(map(str, names[n_pos:]), parts[n_pos:])),
-                          _key(fun, in_avals.tree, debug_info), id(debug_info), in_avals)
+                          cache_key(fun, in_avals.tree, debug_info), id(debug_info), in_avals)
 
 
-def _key(fun: Any, tree: Any, debug_info: Any) -> tuple:
-    """What JAX's tracing-cache key is made of, besides the argument types (compared leaf by leaf)."""
-    return ("function", fun), ("inputs", tree), ("debug info", debug_info)
+KEY_PARTS = ("function", "inputs", "debug info")  # what JAX's tracing-cache key is made of
+
+
+def cache_key(fun: Any, inputs: Any, debug_info: Any) -> tuple:
+    """((part, object), ...): what JAX's tracing-cache key is made of, besides the argument types
+    (compared leaf by leaf); the parts named as `KEY_PARTS`."""
+    return tuple(zip(KEY_PARTS, (fun, inputs, debug_info)))
 
 
 class FTLayout(FlatTreeLayout):
@@ -197,7 +201,7 @@ class FTLayout(FlatTreeLayout):
             start += len(part)
         fun = local.get("fun")
         return TraceStart(fun, debug_info, list(in_avals.vals), positional, keyword,
-                          (("function", fun), ("inputs", in_avals), ("debug info", debug_info)), id(debug_info),
+                          cache_key(fun, in_avals, debug_info), id(debug_info),
                           in_avals)
 
     def _part(self, part: Any, start: int) -> ArgPart:
@@ -257,7 +261,7 @@ class PjitLayout(TraceLayout):
         fun = here.get("fun")
         statics = tuple(p.value for p in positional if p.static) + tuple(p.value for _, p in keyword if p.static)
         return TraceStart(fun, dbg, vals, positional, keyword,
-                          (("function", fun), ("inputs", (in_tree, tuple(vals), statics)), ("debug info", dbg)),
+                          cache_key(fun, (in_tree, tuple(vals), statics), dbg),
                           token)
 
     def trace_end(self, local: dict) -> tuple[int, bool]:

@@ -306,17 +306,15 @@ class Probe:
         if pending is None:
             return
         layout = self.internals.layout
-        local = jaxi.trace_end_locals(layout)
-        if local is None:
-            return
-        token, raised = layout.trace_end(local)
-        if token != pending[0]:  # not its trace, or its frame is not where it was last time: look again
-            local = jaxi.trace_end_locals(layout, walk=True)
+        for walk in (False, True):  # where it was last time; if that is not its trace, frame by frame
+            local = jaxi.trace_end_locals(layout, walk)
             if local is None:
                 return
             token, raised = layout.trace_end(local)
-            if token != pending[0]:
-                return
+            if token == pending[0]:
+                break
+        else:
+            return
         if raised:  # JAX cached nothing, and no trace is recorded
             self._fail_pending()
             return

@@ -64,14 +64,13 @@ class _TraceDraft:
     """
 
     __slots__ = ("session", "record", "new_object", "diagnosis", "deferred", "time", "cell", "trace_number",
-                 "seconds", "graph", "event", "seq", "begun", "start", "end", "applied", "leaves")
+                 "seconds", "graph", "event", "seq", "start", "end", "leaves")
 
     def __init__(self, session: Session, record: TraceRecord):
         self.session, self.record = session, record
         self.time, self.cell = time.time(), session.current_cell  # (a datetime when built)
+        # start, end: its ticks (`Session._ticks`); `Session._begin` sets the four fields it reads
         self.seconds = self.graph = self.event = self.seq = self.start = self.end = None
-        self.begun = False  # its function's state was read (`Session._begin`, which sets the four fields it reads)
-        self.applied = False  # its end is in its function's state (`Session._end`)
         signature = record.signature
         self.leaves = signature.n_leaves if signature is not None else 1  # what it holds, for the log's bound
 
@@ -290,23 +289,20 @@ class Session:
                 else:
                     diagnosis, deferred = deferred(), None
         draft.new_object, draft.diagnosis, draft.deferred = new_object, diagnosis, deferred
-        draft.trace_number, draft.begun = traces + 1, True
+        draft.trace_number = traces + 1
 
     def _begin_started(self, before: float = float("inf")) -> None:
         """Every trace that started before tick `before` and has not read its function's state reads
         it now (before a later end, a failure or a reset changes it)."""
         unbegun = self._unbegun
         while unbegun and unbegun[0].start < before:
-            draft = unbegun.popleft()
-            if not draft.begun:
-                self._begin(draft)
+            self._begin(unbegun.popleft())
 
     def _end(self, draft: _TraceDraft) -> None:
         """The function's state once the trace has ended (at tick `draft.end`)."""
         record = draft.record
         with self._lock:
             self._begin_started(draft.end)  # the traces that started before it ended read the state before it
-            draft.applied = True
             state = self._state(record.identity.key, record.identity)
             if record.signature is not None:
                 state.signatures = _keep(state.signatures, record.signature)
@@ -323,8 +319,8 @@ class Session:
 
     def _trace_event(self, draft: _TraceDraft) -> Event:
         """A draft's event: its diagnosis, and what its trace's end reported when it has ended."""
-        if draft.end is not None and not draft.applied:  # an ended trace nobody followed: its state now
-            self._end(draft)  # (it read its function's state before any trace that ended after it started)
+        if draft.end is not None:  # an ended trace nobody followed (one followed is built at its start)
+            self._end(draft)  # its state now: it read it before any trace that ended after it started
         record = draft.record
         identity = record.identity
         event = self._event(identity, "trace", draft.diagnosis, draft.trace_number, record.thread,
