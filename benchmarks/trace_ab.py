@@ -23,18 +23,14 @@ import time
 
 def _process(leaves: int, traces: int, rounds: int) -> dict:
     import jax
-    import jax.numpy as jnp
 
     import jaxtrace_nb as jt
+    from _trace import _tree_workload  # the trace section's workload (this script's folder is on sys.path)
 
-    shared = {f"w{i:05d}": jax.ShapeDtypeStruct((4,), jnp.float32) for i in range(1, leaves)}
-    inputs = [({"w00000": jax.ShapeDtypeStruct((k + 1,), jnp.float32), **shared},) for k in range(traces)]
+    make, inputs = _tree_workload(leaves, traces, trace_only=True)
 
     def run(recorded: bool) -> float:
-        def step(params):
-            return jax.tree.map(lambda a: a * 2.0, params)
-
-        jitted = jax.jit(step)
+        jitted = jax.jit(make())
         if recorded:
             jt.reset()
             jt.start()
