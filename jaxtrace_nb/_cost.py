@@ -87,8 +87,10 @@ def graph_stats(closed_jaxpr: Any, location: Callable[[str, int], str]) -> Graph
     n = len(eqns)
     found = find_unrolled([eqn.primitive.name for eqn in eqns]) if n >= 2 * MIN_REPEATS else None
     where = _loop_location(eqns[found.start:found.start + found.period], location) if found else None
+    # No equation can hold a sub-jaxpr (the common case): no count to walk.
+    total = n if _PLAIN_PRIMITIVES.issuperset(map(_PRIMITIVE, eqns)) else _count_equations(jaxpr, eqns, {})
     # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this runs at every trace.
-    return tuple.__new__(GraphStats, (n, _count_equations(jaxpr, eqns, {}), found, where))
+    return tuple.__new__(GraphStats, (n, total, found, where))
 
 
 _JAXPR_PARAMS: dict = {}  # primitive -> names of its parameters that may hold a sub-jaxpr

@@ -17,7 +17,7 @@ import weakref
 from typing import Any, Callable, Sequence
 
 from . import _adapters
-from ._jax_internals import Internals, all_abstract, trace_context_function, trace_context_names
+from ._jax_internals import _ABSTRACT, Internals, all_abstract, trace_context_function, trace_context_names
 from ._jax_layouts import KEY_PARTS, PlainCall, TraceStart, cache_key
 from ._records import FunctionIdentity, LoweringRecord, TraceRecord
 from ._signature import Origin, Signature
@@ -48,6 +48,10 @@ def _library_dirs() -> tuple[str, ...]:
     return tuple(dirs)
 
 
+def _dead_ref() -> None:
+    return None
+
+
 class Decoder:
     """Turns what the probe reads of JAX into `TraceRecord`s and `LoweringRecord`s."""
 
@@ -63,6 +67,7 @@ class Decoder:
         self._locations: dict[tuple, str] = {}  # (file name, line) -> its location text, outside cells
         self._lines: dict[tuple, tuple] = {}  # (id(code), offset) -> (weak reference to the code, line)
         self._call_path: tuple | None = None  # the stack of the last `call_site`, as it keeps it
+        self._last_site: tuple = (_dead_ref, -1, "")  # (weak reference to a code object, instruction, text)
         self._trace_context = trace_context_function()  # JAX's: every config value its caches key on
 
     # ---------------------------------------------------------- locations
@@ -135,14 +140,24 @@ class Decoder:
         return None
 
     def _site(self, frame) -> str:
-        """`frame`'s location text, its line found per code object and instruction."""
+        """`frame`'s location text, its line found per code object and instruction (the last
+        answer outside a cell is kept: a loop that retraces calls from one place)."""
         code = frame.f_code
-        key = (id(code), frame.f_lasti)
+        lasti = frame.f_lasti
+        last = self._last_site
+        if last[1] == lasti and last[0]() is code:
+            return last[2]
+        key = (id(code), lasti)
         seen = self._lines.get(key)
         line = seen[1] if seen is not None and seen[0]() is code else self._line(key, code, frame.f_lineno)
         filename = code.co_filename
         text = self._locations.get((filename, line))
-        return text if text is not None else self.location(filename, line)
+        if text is None:
+            return self.location(filename, line)
+        seen = self._lines.get(key)
+        if seen is not None:  # (`_line` keeps the weak reference to the code)
+            self._last_site = (seen[0], lasti, text)
+        return text
 
     def _line(self, key: tuple, code: Any, line: int) -> int:
         """Keep `line` for `key` (`call_site`), with a weak reference to `code`, which `key` names by id."""
@@ -187,28 +202,42 @@ class Decoder:
 
         Only a function that `trace_record` found to be a plain ``jax.jit`` one qualifies: a
         library adapter claims a call by its function object or by a static argument, and a
-        call of plain trees has none (``tests/test_tree_plans.py`` compares the two readings)."""
+        call of plain trees has none (``tests/test_tree_plans.py`` compares the two readings).
+        The treedef of the function's last plain call is kept with its plan and hash: it holds
+        node kinds and string keys only, and a retrace with the same tree (a new leaf type or
+        shape, the common case) finds its plan by one comparison."""
         fun = call.fun
         known = self._identities.get(id(fun))
         if known is None or known[0]() is not fun:
             return None
-        plan = call_plan(call.tree, call.names)
-        if plan is None:
-            return None
+        tree = call.tree
         named = self._named_plans.get(id(fun))
-        if named is None or named[0] is not plan or named[1] is not known:
+        if named is None or named[1] is not known or named[4] != tree:
+            plan = call_plan(tree, call.names)
+            if plan is None:
+                return None
             if known[1] is None or known[2] is None or known[1].jit_kind != "jit":
                 return None
             if len(self._named_plans) >= _MAX_IDENTITIES:
                 self._named_plans.clear()
-            named = self._named_plans[id(fun)] = (plan, known, *_named_arguments(plan, *known[2]))
+            try:
+                tree_hash = hash(tree)
+            except Exception:
+                tree_hash = None
+            named = self._named_plans[id(fun)] = (plan, known, *_named_arguments(plan, *known[2]), tree, tree_hash)
+        vals = call.vals
+        if not _ABSTRACT.issuperset(map(type, vals)) and not all_abstract(vals):
+            return None  # (only abstract values are kept until the leaves are read)
         try:
-            hashes = (hash(fun), hash(call.tree), hash(call.debug_info))  # (`cache_key`'s parts)
+            hashes = (hash(fun), named[5], hash(call.debug_info))  # (`cache_key`'s parts)
         except Exception:
-            hashes = _key_hashes(cache_key(fun, call.tree, call.debug_info))
-        signature = self._deferred(fun, named[3], hashes, named[2], call.vals, plan.n_leaves)
-        if signature is None:
-            return None
+            hashes = _key_hashes(cache_key(fun, tree, call.debug_info))
+        try:
+            values = self._trace_context()
+        except Exception:
+            values = ()
+        context = self._context[1] if values == self._context[0] else self._context_texts(values)
+        signature = DeferredSignature((id(fun), context, named[3], hashes), named[2], vals, named[0].n_leaves)
         # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this runs at every retrace.
         return tuple.__new__(TraceRecord, (known[1], nested, signature, known[0], thread, self.call_site(frame),
                                            cache_generation, None))
@@ -311,13 +340,16 @@ class Decoder:
             return None
         return DeferredSignature((id(fun), self._context_texts(), call, key_hashes), plans, vals, n_leaves)
 
-    def _context_texts(self) -> tuple:
-        """((name, value text), ...) of JAX's trace context, texts remade only when values change."""
-        try:
-            values = tuple(self._trace_context())
-        except Exception:
-            values = ()
+    def _context_texts(self, values: tuple | None = None) -> tuple:
+        """((name, value text), ...) of JAX's trace context (`values`, read now by default),
+        texts remade only when values change."""
+        if values is None:
+            try:
+                values = tuple(self._trace_context())
+            except Exception:
+                values = ()
         if values != self._context[0]:
+            values = tuple(values)
             names = trace_context_names(len(values))
             self._context = (values, tuple((str(n), context_text(v)) for n, v in zip(names, values)))
         return self._context[1]

@@ -60,6 +60,7 @@ class Internals(NamedTuple):
     fun_name: Callable[[Any], str]
     is_top_level: Callable[[], bool]
     trace_cache_misses: Callable[[], int | None]  # misses of JAX's tracing cache (reset by clear_caches)
+    trace_cache_info: Callable[[], Any] | None = None  # its ``cache_info()`` (``.misses``), read at every trace
 
 
 def _reduced(reason: str, version: str = "?") -> Internals:
@@ -90,7 +91,8 @@ def detect(version_range: tuple | None = None) -> Internals:
         return _reduced(f"JAX {jax.__version__} is not one jaxtrace_nb can read: {layout}", jax.__version__)
     tested = version < hi
     return Internals(True, "" if tested else f"JAX {jax.__version__} is newer than tested (<{_text(hi)})",
-                     tested, jax.__version__, layout, _fun_name(), _is_top_level(), _misses_counter())
+                     tested, jax.__version__, layout, _fun_name(), _is_top_level(), _misses_counter(),
+                     _cache_info())
 
 
 def _fun_name():
@@ -111,18 +113,23 @@ def _is_top_level():
     return getattr(core, "trace_state_clean", lambda: True)
 
 
-def _misses_counter() -> Callable[[], int | None]:
+def _cache_info() -> Callable[[], Any] | None:
     from jax._src.interpreters import partial_eval as pe
 
-    cached = getattr(pe, "trace_to_jaxpr", None)
-    if cached is None or not hasattr(cached, "cache_info"):
+    cache_info = getattr(getattr(pe, "trace_to_jaxpr", None), "cache_info", None)
+    return cache_info if callable(cache_info) else None
+
+
+def _misses_counter() -> Callable[[], int | None]:
+    cache_info = _cache_info()
+    if cache_info is None:
         return lambda: None
-    return lambda: cached.cache_info().misses
+    return lambda: cache_info().misses
 
 
 def trace_end_locals(layout: TraceLayout, walk: bool = False) -> dict | None:
     """The locals of the JAX function reporting a trace's seconds, seen from inside a
-    `jax.monitoring` listener (`TraceLayout.trace_end` reads them); None if that
+    `jax.monitoring` listener (`TraceLayout.end_token` names the one it pairs by); None if that
     function is not found within a few frames. No other frame's locals are read.
 
     It is looked for where it was last time first, unless `walk`: then frame by frame

@@ -48,7 +48,7 @@ class TraceStart(NamedTuple):
     positional: list  # [ArgPart]
     keyword: list  # [(name, ArgPart)], sorted by name as JAX flattens them
     key: tuple  # `cache_key(...)`: what JAX's cache key is made of, to hash
-    token: int  # pairs this trace with the report of its end (see `TraceLayout.trace_end`)
+    token: int  # pairs this trace with the report of its end (see `TraceLayout.end_token`)
     in_avals: Any = None  # the layout's own argument structure, for adapters that need more
 
 
@@ -105,11 +105,10 @@ class TraceLayout:
         locals (`begin`); else None. It is the object `fun` reads."""
         return None
 
-    def trace_end(self, local: dict) -> tuple[int, bool]:
-        """Of the trace whose seconds the frame with `local`s reports: its pairing token, and
-        whether it raised (JAX reports the seconds all the same; the traced program, ``jaxpr``,
-        is bound only when it returned)."""
-        return id(local.get("dbg")), "jaxpr" not in local
+    # The local of the frame reporting a trace's seconds whose id is the trace's pairing token. That
+    # frame's ``jaxpr`` (the traced program) is bound only when the trace returned: JAX reports the
+    # seconds of one that raised all the same.
+    end_token = "dbg"
 
 
 class FlatTreeLayout(TraceLayout):
@@ -264,8 +263,7 @@ class PjitLayout(TraceLayout):
                           cache_key(fun, (in_tree, tuple(vals), statics), dbg),
                           token)
 
-    def trace_end(self, local: dict) -> tuple[int, bool]:
-        return id(local.get("fun")), "jaxpr" not in local
+    end_token = "fun"
 
     def begin(self, frame) -> tuple[dict, Any]:
         impl = _find(frame, "_infer_params_impl", self._DEPTH)

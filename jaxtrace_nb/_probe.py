@@ -32,6 +32,9 @@ _TRACEBACKS_EXCLUDED = False  # JAX cannot remove a traceback exclusion: add our
 XLA_COST_SHARE = 0.02  # at most this share of a compile's seconds goes to reading XLA's cost figures
 XLA_COST_S_PER_ARGUMENT = 25e-6  # what reading them costs (benchmarks/run.py, "XLA cost read")
 _MAX_HELPER_VERDICTS = 4096
+_MAX_PENDING = 64  # top-level traces pending inside one another on one thread, at most
+_MAX_PENDING_WALK = 512  # frames walked to tell which pending traces are gone
+_TRACE_EVENT = jaxi.TRACE_EVENT
 
 
 class Probe:
@@ -163,18 +166,33 @@ class Probe:
             return
         if record.nested:  # JAX reports no end of a nested trace: it is complete as far as we see
             self._sink.on_trace_end(handle, None, None)
-        else:  # completed by the trace-duration event of the same trace (same debug info object)
-            tls = self._tls
-            if tls.__dict__.get("trace") is not None:
-                self._fail_pending()
-            tls.trace = (token, record.identity.jax_name, handle)
+            return
+        # Completed by the trace-duration event of the same trace (same debug info object). A
+        # top-level trace may start inside another (an eager computation under
+        # ``jax.ensure_compile_time_eval`` compiles at trace time): the pending traces are a stack.
+        pending = self._tls.__dict__.get("pending")
+        if pending is None:
+            pending = self._tls.pending = []
+        elif pending:
+            self._fail_gone(pending, frame)
+        pending.append((token, record.identity.jax_name, handle, id(frame)))
 
-    def _fail_pending(self) -> None:
-        """A top-level trace still pending when another starts never completed: it raised."""
-        pending = self._tls.__dict__.get("trace")
-        self._tls.trace = None
-        if pending is not None:
-            self._sink.on_trace_failed(pending[2])
+    def _fail_gone(self, pending: list, frame) -> None:
+        """The pending traces whose frame is no longer on the stack under `frame` never completed:
+        they raised (a frame object's id is stable while its function runs)."""
+        alive = set()
+        f = frame
+        for _ in range(_MAX_PENDING_WALK):
+            if f is None:
+                break
+            alive.add(id(f))
+            f = f.f_back
+        else:
+            return  # a stack this deep: decided at their ends instead
+        while pending and pending[-1][3] not in alive:
+            self._sink.on_trace_failed(pending.pop()[2])
+        while len(pending) >= _MAX_PENDING:
+            self._sink.on_trace_failed(pending.pop(0)[2])
 
     def _trace_record(self, frame) -> tuple:
         """(the trace's record, its pairing token), or (None, None) for a trace not recorded."""
@@ -195,8 +213,9 @@ class Probe:
         if skip_helpers and self._is_helper(frame, local, debug_info):
             return None, None
         decoder = self.decoder
-        misses = internals.trace_cache_misses()
-        if misses is not None:
+        cache_info = internals.trace_cache_info
+        if cache_info is not None:
+            misses = cache_info().misses
             if misses <= self._last_misses:
                 self._cache_generation += 1  # the counter went back: JAX's caches were cleared
             self._last_misses = misses
@@ -235,7 +254,7 @@ class Probe:
     def _on_duration(self, *args, **kwargs) -> None:
         try:
             event, duration = args[0], args[1]
-            if event == jaxi.TRACE_EVENT and self._full:  # the trace's own listener: the common case
+            if event == _TRACE_EVENT and self._full:  # the trace's own listener: the common case
                 self._trace_end(float(duration))
             elif type(event) is str and event.startswith("/jax/co"):
                 self._duration(event, float(duration), str(kwargs.get("fun_name")))
@@ -298,28 +317,36 @@ class Probe:
         """A top-level trace finished: complete the pending trace if this event is its own.
 
         JAX reports the duration of the call of its cached tracing function, so the event
-        also comes when nothing was traced; it belongs to the pending trace only if it
-        carries the same debug info object.
+        also comes when nothing was traced; it belongs to a pending trace only if it carries
+        the same debug info object (the innermost pending one, unless those inside it raised).
         """
         tls = self._tls
-        pending = tls.__dict__.get("trace")
-        if pending is None:
+        stack = tls.__dict__.get("pending")
+        if not stack:
             return
         layout = self.internals.layout
         for walk in (False, True):  # where it was last time; if that is not its trace, frame by frame
             local = jaxi.trace_end_locals(layout, walk)
             if local is None:
                 return
-            token, raised = layout.trace_end(local)
-            if token == pending[0]:
+            token = id(local.get(layout.end_token))
+            if token == stack[-1][0]:
                 break
-        else:
+        else:  # the reporting frame's trace is not the innermost one pending
+            for i in range(len(stack) - 2, -1, -1):
+                if stack[i][0] == token:
+                    break
+            else:
+                return  # a trace not recorded, or a hit of JAX's tracing cache
+            while len(stack) > i + 1:  # started inside it and never ended: they raised
+                self._sink.on_trace_failed(stack.pop()[2])
+        pending = stack.pop()
+        jaxpr = local.get("jaxpr")
+        if jaxpr is None:  # it raised: JAX cached nothing, and no trace is recorded
+            self._sink.on_trace_failed(pending[2])
             return
-        if raised:  # JAX cached nothing, and no trace is recorded
-            self._fail_pending()
-            return
-        tls.trace = None
-        jaxpr = local.get("jaxpr") if self.capture_cost else None
+        if not self.capture_cost:
+            jaxpr = None
         graph = graph_stats(jaxpr, self.decoder.location) if jaxpr is not None else None
         handle = self._sink.on_trace_end(pending[2], duration, graph)
         if handle is not None:

@@ -197,22 +197,17 @@ def test_trace_end_found_when_not_where_it_was(jt, monkeypatch):
 def test_trace_end_found_when_its_frame_is_not_the_trace_pending(jt, monkeypatch):
     """Where the frame at the remembered depth has the right name but reports another trace (its
     token differs), the frames are walked again, and the trace is completed all the same."""
-    layout = get_session().probe.internals.layout
-    original_end, original_locals = type(layout).trace_end, _jax_internals.trace_end_locals
+    original_locals = _jax_internals.trace_end_locals
     mismatches, walks = [1], []
-
-    def trace_end(self, local):
-        token, raised = original_end(self, local)
-        if mismatches:
-            mismatches.pop()
-            return object(), raised  # once: the token of some other trace
-        return token, raised
 
     def trace_end_locals(layout, walk=False):
         walks.append(walk)
-        return original_locals(layout, walk)
+        local = original_locals(layout, walk)
+        if local is not None and mismatches:
+            mismatches.pop()
+            return {**local, layout.end_token: object()}  # once: the token of some other trace
+        return local
 
-    monkeypatch.setattr(type(layout), "trace_end", trace_end)
     monkeypatch.setattr(_jax_internals, "trace_end_locals", trace_end_locals)
 
     @jax.jit
@@ -251,6 +246,93 @@ def test_a_trace_reads_the_state_its_function_had_when_it_started(jt):
         (1, "first", None, True), (2, "static", "n", True), (3, "static", "n", True), (4, "first", None, False),
         (5, "shape", "x", True), (6, "static", "n", True), (7, "static", "n", True), (8, "shape", "x", False),
         (9, "static", "n", False)]
+
+
+def test_a_trace_that_compiles_eagerly_inside_is_recorded(jt):
+    """An eager computation under ``jax.ensure_compile_time_eval`` inside a trace traces and compiles
+    at the top level (JAX reports the ends of those traces) while the outer trace is pending: each
+    end completes its own trace, and the outer one ends last, with its seconds and equations; the
+    same events come whether they are built at the trace or when the log is read."""
+
+    def program():
+        @jax.jit
+        def f(x):
+            with jax.ensure_compile_time_eval():
+                table = jnp.arange(x.shape[0] + 7) * 3  # traced and compiled while f's trace runs
+            return x * table[: x.shape[0]]
+
+        f(jnp.ones(3))
+        f(jnp.ones(4))
+
+    followed, read = _logged(jt, program, True), _logged(jt, program, False)
+    assert followed == read
+    df = jt.log()
+    outer = df[df["function"].str.endswith("f")]
+    assert outer["kind"].tolist() == ["trace", "trace"] and outer["cause"].tolist() == ["first", "shape"]
+    assert outer["trace_s"].notna().all() and outer["compile_s"].notna().all() and (outer["eqns"] > 0).all()
+    assert not outer["nested"].any() and jt.faults() == {}
+
+
+def test_a_trace_whose_end_never_came_fails_at_the_end_of_the_trace_around_it(jt, monkeypatch):
+    """A top-level trace started inside another whose end was never reported (here: dropped) is
+    still pending when the outer trace ends: it counts as an attempt, the outer one is completed."""
+    probe = get_session().probe
+    original, dropped = type(probe)._trace_end, []
+
+    def trace_end(self, duration):
+        if not dropped and len(self._tls.__dict__.get("pending") or ()) == 2:
+            dropped.append(duration)  # the first end reported inside the outer trace
+            return None
+        return original(self, duration)
+
+    monkeypatch.setattr(type(probe), "_trace_end", trace_end)
+
+    @jax.jit
+    def f(x):
+        with jax.ensure_compile_time_eval():
+            table = jnp.arange(x.shape[0] + 23) * 5  # (sizes no other test traces, not in JAX's caches)
+        return x * table[: x.shape[0]]
+
+    f(jnp.ones(6))
+    assert dropped and probe._tls.pending == []
+    df = jt.log()
+    outer = df[df["function"].str.endswith("f")]
+    assert outer["cause"].tolist() == ["first"] and outer["trace_s"].notna().all()
+    assert sorted(state.failed for state in get_session().functions.values())[-1] == 1
+    assert jt.faults() == {}
+
+
+def test_a_pending_trace_whose_end_never_came_fails_at_the_next_start(jt, monkeypatch):
+    """A trace whose end was never reported (here: its report dropped) is not on the stack when the
+    next top-level trace starts: it counts as an attempt, and traces after it pair as before."""
+    probe = get_session().probe
+    original, dropped = type(probe)._trace_end, []
+
+    def trace_end(self, duration):
+        if not dropped:
+            dropped.append(duration)
+            return None
+        return original(self, duration)
+
+    monkeypatch.setattr(type(probe), "_trace_end", trace_end)
+
+    @jax.jit
+    def g(x):
+        return x * 2
+
+    @jax.jit
+    def h(x):
+        return x - 1
+
+    g(jnp.ones(2))  # its end is dropped
+    h(jnp.ones(2))
+    h(jnp.ones(3))
+    g(jnp.ones(4))  # (JAX cached its first trace: a new shape traces again)
+    assert len(probe._tls.pending) == 0 and dropped
+    df = jt.log(internal=False)
+    assert df[df["kind"] == "trace"]["cause"].tolist() == ["first", "shape", "first"]
+    assert "earlier attempt" in df[df["kind"] == "trace"]["explanation"].iloc[-1]
+    assert jt.faults() == {}
 
 
 def test_traces_of_one_function_in_two_threads_at_once_are_both_first(jt):

@@ -124,23 +124,13 @@ def _spec(aval):
     return jax.ShapeDtypeStruct(aval.shape, aval.dtype, weak_type=aval.weak_type)
 
 
-@pytest.mark.parametrize("seed", range(120))
-def test_a_plain_call_read_at_once_is_the_call_read_argument_by_argument(seed, monkeypatch):
-    """A plain ``jax.jit`` retrace read from its whole treedef (`Decoder.plain_jit_record`) gives
-    the record that reading it argument by argument (`Decoder.trace_record`) gives."""
+def _read_both_ways(f, calls: list, monkeypatch) -> tuple[list, list, list]:
+    """Trace `f` with each ``(args, kwargs)`` of `calls`, reading every trace both ways: ((the record
+    read at once, the record read argument by argument), ...) where the first is not None; the code
+    names of the traces not read at once; (the plan found, the plan made afresh) of each."""
     import jaxtrace_nb as jt
     from jaxtrace_nb._session import get_session
 
-    rng = random.Random(seed)
-    custom = seed % 4 == 0
-    is_aval = lambda x: isinstance(x, jax.core.ShapedArray)  # noqa: E731
-    args = [_tree(rng, 3, custom) for _ in range(rng.randint(1, 3))]
-    kwargs = {name: _tree(rng, 2, custom) for name in rng.sample(["z", "a", "m"], rng.randint(0, 2))}
-    static = rng.random() < 0.2
-    names = ", ".join(f"p{i}" for i in range(len(args)))
-    namespace: dict = {}
-    exec(f"def f({names}, *rest, **kw):\n    return 0", namespace)
-    f = jax.jit(namespace["f"], static_argnums=(len(args) - 1,) if static else ())
     probe = get_session().probe
     compared, fast_none, plans = [], [], []
 
@@ -169,22 +159,12 @@ def test_a_plain_call_read_at_once_is_the_call_read_argument_by_argument(seed, m
     jt.start()
     try:
         monkeypatch.setattr(probe, "_trace_record", checked)
-        for shape in ((1,), (2,), (3,)):  # the first trace is read argument by argument; retraces may not be
-            marker = jax.ShapeDtypeStruct(shape, jnp.float32)
-            spec = jax.tree.map(_spec, (args, kwargs), is_leaf=is_aval)
-            if static:
-                spec[0][-1] = "static"
-            f.trace(*spec[0], marker, **spec[1])
+        for args, kwargs in calls:
+            f.trace(*args, **kwargs)
     finally:
         monkeypatch.undo()
         jt.stop()
         jt.reset()
-    plain = not static and all(_arguments._new_plan(jax.tree_util.tree_structure(a, is_leaf=is_aval)) is not None
-                               for a in (*args, *kwargs.values()))
-    # JAX 0.9 - 0.10 hand the whole call's treedef to the trace; 0.8 and 0.11 are read argument by argument.
-    whole_treedef = type(probe.internals.layout).__name__ == "FlatTreeLayout"
-    assert len(compared) == (2 if plain and whole_treedef else 0), fast_none
-    assert len(plans) == (3 if whole_treedef else 0) and all(got == fresh for got, fresh in plans), plans
     for fast, slow in compared:
         assert fast.identity == slow.identity and fast.function_ref() is slow.function_ref()
         assert (fast.nested, fast.thread, fast.cache_generation, fast.arg_names) == \
@@ -193,6 +173,61 @@ def test_a_plain_call_read_at_once_is_the_call_read_argument_by_argument(seed, m
         assert list(got.leaves.items()) == list(expected.leaves.items())
         assert got._replace(leaves={}) == expected._replace(leaves={})
         assert fast.signature.n_leaves == slow.signature.n_leaves == len(got.leaves)
+    return compared, fast_none, plans
+
+
+def _whole_treedef() -> bool:
+    """JAX 0.9 - 0.10 hand the whole call's treedef to the trace; 0.8 and 0.11 are read argument by argument."""
+    from jaxtrace_nb._session import get_session
+
+    return type(get_session().probe.internals.layout).__name__ == "FlatTreeLayout"
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_a_plain_call_read_at_once_is_the_call_read_argument_by_argument(seed, monkeypatch):
+    """A plain ``jax.jit`` retrace read from its whole treedef (`Decoder.plain_jit_record`) gives
+    the record that reading it argument by argument (`Decoder.trace_record`) gives."""
+    rng = random.Random(seed)
+    custom = seed % 4 == 0
+    is_aval = lambda x: isinstance(x, jax.core.ShapedArray)  # noqa: E731
+    args = [_tree(rng, 3, custom) for _ in range(rng.randint(1, 3))]
+    kwargs = {name: _tree(rng, 2, custom) for name in rng.sample(["z", "a", "m"], rng.randint(0, 2))}
+    static = rng.random() < 0.2
+    names = ", ".join(f"p{i}" for i in range(len(args)))
+    namespace: dict = {}
+    exec(f"def f({names}, *rest, **kw):\n    return 0", namespace)
+    f = jax.jit(namespace["f"], static_argnums=(len(args) - 1,) if static else ())
+    calls = []
+    for shape in ((1,), (2,), (3,)):  # the first trace is read argument by argument; retraces may not be
+        marker = jax.ShapeDtypeStruct(shape, jnp.float32)
+        spec = jax.tree.map(_spec, (args, kwargs), is_leaf=is_aval)
+        if static:
+            spec[0][-1] = "static"
+        calls.append(((*spec[0], marker), spec[1]))
+    compared, fast_none, plans = _read_both_ways(f, calls, monkeypatch)
+    plain = not static and all(_arguments._new_plan(jax.tree_util.tree_structure(a, is_leaf=is_aval)) is not None
+                               for a in (*args, *kwargs.values()))
+    assert len(compared) == (2 if plain and _whole_treedef() else 0), fast_none
+    assert len(plans) == (3 if _whole_treedef() else 0) and all(got == fresh for got, fresh in plans), plans
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_function_whose_tree_changes_between_retraces_is_read_as_each_call_is(seed, monkeypatch):
+    """One function retraced with trees that change and come back (a key added, a list for a tuple, an
+    entry None): the plan kept with its last tree serves only a retrace with that same tree, and
+    every reading at once is the reading argument by argument."""
+    rng = random.Random(1000 + seed)
+    is_aval = lambda x: isinstance(x, jax.core.ShapedArray)  # noqa: E731
+    trees = [_tree(rng, 3, False) for _ in range(3)]
+    f = jax.jit(lambda tree, marker: 0)
+    calls = []
+    for k in range(8):
+        tree = trees[0] if k < 2 else rng.choice(trees)
+        calls.append(((jax.tree.map(_spec, tree, is_leaf=is_aval), jax.ShapeDtypeStruct((k + 1,), jnp.float32)), {}))
+    compared, fast_none, plans = _read_both_ways(f, calls, monkeypatch)
+    plain = all(_arguments._new_plan(jax.tree_util.tree_structure(t, is_leaf=is_aval)) is not None for t in trees)
+    assert len(compared) == (7 if plain and _whole_treedef() else 0), fast_none
+    assert all(got == fresh for got, fresh in plans), plans
 
 
 def test_a_plan_found_by_names_needs_every_dict_key_in_a_name():
