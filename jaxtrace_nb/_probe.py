@@ -180,7 +180,7 @@ class Probe:
     def _fail_gone(self, pending: list, frame) -> None:
         """The pending traces whose frame is no longer on the stack under `frame` never completed:
         they raised (a frame object's id is stable while its function runs)."""
-        alive = set()
+        alive: set | None = set()
         f = frame
         for _ in range(_MAX_PENDING_WALK):
             if f is None:
@@ -188,8 +188,8 @@ class Probe:
             alive.add(id(f))
             f = f.f_back
         else:
-            return  # a stack this deep: decided at their ends instead
-        while pending and pending[-1][3] not in alive:
+            alive = None  # a stack this deep: decided at their ends instead
+        while alive is not None and pending and pending[-1][3] not in alive:
             self._sink.on_trace_failed(pending.pop()[2])
         while len(pending) >= _MAX_PENDING:
             self._sink.on_trace_failed(pending.pop(0)[2])

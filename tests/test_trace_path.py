@@ -335,6 +335,28 @@ def test_a_pending_trace_whose_end_never_came_fails_at_the_next_start(jt, monkey
     assert jt.faults() == {}
 
 
+def test_pending_traces_whose_frames_are_gone_fail_and_the_pending_stay_bounded():
+    """At a top-level trace's start, the pending traces whose frames are no longer on the stack
+    count as attempts (innermost first), and at most `_MAX_PENDING` stay pending on a thread."""
+    from jaxtrace_nb._probe import _MAX_PENDING, Probe
+
+    class Sink:
+        failed: list = []
+
+        def on_trace_failed(self, handle):
+            self.failed.append(handle)
+
+    probe = Probe(Sink())
+    frame = sys._getframe()
+    pending = [(0, "f", "outer", id(frame)), (1, "g", "gone", id(object())), (2, "h", "gone too", id(Sink))]
+    probe._fail_gone(pending, frame)
+    assert [p[2] for p in pending] == ["outer"] and Sink.failed == ["gone too", "gone"]
+    Sink.failed.clear()
+    pending = [(i, "f", i, id(frame)) for i in range(_MAX_PENDING + 5)]
+    probe._fail_gone(pending, frame)
+    assert len(pending) == _MAX_PENDING - 1 and Sink.failed == list(range(6))
+
+
 def test_traces_of_one_function_in_two_threads_at_once_are_both_first(jt):
     """Two threads trace one function at the same time (each waits inside its trace for the
     other): neither trace had ended when the other started, so both are the function's first."""
