@@ -404,6 +404,21 @@ def call_plan(td: Any, names: tuple | None = None) -> CallPlan | None:
     return plan or None
 
 
+def keys_are_str(td: Any) -> bool:
+    """Whether every dict key in `td` is a ``str`` itself (not a subclass: then the treedef holds no
+    user object, and may be kept)."""
+    stack = [td]
+    while stack:
+        node = stack.pop()
+        if node.num_nodes == 1:
+            continue
+        kind, aux = node.node_data()
+        if kind is dict and not all(type(k) is str for k in aux):
+            return False
+        stack.extend(node.children())
+    return True
+
+
 def _every_dict_entry_has_leaves(td: Any) -> bool:
     """Whether every entry of every dict in `td` holds at least one leaf (so its key is in a name)."""
     stack = [td]

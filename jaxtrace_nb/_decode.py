@@ -23,7 +23,7 @@ from ._records import FunctionIdentity, LoweringRecord, TraceRecord
 from ._signature import Origin, Signature
 from ._values import clip, printable, summarize_static
 from ._arguments import (_SRC_INFO, DecodedCall, TreeArg, Walker, arg_name, argument, aval_leaf, parameters,
-                         argument_plan, call_plan, raw_identity)
+                         argument_plan, call_plan, keys_are_str, raw_identity)
 
 LIBRARY_PACKAGES = ("jax", "jaxlib", "equinox", "optax", "chex", "flax", "jaxtyping", "jaxtrace_nb")
 _CELL_FILE = re.compile(r"^<ipython-input-\d+-[0-9a-f]+>$|ipykernel_\d+[/\\]\d+\.py$")
@@ -60,7 +60,8 @@ class Decoder:
         self.library_dirs = _library_dirs()
         self.cell_label: Callable[[str], str | None] | None = None  # set by the IPython glue
         self._identities: dict[int, tuple] = {}  # id(function) -> (weakref, identity, parameters)
-        # id(function) -> (its last `CallPlan`, its `_identities` entry, ((name, plan, start), ...), call)
+        # id(function) -> (its last `CallPlan`, its `_identities` entry, ((name, plan, start), ...), call,
+        # the treedef of that call when it holds no object but str keys (else None), the treedef's hash)
         self._named_plans: dict[int, tuple] = {}
         self._context: tuple = ((), ())  # JAX's last trace-context values, and their texts
         self._library_files: dict[str, bool] = {}  # file name -> in a library's folder
@@ -212,7 +213,7 @@ class Decoder:
             return None
         tree = call.tree
         named = self._named_plans.get(id(fun))
-        if named is None or named[1] is not known or named[4] != tree:
+        if named is None or named[1] is not known or named[4] is None or named[4] != tree:
             plan = call_plan(tree, call.names)
             if plan is None:
                 return None
@@ -224,7 +225,8 @@ class Decoder:
                 tree_hash = hash(tree)
             except Exception:
                 tree_hash = None
-            named = self._named_plans[id(fun)] = (plan, known, *_named_arguments(plan, *known[2]), tree, tree_hash)
+            kept = tree if keys_are_str(tree) else None  # (a str subclass key would be a user object)
+            named = self._named_plans[id(fun)] = (plan, known, *_named_arguments(plan, *known[2]), kept, tree_hash)
         vals = call.vals
         if not _ABSTRACT.issuperset(map(type, vals)) and not all_abstract(vals):
             return None  # (only abstract values are kept until the leaves are read)
@@ -349,7 +351,10 @@ class Decoder:
             except Exception:
                 values = ()
         if values != self._context[0]:
-            values = tuple(values)
+            try:
+                values = tuple(values)
+            except Exception:
+                values = ()
             names = trace_context_names(len(values))
             self._context = (values, tuple((str(n), context_text(v)) for n, v in zip(names, values)))
         return self._context[1]

@@ -161,21 +161,23 @@ class Probe:
             return
         if record is None:
             return
-        handle = self._sink.on_trace(record)  # may raise RetraceError, by design
-        if handle is None:
-            return
         if record.nested:  # JAX reports no end of a nested trace: it is complete as far as we see
-            self._sink.on_trace_end(handle, None, None)
+            handle = self._sink.on_trace(record)  # may raise RetraceError, by design
+            if handle is not None:
+                self._sink.on_trace_end(handle, None, None)
             return
         # Completed by the trace-duration event of the same trace (same debug info object). A
         # top-level trace may start inside another (an eager computation under
-        # ``jax.ensure_compile_time_eval`` compiles at trace time): the pending traces are a stack.
+        # ``jax.ensure_compile_time_eval`` compiles at trace time): the pending traces are a stack,
+        # and those gone from it count as attempts before this trace reads its function's state.
         pending = self._tls.__dict__.get("pending")
         if pending is None:
             pending = self._tls.pending = []
         elif pending:
             self._fail_gone(pending, frame)
-        pending.append((token, record.identity.jax_name, handle, id(frame)))
+        handle = self._sink.on_trace(record)  # may raise RetraceError, by design
+        if handle is not None:
+            pending.append((token, record.identity.jax_name, handle, id(frame)))
 
     def _fail_gone(self, pending: list, frame) -> None:
         """The pending traces whose frame is no longer on the stack under `frame` never completed:

@@ -309,12 +309,11 @@ def test_a_pending_trace_whose_end_never_came_fails_at_the_next_start(jt, monkey
     original, dropped = type(probe)._trace_end, []
 
     def trace_end(self, duration):
-        if not dropped:
+        pending = self._tls.__dict__.get("pending")
+        if not dropped and pending and pending[-1][1] == "g":  # g's first end only
             dropped.append(duration)
             return None
         return original(self, duration)
-
-    monkeypatch.setattr(type(probe), "_trace_end", trace_end)
 
     @jax.jit
     def g(x):
@@ -324,10 +323,12 @@ def test_a_pending_trace_whose_end_never_came_fails_at_the_next_start(jt, monkey
     def h(x):
         return x - 1
 
-    g(jnp.ones(2))  # its end is dropped
-    h(jnp.ones(2))
-    h(jnp.ones(3))
-    g(jnp.ones(4))  # (JAX cached its first trace: a new shape traces again)
+    x2, x3, x4 = jnp.ones(2), jnp.ones(3), jnp.ones(4)  # (their own traces come before the patch)
+    monkeypatch.setattr(type(probe), "_trace_end", trace_end)
+    g(x2)  # its end is dropped
+    h(x2)
+    h(x3)
+    g(x4)  # (JAX cached its first trace: a new shape traces again)
     assert len(probe._tls.pending) == 0 and dropped
     df = jt.log(internal=False)
     assert df[df["kind"] == "trace"]["cause"].tolist() == ["first", "shape", "first"]
@@ -335,9 +336,11 @@ def test_a_pending_trace_whose_end_never_came_fails_at_the_next_start(jt, monkey
     assert jt.faults() == {}
 
 
-def test_pending_traces_whose_frames_are_gone_fail_and_the_pending_stay_bounded():
+def test_pending_traces_whose_frames_are_gone_fail_and_the_pending_stay_bounded(monkeypatch):
     """At a top-level trace's start, the pending traces whose frames are no longer on the stack
-    count as attempts (innermost first), and at most `_MAX_PENDING` stay pending on a thread."""
+    count as attempts (innermost first), and at most `_MAX_PENDING` stay pending on a thread, also
+    where the stack is too deep to tell which are gone."""
+    from jaxtrace_nb import _probe
     from jaxtrace_nb._probe import _MAX_PENDING, Probe
 
     class Sink:
@@ -355,6 +358,11 @@ def test_pending_traces_whose_frames_are_gone_fail_and_the_pending_stay_bounded(
     pending = [(i, "f", i, id(frame)) for i in range(_MAX_PENDING + 5)]
     probe._fail_gone(pending, frame)
     assert len(pending) == _MAX_PENDING - 1 and Sink.failed == list(range(6))
+    Sink.failed.clear()
+    monkeypatch.setattr(_probe, "_MAX_PENDING_WALK", 2)  # this test's frame is deeper than that
+    pending = [(i, "f", i, id(object())) for i in range(_MAX_PENDING + 2)]
+    probe._fail_gone(pending, frame)
+    assert len(pending) == _MAX_PENDING - 1 and Sink.failed == [0, 1, 2]
 
 
 def test_traces_of_one_function_in_two_threads_at_once_are_both_first(jt):

@@ -230,6 +230,40 @@ def test_a_function_whose_tree_changes_between_retraces_is_read_as_each_call_is(
     assert all(got == fresh for got, fresh in plans), plans
 
 
+def test_a_tree_with_a_str_subclass_key_is_read_but_not_kept(monkeypatch):
+    """A dict key of a ``str`` subclass is a user object. Such a call serializes as its ``str``-keyed
+    twin does, so it is read at once with the twin's plan; its treedef is not kept with the plan."""
+    from jaxtrace_nb._session import get_session
+
+    class Key(str):
+        pass
+
+    f = jax.jit(lambda tree, marker: 0)
+    calls = []
+    for k, key in enumerate(("a", Key("a"), Key("a"), "a")):
+        tree = {key: jax.ShapeDtypeStruct((2,), jnp.float32), "b": jax.ShapeDtypeStruct((), jnp.int32)}
+        calls.append(((tree, jax.ShapeDtypeStruct((k + 1,), jnp.float32)), {}))
+    from jaxtrace_nb._session import get_session
+
+    kept: list = []  # after each trace: the treedefs the decoder keeps
+
+    def trace_and_look(*args):
+        result = f.trace(*args)
+        kept.append([entry[4] for entry in get_session().probe.decoder._named_plans.values()])
+        return result
+
+    compared, fast_none, _ = _read_both_ways(type("F", (), {"trace": staticmethod(trace_and_look)}), calls,
+                                             monkeypatch)
+    assert len(compared) == (3 if _whole_treedef() else 0), fast_none
+    # (The first trace is read argument by argument.) Not kept after the Key-keyed calls; kept after
+    # the str-keyed one.
+    assert all(tree is None or _arguments.keys_are_str(tree) for trees in kept for tree in trees)
+    if _whole_treedef():
+        assert [any(tree is None for tree in trees) for trees in kept[1:]] == [True, True, False]
+    assert _arguments.keys_are_str(jax.tree_util.tree_structure({"a": 1, "b": [{"c": 2}]}))
+    assert not _arguments.keys_are_str(jax.tree_util.tree_structure({"a": [{Key("c"): 2}]}))
+
+
 def test_a_plan_found_by_names_needs_every_dict_key_in_a_name():
     """Two calls whose treedefs hash alike and whose leaves JAX names alike, told apart: an entry
     holding None or an empty container shows in no name, so such a call is never found by names."""
