@@ -181,9 +181,16 @@ class Probe:
 
     def _fail_gone(self, pending: list, frame) -> None:
         """The pending traces whose frame is no longer on the stack under `frame` never completed:
-        they raised (a frame object's id is stable while its function runs)."""
+        they raised, or their end was lost (a frame object's id is stable while its function runs).
+
+        A pending trace inside which this one starts has the user's traced function between the
+        two, so the library frames right above `frame` (this trace's own call, made afresh) are
+        not looked at: one of them may sit at the address of a frame gone since (a sibling call)."""
         alive: set | None = set()
         f = frame
+        is_library = self.decoder.is_library if self.decoder is not None else None
+        while f is not None and is_library is not None and is_library(f.f_code.co_filename):
+            f = f.f_back
         for _ in range(_MAX_PENDING_WALK):
             if f is None:
                 break
