@@ -17,7 +17,7 @@ import weakref
 from typing import Any, Callable, Sequence
 
 from . import _adapters
-from ._jax_internals import _ABSTRACT, Internals, all_abstract, trace_context_function, trace_context_names
+from ._jax_internals import Internals, all_abstract, trace_context_function, trace_context_names
 from ._jax_layouts import KEY_PARTS, PlainCall, TraceStart, cache_key
 from ._records import FunctionIdentity, LoweringRecord, TraceRecord
 from ._signature import Origin, Signature
@@ -228,18 +228,14 @@ class Decoder:
             kept = tree if keys_are_str(tree) else None  # (a str subclass key would be a user object)
             named = self._named_plans[id(fun)] = (plan, known, *_named_arguments(plan, *known[2]), kept, tree_hash)
         vals = call.vals
-        if not _ABSTRACT.issuperset(map(type, vals)) and not all_abstract(vals):
+        if not all_abstract(vals):
             return None  # (only abstract values are kept until the leaves are read)
         try:
             hashes = (hash(fun), named[5], hash(call.debug_info))  # (`cache_key`'s parts)
         except Exception:
             hashes = _key_hashes(cache_key(fun, tree, call.debug_info))
-        try:
-            values = self._trace_context()
-        except Exception:
-            values = ()
-        context = self._context[1] if values == self._context[0] else self._context_texts(values)
-        signature = DeferredSignature((id(fun), context, named[3], hashes), named[2], vals, named[0].n_leaves)
+        signature = DeferredSignature((id(fun), self._context_texts(), named[3], hashes), named[2], vals,
+                                      named[0].n_leaves)
         # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this runs at every retrace.
         return tuple.__new__(TraceRecord, (known[1], nested, signature, known[0], thread, self.call_site(frame),
                                            cache_generation, None))
@@ -342,19 +338,13 @@ class Decoder:
             return None
         return DeferredSignature((id(fun), self._context_texts(), call, key_hashes), plans, vals, n_leaves)
 
-    def _context_texts(self, values: tuple | None = None) -> tuple:
-        """((name, value text), ...) of JAX's trace context (`values`, read now by default),
-        texts remade only when values change."""
-        if values is None:
-            try:
-                values = tuple(self._trace_context())
-            except Exception:
-                values = ()
+    def _context_texts(self) -> tuple:
+        """((name, value text), ...) of JAX's trace context, texts remade only when values change."""
+        try:
+            values = tuple(self._trace_context())
+        except Exception:
+            values = ()
         if values != self._context[0]:
-            try:
-                values = tuple(values)
-            except Exception:
-                values = ()
             names = trace_context_names(len(values))
             self._context = (values, tuple((str(n), context_text(v)) for n, v in zip(names, values)))
         return self._context[1]

@@ -59,13 +59,13 @@ class Internals(NamedTuple):
     layout: TraceLayout | None
     fun_name: Callable[[Any], str]
     is_top_level: Callable[[], bool]
-    trace_cache_misses: Callable[[], int | None]  # misses of JAX's tracing cache (reset by clear_caches)
-    trace_cache_info: Callable[[], Any] | None = None  # its ``cache_info()`` (``.misses``), read at every trace
+    # JAX's tracing cache's ``cache_info()`` (its ``.misses``, reset by clear_caches), or None
+    trace_cache_info: Callable[[], Any] | None
 
 
 def _reduced(reason: str, version: str = "?") -> Internals:
     return Internals(False, reason, False, version, None, lambda f: getattr(f, "__name__", "?"),
-                     lambda: True, lambda: None)
+                     lambda: True, None)
 
 
 def detect(version_range: tuple | None = None) -> Internals:
@@ -91,8 +91,7 @@ def detect(version_range: tuple | None = None) -> Internals:
         return _reduced(f"JAX {jax.__version__} is not one jaxtrace_nb can read: {layout}", jax.__version__)
     tested = version < hi
     return Internals(True, "" if tested else f"JAX {jax.__version__} is newer than tested (<{_text(hi)})",
-                     tested, jax.__version__, layout, _fun_name(), _is_top_level(), _misses_counter(),
-                     _cache_info())
+                     tested, jax.__version__, layout, _fun_name(), _is_top_level(), _cache_info())
 
 
 def _fun_name():
@@ -118,13 +117,6 @@ def _cache_info() -> Callable[[], Any] | None:
 
     cache_info = getattr(getattr(pe, "trace_to_jaxpr", None), "cache_info", None)
     return cache_info if callable(cache_info) else None
-
-
-def _misses_counter() -> Callable[[], int | None]:
-    cache_info = _cache_info()
-    if cache_info is None:
-        return lambda: None
-    return lambda: cache_info().misses
 
 
 def trace_end_locals(layout: TraceLayout, walk: bool = False) -> dict | None:
@@ -221,9 +213,9 @@ _ABSTRACT: set = set()  # the types of `_ABSTRACT_TYPES` that are abstract value
 
 def all_abstract(values: Sequence) -> bool:
     """Whether every value is an abstract value (a shape and dtype, never user data)."""
-    types = set(map(type, values))
-    if types <= _ABSTRACT:
+    if _ABSTRACT.issuperset(map(type, values)):  # (no set made: this runs at every retrace)
         return True
+    types = set(map(type, values))
     for t in types:
         known = _ABSTRACT_TYPES.get(t)
         if known is None:

@@ -96,7 +96,8 @@ class Probe:
         if self.internals.full:
             self.decoder = Decoder(self.internals)
             self.decoder.cell_label = self.cell_label
-            self._last_misses = self.internals.trace_cache_misses()
+            cache_info = self.internals.trace_cache_info
+            self._last_misses = cache_info().misses if cache_info is not None else None
             self._install_hook(self.internals.layout)
             _exclude_from_tracebacks()
         self._installed = True
