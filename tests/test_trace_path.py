@@ -280,9 +280,13 @@ def test_a_trace_whose_end_never_came_fails_at_the_end_of_the_trace_around_it(jt
     original, dropped = type(probe)._trace_end, []
 
     def trace_end(self, duration):
-        if not dropped and len(self._tls.__dict__.get("pending") or ()) == 2:
-            dropped.append(duration)  # the first end reported inside the outer trace
-            return None
+        pending = self._tls.__dict__.get("pending")
+        if not dropped and pending and len(pending) == 2:  # the inner trace's own end only: JAX
+            layout = self.internals.layout  # also reports the seconds of tracing-cache hits
+            local = _jax_internals.trace_end_locals(layout, True)
+            if local is not None and id(local.get(layout.end_token)) == pending[-1][0]:
+                dropped.append(pending[-1][1])
+                return None
         return original(self, duration)
 
     monkeypatch.setattr(type(probe), "_trace_end", trace_end)
@@ -298,7 +302,8 @@ def test_a_trace_whose_end_never_came_fails_at_the_end_of_the_trace_around_it(jt
     df = jt.log()
     outer = df[df["function"].str.endswith("f")]
     assert outer["cause"].tolist() == ["first"] and outer["trace_s"].notna().all()
-    assert sorted(state.failed for state in get_session().functions.values())[-1] == 1
+    failed = {key.rpartition("::")[2]: state.failed for key, state in get_session().functions.items()}
+    assert failed[dropped[0]] == 1 and sum(failed.values()) == 1
     assert jt.faults() == {}
 
 
