@@ -407,30 +407,26 @@ def call_plan(td: Any, names: tuple | None = None) -> CallPlan | None:
 def keys_are_str(td: Any) -> bool:
     """Whether every dict key in `td` is a ``str`` itself (not a subclass: then the treedef holds no
     user object, and may be kept)."""
+    return all(type(k) is str for keys, _ in _dicts(td) for k in keys)
+
+
+def _every_dict_entry_has_leaves(td: Any) -> bool:
+    """Whether every entry of every dict in `td` holds at least one leaf (so its key is in a name)."""
+    return not any(child.num_leaves == 0 for _, children in _dicts(td) for child in children)
+
+
+def _dicts(td: Any):
+    """(keys, children) of every dict node in `td`."""
     stack = [td]
     while stack:
         node = stack.pop()
         if node.num_nodes == 1:
             continue
         kind, aux = node.node_data()
-        if kind is dict and not all(type(k) is str for k in aux):
-            return False
-        stack.extend(node.children())
-    return True
-
-
-def _every_dict_entry_has_leaves(td: Any) -> bool:
-    """Whether every entry of every dict in `td` holds at least one leaf (so its key is in a name)."""
-    stack = [td]
-    while stack:
-        node = stack.pop()
-        if node.num_nodes == 1:
-            continue
         children = node.children()
-        if node.node_data()[0] is dict and any(child.num_leaves == 0 for child in children):
-            return False
+        if kind is dict:
+            yield aux, children
         stack.extend(children)
-    return True
 
 
 def _new_call_plan(td: Any) -> CallPlan | None:

@@ -189,9 +189,10 @@ class Probe:
         not looked at: one of them may sit at the address of a frame gone since (a sibling call)."""
         alive: set | None = set()
         f = frame
-        is_library = self.decoder.is_library if self.decoder is not None else None
-        while f is not None and is_library is not None and is_library(f.f_code.co_filename):
-            f = f.f_back
+        if self.decoder is not None:
+            is_library = self.decoder.is_library
+            while f is not None and is_library(f.f_code.co_filename):
+                f = f.f_back
         for _ in range(_MAX_PENDING_WALK):
             if f is None:
                 break
