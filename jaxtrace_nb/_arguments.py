@@ -19,6 +19,7 @@ from typing import Any, Callable, NamedTuple
 
 from ._signature import NODE_SUFFIX, NONE_LEAF, Leaf, Origin, array_leaf, node_leaf, static_leaf
 from ._values import clip, summarize_static
+from ._witness import Witness
 
 _SRC_INFO = re.compile(r"^(?P<name>.*) at (?P<file>.*):(?P<line>\d+)$")
 
@@ -39,21 +40,17 @@ _MAX_AVAL_LEAVES = 4096
 
 
 def aval_leaf(aval: Any) -> Leaf:
-    # Keyed by what the leaf is made of: a fresh aval's own hash and equality run JAX's
-    # Python (its sharding's), a tuple of the same shape, dtype and sharding objects does not.
+    """The leaf of one abstract value, with the value itself as its `witness` (JAX compares avals
+    with its own ``==``; from JAX 0.9 they are interned, and ``==`` is identity)."""
     try:
-        key = (aval.shape, aval.dtype, getattr(aval, "weak_type", False), getattr(aval, "sharding", None))
-    except Exception:
-        key = aval
-    try:
-        return _AVAL_LEAVES[key]
+        return _AVAL_LEAVES[aval]
     except (KeyError, TypeError):
         pass
     leaf = _new_aval_leaf(aval)
     try:
         if len(_AVAL_LEAVES) >= _MAX_AVAL_LEAVES:
             _AVAL_LEAVES.clear()
-        _AVAL_LEAVES[key] = leaf
+        _AVAL_LEAVES[aval] = leaf
     except TypeError:  # an unhashable aval
         pass
     return leaf
@@ -65,8 +62,29 @@ def _new_aval_leaf(aval: Any) -> Leaf:
         dtype = dtype_name(aval.dtype)
         weak = bool(getattr(aval, "weak_type", False))
     except Exception:
-        return Leaf("array", clip(str(aval), 80), ("array", str(aval), "", False, None))
-    return array_leaf(shape, dtype, weak, _explicit_sharding(aval, len(shape)))
+        return Leaf("array", clip(str(aval), 80), ("array", str(aval), "", False, None), witness=aval)
+    return array_leaf(shape, dtype, weak, _explicit_sharding(aval, len(shape)), aval, _type_extras(aval))
+
+
+def _type_extras(aval: Any) -> str:
+    """The parts of an abstract value's type beyond shape, dtype, weak type and mesh axes, where they
+    are not the default: its varying manual axes (under ``shard_map``) and its memory space."""
+    parts = []
+    try:
+        manual = getattr(aval, "manual_axis_type", None)  # JAX 0.10
+        varying = getattr(manual, "varying", None) if manual is not None else getattr(aval, "vma", None)
+        if varying:
+            parts.append("varying " + ",".join(sorted(map(str, varying))))
+        for name in ("unreduced", "reduced"):
+            axes = getattr(manual, name, None) if manual is not None else None
+            if axes:
+                parts.append(f"{name} " + ",".join(sorted(map(str, axes))))
+        space = getattr(aval, "memory_space", None)
+        if space is not None and getattr(space, "name", "Device") != "Device":
+            parts.append(f"memory {getattr(space, 'name', space)}")
+    except Exception:
+        return ""
+    return clip(", ".join(parts), 60)
 
 
 _DTYPE_NAMES: dict = {}  # dtype -> its name: numpy's str() of a dtype takes microseconds
@@ -153,7 +171,12 @@ class Walker:
             self.walk(path, item)
 
     def static(self, path: str, value: Any, origin: str) -> None:
-        self.leaves[path] = static_leaf(summarize_static(value), origin)
+        """`value`, a value in JAX's key, as a static leaf (JAX's ``==`` decides its changes)."""
+        self.leaves[path] = static_leaf(summarize_static(value), origin, value)
+
+    def leaf(self, path: str) -> Leaf | None:
+        """The leaf emitted at `path` so far, or None."""
+        return self.leaves.get(path)
 
     def static_fields(self, prefix: str, obj: Any, names, origin: str) -> None:
         """Attributes `names` of `obj` as static leaves (read without running user code)."""
@@ -223,9 +246,10 @@ class Walker:
                 self._custom(path, td, vals, start)
                 continue
             if kind in _BUILTIN_CONTAINERS:
-                self.leaves[path + NODE_SUFFIX] = _container_leaf(kind, keys, children, vals, start)
+                self.leaves[path + NODE_SUFFIX] = _container_leaf(kind, keys, children, vals, start, aux)
             else:
                 self.owners[path] = _type_name(kind)
+                self.leaves[path + NODE_SUFFIX] = custom_node_leaf(kind, len(children))
             pending = []
             for key, child in zip(keys, children):
                 pending.append((path + key, child, start))
@@ -282,7 +306,13 @@ class Walker:
             leaf_like = all(type(i) is Placeholder for i in items)
             text = (f"{t.__name__} of {len(items)}{_elements(items) if items and leaf_like else ''}"
                     if t is not dict else None)
-            self.leaves[path + NODE_SUFFIX] = _skeleton_container_leaf(t, keys, text)
+            raw_keys = [keypath[0].key for keypath, _ in pairs] if t is dict else None
+            self.leaves[path + NODE_SUFFIX] = _skeleton_container_leaf(t, keys, text, raw_keys)
+        else:
+            dict_keys = [getattr(keypath[0], "key", None) for keypath, _ in pairs
+                         if keypath and type(keypath[0]).__name__ == "DictKey"]
+            self.leaves.setdefault(path + NODE_SUFFIX, custom_node_leaf(t, len(pairs), dict_keys
+                                                                        if len(dict_keys) == len(pairs) else None))
         return children
 
 
@@ -480,12 +510,11 @@ def _new_plan(td: Any) -> tuple | None:
     return tuple(steps)
 
 
-def _container_leaf(kind: type, keys: list, children: list, vals: list, start: int) -> Leaf:
+def _container_leaf(kind: type, keys: list, children: list, vals: list, start: int, raw_keys=None) -> Leaf:
     """A dict, list or tuple: its kind, size (or keys), and what its elements are."""
     name = kind.__name__
     if kind is dict:
-        shown = ", ".join(k[1:-1] for k in keys[:6]) + (", …" if len(keys) > 6 else "")
-        return node_leaf((name, tuple(keys)), clip(f"dict with keys {shown}" if keys else "empty dict", 120), name)
+        return _dict_leaf(keys, raw_keys)
     n = len(keys)
     all_leaves = n and all(c.num_nodes == 1 and c.num_leaves == 1 for c in children)
     return _sequence_leaf(name, n, vals[start:start + n] if all_leaves else None)
@@ -496,12 +525,34 @@ def _sequence_leaf(name: str, n: int, elements: list | None) -> Leaf:
     return node_leaf((name, n), f"{name} of {n}{_elements(elements) if elements else ''}", name)
 
 
-def _skeleton_container_leaf(kind: type, keys: list, text: str | None) -> Leaf:
+def _skeleton_container_leaf(kind: type, keys: list, text: str | None, raw_keys: list | None = None) -> Leaf:
     name = kind.__name__
     if kind is dict:
-        shown = ", ".join(k[1:-1] for k in keys[:6]) + (", …" if len(keys) > 6 else "")
-        return node_leaf((name, tuple(keys)), clip(f"dict with keys {shown}" if keys else "empty dict", 120), name)
+        return _dict_leaf(keys, raw_keys)
     return node_leaf((name, len(keys)), text, name)
+
+
+def _dict_leaf(keys: list, raw_keys: list | None) -> Leaf:
+    """A dict node: its keys (as path suffixes); where a key is not a ``str``, JAX compares the keys
+    themselves (a `Witness` of them), not their texts."""
+    shown = ", ".join(k[1:-1] for k in keys[:6]) + (", …" if len(keys) > 6 else "")
+    witness = None
+    if raw_keys is not None and not all(isinstance(k, str) for k in raw_keys):
+        witness = Witness(tuple(raw_keys))
+    return node_leaf(("dict", tuple(keys)), clip(f"dict with keys {shown}" if keys else "empty dict", 120), "dict",
+                     witness)
+
+
+def custom_node_leaf(kind: type, n: int, dict_keys: list | None = None) -> Leaf:
+    """A custom pytree node (a module, a dataclass, a named tuple, a ``FrozenDict``): its type, which
+    JAX compares by identity (a class defined again is another node type)."""
+    name = getattr(kind, "__qualname__", None) or getattr(kind, "__name__", "?")
+    if dict_keys:
+        shown = ", ".join(_dict_key_text(k) for k in dict_keys[:6]) + (", …" if len(dict_keys) > 6 else "")
+        text = f"{name} with keys {shown}"
+    else:
+        text = name
+    return node_leaf(("custom", _type_name(kind)), clip(text, 120), _type_name(kind), Witness(kind))
 
 
 def _elements(items: list) -> str:

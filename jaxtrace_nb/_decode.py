@@ -20,10 +20,12 @@ from . import _adapters
 from ._jax_internals import Internals, all_abstract, trace_context_function, trace_context_names
 from ._jax_layouts import KEY_PARTS, PlainCall, TraceStart, cache_key
 from ._records import FunctionIdentity, LoweringRecord, TraceRecord
-from ._signature import Origin, Signature
+from ._signature import DERIVED_LOWERING, Origin, Signature
 from ._values import clip, printable, summarize_static
 from ._arguments import (_SRC_INFO, DecodedCall, TreeArg, Walker, arg_name, argument, aval_leaf, parameters,
                          argument_plan, call_plan, keys_are_str, raw_identity)
+from ._jax_tree import handle as tree_handle
+from ._witness import Witness
 
 LIBRARY_PACKAGES = ("jax", "jaxlib", "equinox", "optax", "chex", "flax", "jaxtyping", "jaxtrace_nb")
 _CELL_FILE = re.compile(r"^<ipython-input-\d+-[0-9a-f]+>$|ipykernel_\d+[/\\]\d+\.py$")
@@ -35,17 +37,37 @@ _MAX_IDENTITIES = 4096
 def _library_dirs() -> tuple[str, ...]:
     """The folders of the libraries whose frames and functions are not the user's, whether or
     not they are imported yet (found without importing them)."""
+    return tuple(d for name in LIBRARY_PACKAGES for d in _package_dirs(name))
+
+
+def _package_dirs(name: str) -> tuple[str, ...]:
+    """The folders of one package (found without importing it)."""
     import importlib.util
 
-    dirs = []
-    for name in LIBRARY_PACKAGES:
-        try:
-            spec = importlib.util.find_spec(name)
-        except Exception:
-            spec = None
-        for location in (spec.submodule_search_locations or ()) if spec is not None else ():
-            dirs.append(os.path.abspath(location) + os.sep)
-    return tuple(dirs)
+    try:
+        spec = importlib.util.find_spec(name)
+    except Exception:
+        spec = None
+    locations = (spec.submodule_search_locations or ()) if spec is not None else ()
+    return tuple(os.path.abspath(location) + os.sep for location in locations)
+
+
+def _jitted_where_defined(fun: Any, is_library: Callable[[str], bool]) -> bool:
+    """Whether `fun`, a plain function of a library's, is wrapped where its module defines it (a
+    ``@jax.jit`` at its definition): its module's attribute of its name is not `fun` itself."""
+    import types
+
+    if type(fun) is not types.FunctionType:
+        return False
+    code = getattr(fun, "__code__", None)
+    qualname = getattr(fun, "__qualname__", "") or ""
+    if code is None or "<locals>" in qualname or not is_library(code.co_filename):
+        return False
+    module = sys.modules.get(getattr(fun, "__module__", None) or "")
+    target: Any = module
+    for part in qualname.split("."):
+        target = getattr(target, part, None) if target is not None else None
+    return target is not None and target is not fun
 
 
 def _dead_ref() -> None:
@@ -70,6 +92,7 @@ class Decoder:
         self._call_path: tuple | None = None  # the stack of the last `call_site`, as it keeps it
         self._last_site: tuple = (_dead_ref, -1, "")  # (weak reference to a code object, instruction, text)
         self._trace_context = trace_context_function()  # JAX's: every config value its caches key on
+        self._package_dirs: dict[str, tuple] = {}  # a library's package name -> its folders
 
     # ---------------------------------------------------------- locations
     def location(self, filename: str, line: int) -> str:
@@ -177,7 +200,7 @@ class Decoder:
         """The record of a trace; `frame` is the trace's own (the user's call is found above it)."""
         adapters = _adapters.active()
         call = self.decode_call(start, adapters)
-        identity = self.identity(start, call)
+        identity = self.identity(start, call, frame)
         signature, arg_names = None, None
         try:
             signature, flat_paths = self._signature(start, call, adapters)
@@ -234,7 +257,7 @@ class Decoder:
             hashes = (hash(fun), named[5], hash(call.debug_info))  # (`cache_key`'s parts)
         except Exception:
             hashes = _key_hashes(cache_key(fun, tree, call.debug_info))
-        signature = DeferredSignature((id(fun), self._context_texts(), named[3], hashes), named[2], vals,
+        signature = DeferredSignature((id(fun), self._trace_context_now(), named[3], hashes), named[2], vals,
                                       named[0].n_leaves)
         # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this runs at every retrace.
         return tuple.__new__(TraceRecord, (known[1], nested, signature, known[0], thread, self.call_site(frame),
@@ -270,7 +293,7 @@ class Decoder:
             self._remember(fun, None, found)
         return found
 
-    def identity(self, start: TraceStart, call: DecodedCall) -> FunctionIdentity:
+    def identity(self, start: TraceStart, call: DecodedCall, frame=None) -> FunctionIdentity:
         fun = call.user_fun
         cached = self._identities.get(id(fun)) if fun is not None and call.identity is None else None
         if cached is not None and cached[0]() is fun and cached[1] is not None:
@@ -281,12 +304,43 @@ class Decoder:
         identity = FunctionIdentity(
             name=name, filename=filename, line=line, location=self.location(filename, line),
             key=f"{'<cell>' if in_cell else filename}::{name}", in_cell=in_cell,
-            internal=self.is_library(filename), jit_kind=call.jit_kind,
+            internal=self._jitted_by_library(frame, call, filename), jit_kind=call.jit_kind,
             jax_name=str(self.internals.fun_name(start.fun)),
             src_info=str(getattr(start.debug_info, "func_src_info", "") or ""))
         if fun is not None and call.identity is None:
             self._remember(fun, identity, cached[2] if cached is not None and cached[0]() is fun else None)
         return identity
+
+    def _jitted_by_library(self, frame, call: DecodedCall, filename: str) -> bool:
+        """Whether a library, not the user, jitted the traced function: whoever called the jitted
+        object (the frame above JAX's jit machinery and, for a library's jit wrapper such as
+        ``eqx.filter_jit``, above that library's own frames) is library code, or the library
+        jitted the function where it defined it (its module's attribute is a jit of it).
+        Where the function is defined does not decide: ``jax.jit(model.apply)`` is the user's."""
+        if not self.is_library(filename):
+            return False  # (a function of the user's own, whoever jitted it, is the user's to fix)
+        if frame is None:
+            return self.is_library(filename)
+        machinery = getattr(self.internals.layout, "machinery", ())
+        wrapper = _adapters.wrapper_package(call.jit_kind)
+        f, depth = frame, 0
+        while f is not None and depth < _MAX_CALL_SITE_DEPTH:
+            name = f.f_code.co_filename.replace("\\", "/")
+            if not (name.endswith(machinery) or (wrapper and self._in_package(name, wrapper))):
+                break
+            f, depth = f.f_back, depth + 1
+        if f is None or depth >= _MAX_CALL_SITE_DEPTH:
+            return self.is_library(filename)
+        caller = f.f_code.co_filename
+        if self.is_library(caller) and not caller.startswith("<frozen"):
+            return True
+        return _jitted_where_defined(call.user_fun if call.jit_kind == "jit" else None, self.is_library)
+
+    def _in_package(self, filename: str, package: str) -> bool:
+        dirs = self._package_dirs.get(package)
+        if dirs is None:
+            dirs = self._package_dirs[package] = _package_dirs(package)
+        return bool(dirs) and filename.startswith(dirs)
 
     def _remember(self, fun: Any, identity: FunctionIdentity | None, params: tuple | None) -> None:
         """Keep `fun`'s identity and parameters, by the object (a weak reference to it)."""
@@ -308,11 +362,13 @@ class Decoder:
             walker.leaves[function_path] = leaf
         for name, part in call.arguments:
             part.emit(walker, name)
+        values, texts = self._trace_context_now()
         return Signature(
             function_token=("id", id(call.user_fun)),
-            context=self._context_texts(),
+            context=texts,
             leaves=walker.leaves, function_path=function_path, jit_kind=call.jit_kind, call=call.call,
-            owners=walker.owners or None, key_parts=_key_parts(start.key)), walker.flat_paths
+            owners=walker.owners or None, key_parts=_key_parts(start.key), context_values=values,
+            tree_ref=tree_handle(start.in_avals)), walker.flat_paths
 
     def _deferred_signature(self, start: TraceStart, call: DecodedCall) -> DeferredSignature | None:
         """A plain ``jax.jit`` call whose every argument is a tree of dicts with string keys, lists,
@@ -336,18 +392,20 @@ class Decoder:
         `cache_key`'s parts, in the order of `KEY_PARTS`."""
         if not all_abstract(vals):
             return None
-        return DeferredSignature((id(fun), self._context_texts(), call, key_hashes), plans, vals, n_leaves)
+        return DeferredSignature((id(fun), self._trace_context_now(), call, key_hashes), plans, vals, n_leaves)
 
-    def _context_texts(self) -> tuple:
-        """((name, value text), ...) of JAX's trace context, texts remade only when values change."""
+    def _trace_context_now(self) -> tuple:
+        """(JAX's trace-context values, ((name, value text), ...)): the values are JAX's config
+        values, kept to be compared with JAX's ``==``; texts remade only when values change."""
         try:
             values = tuple(self._trace_context())
         except Exception:
             values = ()
-        if values != self._context[0]:
+        kept = self._context
+        if values is not kept[0] and not _same_values(values, kept[0]):
             names = trace_context_names(len(values))
-            self._context = (values, tuple((str(n), context_text(v)) for n, v in zip(names, values)))
-        return self._context[1]
+            kept = self._context = (values, tuple((str(n), context_text(v)) for n, v in zip(names, values)))
+        return kept
 
     # ---------------------------------------------------------- lowerings
     def lowering_record(self, local: dict | None, jax_name: str, thread: int) -> LoweringRecord:
@@ -367,11 +425,18 @@ class Decoder:
         leaves = {}
         for i, aval in enumerate(avals):
             name = names[i] if i < len(names) and names[i] else f"args[{i}]"
-            text, token = _placement(_at(shardings, i), _at(layouts, i), bool(_at(donated, i)))
+            sharding, layout, donate = _at(shardings, i), _at(layouts, i), bool(_at(donated, i))
+            text, _ = _placement(sharding, layout, donate)
             leaf = aval_leaf(aval)
-            leaves[name] = leaf._replace(token=leaf.token + (token,), detail=text)
+            # JAX's compile cache keys on the program and each argument's type and placement: JAX's
+            # own objects, compared with its ``==``
+            leaves[name] = leaf._replace(detail=text, witness=(aval, sharding, layout, donate))
         src_info = str(getattr(debug, "func_src_info", "") or "")
-        signature = Signature(("program", id(closed)), (), leaves, jit_kind="lowering")
+        # The program: JAX's compile cache keys on the traced program object itself (by identity). A
+        # program JAX derived from a jitted function (its JVP or transpose under `jax.grad`) keeps no
+        # argument names.
+        kind = "lowering" if getattr(debug, "arg_names", None) is not None else DERIVED_LOWERING
+        signature = Signature(("program", Witness(closed)), (), leaves, jit_kind=kind)
         return LoweringRecord(jax_name, src_info, signature, thread, self._identity_from_debug(jax_name, src_info))
 
     def _identity_from_debug(self, jax_name: str, src_info: str) -> FunctionIdentity:
@@ -406,9 +471,9 @@ class DeferredSignature:
         walker = Walker(())
         for name, plan, start in plans:
             walker.apply_plan(name, plan, vals, start)
-        function_id, context, call, hashes = parts
-        built = self._built = Signature(("id", function_id), context, walker.leaves, None, "jit", call, None,
-                                        tuple(zip(KEY_PARTS, hashes)))
+        function_id, (values, texts), call, hashes = parts
+        built = self._built = Signature(("id", function_id), texts, walker.leaves, None, "jit", call, None,
+                                        tuple(zip(KEY_PARTS, hashes)), values)
         self._plans = self._vals = self._parts = None
         return built
 
@@ -422,6 +487,14 @@ def _named_arguments(plan: Any, positional: list, var: str | None) -> tuple[tupl
         plans.append((name, tree, start))
         call.append((name, "position" if type(where) is int else "keyword"))
     return tuple(plans), tuple(call)
+
+
+def _same_values(a: tuple, b: tuple) -> bool:
+    """Whether two tuples of trace-context values are equal by JAX's ``==`` (identity first)."""
+    try:
+        return bool(a == b)  # (tuple equality in C: each pair by identity, then ``==``)
+    except Exception:
+        return False
 
 
 def _arg_names(debug_info: Any, flat_paths: dict) -> dict | None:

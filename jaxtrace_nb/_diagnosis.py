@@ -14,7 +14,10 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from ._records import Unrolled
-from ._signature import Change, Leaf, Origin, Signature, call_changes, closest, owners_of
+from ._signature import (DERIVED_LOWERING, NODE_SUFFIX, TRANSFORMED_LOWERING, ArrayToken, Change, Leaf, Origin,
+                         Signature, call_changes, closest, context_changes, diff_leaves, owners_of, same_for_jax)
+from . import _hints as hints
+from ._witness import Witness
 from ._values import clip
 
 CAUSES = (
@@ -35,7 +38,6 @@ _WHAT = {
     "shape": "shape", "dtype": "dtype", "weak_type": "weak type", "static": "static value",
     "structure": "structure", "sharding": "placement", "new_function": "function",
 }
-_EXPECTED_PER_VALUE = ("bool", "str", "NoneType")  # static flags and modes: one compile per value
 
 
 class Diagnosis(NamedTuple):
@@ -46,6 +48,7 @@ class Diagnosis(NamedTuple):
     explanation: str
     hint: str
     distance: int = 0  # leaves that differ from the closest earlier trace
+    hint_id: str | None = None  # the hint's id in `_hints.HINTS` (None: no hint)
 
 
 FIRST = Diagnosis("first", None, None, None, "First trace of this function.", "")
@@ -57,6 +60,14 @@ def first_after_failures(failed: int) -> Diagnosis:
                                       "raised while tracing, so JAX cached nothing for them).")
 
 
+NOT_DIAGNOSED = Diagnosis(None, None, None, None, "jaxtrace_nb could not diagnose this trace (an internal error, "
+                          "counted in jt.faults()).", "")
+
+
+class InvariantError(Exception):
+    """A diagnosis that JAX's own comparison does not back (a bug in jaxtrace_nb, never said)."""
+
+
 NO_SIGNATURE = "No signature was recorded for this trace (its arguments could not be decoded)."
 REDUCED = Diagnosis(None, None, None, None,
                     "Reduced mode: the cause of a retrace is not available on this JAX version.", "")
@@ -66,8 +77,7 @@ def _q(path: str) -> str:
     return f"`{path}`"
 
 
-def _is_argument(path: str) -> bool:
-    return path.isidentifier()
+_is_argument = hints.is_argument
 
 
 def _root(path: str) -> str:
@@ -76,6 +86,7 @@ def _root(path: str) -> str:
 
 # ------------------------------------------------------------------ classify
 def classify(change: Change, function_path: str | None = None) -> str:
+    """The cause a change JAX's comparison found at one leaf stands for."""
     path, old, new = change
     if old is None or new is None:
         return "structure"
@@ -85,16 +96,26 @@ def classify(change: Change, function_path: str | None = None) -> str:
             return "static"
         return "structure"
     if new.kind == "array":
-        if old.token[1] != new.token[1]:
+        a, b = old.token, new.token
+        if type(a) is not ArrayToken or type(b) is not ArrayToken:
+            return "shape" if a != b else "sharding"
+        if a.dtype != b.dtype and (is_key_dtype(a.dtype) or is_key_dtype(b.dtype)):
+            return "dtype"  # a PRNG key of another kind (a raw uint32 key, a typed key): not a shape to pad
+        if a.shape != b.shape:
             return "shape"
-        if old.token[2] != new.token[2]:
+        if a.dtype != b.dtype:
             return "dtype"
-        if old.token[3] != new.token[3]:
+        if a.weak != b.weak:
             return "weak_type"
-        return "sharding"
+        return "sharding"  # the placement part of the type: mesh axes, varying axes, memory space
     if new.kind == "static":
         return "new_function" if path == function_path else "static"
     return "structure"
+
+
+def is_key_dtype(dtype: str) -> bool:
+    """Whether a dtype name is one of JAX's typed PRNG key dtypes (``key<fry>``)."""
+    return dtype.startswith("key<")
 
 
 def _describe(change: Change, cause: str) -> tuple[str, str]:
@@ -126,172 +147,37 @@ def _collapse(changes: list[Change]) -> list[Change]:
         else:
             merged[path] = [old, new]
     replaced = [path for path, (old, new) in merged.items()
-                if (old is not None and new is not None and old.kind != new.kind)
+                if (old is not None and new is not None and (old.kind != new.kind or _other_container(old, new)))
                 or ((old is None) != (new is None) and (old or new).kind == "node")]
     out = []
     for path, (old, new) in merged.items():
         if any(_under(path, p) for p in replaced):
             continue
         both_nodes = old is not None and new is not None and old.kind == new.kind == "node"
-        if both_nodes and any(_under(other, path) for other in merged):
+        if both_nodes and path not in replaced and any(_under(other, path) for other in merged):
             continue
         out.append((path, old, new))
     out.sort(key=lambda c: c[0] not in replaced)
     return out
 
 
+def _other_container(old: Leaf, new: Leaf) -> bool:
+    """Two node leaves of different container types (a ``dict`` and a ``FrozenDict``, a ``list`` and
+    a ``tuple``, two classes of one name): one container replaced by another, not changed."""
+    return old.kind == new.kind == "node" and old.type_name != new.type_name or (
+        old.kind == new.kind == "node" and old.token[1][:1] == ("custom",) and new.token[1][:1] == ("custom",)
+        and old.witness is not None and new.witness is not None and not same_for_jax(old, new))
+
+
 def _under(path: str, prefix: str) -> bool:
-    return path != prefix and path.startswith(prefix) and path[len(prefix)] in ".["
+    """Whether `path` lies inside the value at `prefix` (an element, a field, its metadata)."""
+    return path != prefix and path.startswith(prefix) and (path[len(prefix)] in ".[" or
+                                                          path[len(prefix):].startswith(" ("))
 
 
 # --------------------------------------------------------------------- hints
-def _hint(cause: str, change: Change, sig: Signature) -> str:
-    path, old, new = change
-    p = _q(path)
-    owners = owners_of(sig, path)
-    owner = next((o for o in owners if o.startswith("optax")), owners[0] if owners else "")
-    if cause == "weak_type":
-        return _weak_type_hint(p, path, old)
-    if cause == "dtype":
-        return _dtype_hint(p, path, old, new, owner)
-    if cause == "shape":
-        return (f"Each new shape of {p} compiles again: pad to a fixed shape (e.g. drop or pad the last "
-                "partial batch), or bucket the sizes into a few shapes.")
-    if cause == "new_function":
-        return NEW_FUNCTION_HINT
-    if cause == "static":
-        return _static_hint(p, old, new, owner)
-    if cause == "structure":
-        return _structure_hint(p, path, old, new, owner)
-    if cause == "sharding":
-        return SHARDING_HINT
-    return ""
-
-
-NEW_FUNCTION_HINT = ("JAX caches per function object: define (and jit) the function once, outside any loop, "
-                     "and reuse it. A cell re-run re-creates it once, which is expected.")
-SHARDING_HINT = ("Keep each argument's placement the same across calls: either always committed to one device "
-                 "(`jax.device_put(x, device)`) or never, with the same sharding and layout.")
-
-
-def _weak_type_hint(p: str, path: str, old: Leaf | None) -> str:
-    was_weak = old is not None and "weak" in old.text
-    then, now = ("a Python scalar", "an array") if was_weak else ("an array", "a Python scalar")
-    fix = (f"e.g. `jnp.asarray({path}, jnp.float32)` at the call site" if _is_argument(path)
-           else "e.g. create it with `jnp.asarray(value, jnp.float32)` where it is set")
-    return (f"{p} was {then} (a Python scalar is weakly typed, an array is not) and is now {now}: "
-            f"pass the same kind every call, {fix}.")
-
-
-def _dtype_hint(p: str, path: str, old: Leaf | None, new: Leaf | None, owner: str) -> str:
-    dtypes = {old.type_name, new.type_name} if old and new else set()
-    if owner.startswith("optax"):
-        return (f"{p} lives in optax's `{owner.rsplit('.', 1)[-1]}`, created by the optimizer's `init`: its "
-                "dtype follows the parameters given to `init`. Initialise the optimizer with parameters of the "
-                "dtype you train with, or cast the updates to that dtype before `apply_updates`.")
-    where = ("at the call site" if _is_argument(path)
-             else "where it is created" + (f" (it lives in a `{owner.rsplit('.', 1)[-1]}`)" if owner else ""))
-    if dtypes == {"float32", "float64"}:
-        return (f"{p} switched between float32 and float64 (a NumPy float64 array, or `jax_enable_x64`): "
-                f"cast it to one dtype {where}, e.g. `jnp.asarray(..., jnp.float32)`.")
-    return f"Give {p} one dtype every call: cast it {where}."
-
-
-def _static_hint(p: str, old: Leaf | None, new: Leaf | None, owner: str) -> str:
-    if old is not None and new is not None and old.kind != new.kind:
-        if old.kind == "static":
-            return (f"{p} was a static Python value and is now an array: pass the same kind every call "
-                    "(e.g. always `jnp.asarray(...)`).")
-        return f"{p} was an array and is now a static Python value: pass an array every call."
-    assert new is not None
-    if new.by_identity:
-        return _identity_hint(p, old, new, owner)
-    mechanism = _MECHANISM.get(new.origin, "")
-    if new.type_name in _EXPECTED_PER_VALUE or new.type_name.startswith("enum"):
-        return (f"{p} is static{mechanism}: JAX compiles once per value, which is expected for a flag or a "
-                "mode that Python code branches on. It only costs when the value changes often.")
-    if new.origin == Origin.FILTER_JIT and new.type_name in ("int", "float", "complex"):
-        return (f"`eqx.filter_jit` treats a Python {new.type_name} as static, so every new value of {p} compiles "
-                "again: pass `jnp.asarray(...)` to make it a traced array.")
-    if new.origin == Origin.STATIC_ARGNUMS:
-        return (f"{p} is a static argument (`static_argnums`/`static_argnames`): every new value compiles "
-                "again. Make it a traced array argument unless its value must be known while tracing.")
-    if new.origin == Origin.EQX_STATIC_FIELD:
-        return (f"{p} is an `eqx.field(static=True)`: every new value compiles again. Keep it fixed, or make it "
-                "an ordinary (array) field if it changes.")
-    if new.origin == Origin.DATACLASS_META:
-        return (f"{p} is a meta field of a `jax.tree_util.register_dataclass` pytree, part of the tree's "
-                "structure: every new value compiles again. Declare it a data field to trace it.")
-    if new.origin == Origin.NNX_ATTRIBUTE:
-        if old is not None and old.text == new.text:  # alike, yet unequal: a new object compared by identity inside
-            if new.type_name.startswith("optax"):
-                return (f"{p} holds an optax transformation, kept in the NNX graph's static part. One built again "
-                        "(e.g. a new `nnx.Optimizer` each epoch) compares unequal even when built alike: its "
-                        "functions compare by identity. Create the optimizer once and reuse it.")
-            return (f"{p} is a plain Python attribute of an NNX module, kept in its static graph, and now holds a "
-                    "new object that looks the same but compares unequal (by identity): create it once and reuse it.")
-        return (f"{p} is a plain Python attribute of an NNX module, kept in its static graph: every new value "
-                "compiles again. Hold it in an `nnx.Variable` to trace it instead.")
-    return f"Every distinct value of {p}{mechanism} compiles once: keep the set of values small or make it an array."
-
-
-_MECHANISM = {
-    Origin.STATIC_ARGNUMS: " (`static_argnums`/`static_argnames`)",
-    Origin.FILTER_JIT: " (a non-array argument under `eqx.filter_jit`)",
-    Origin.EQX_STATIC_FIELD: " (`eqx.field(static=True)`)",
-    Origin.DATACLASS_META: " (a `register_dataclass` meta field)",
-    Origin.NNX_ATTRIBUTE: " (a Python attribute of an NNX module)",
-    Origin.NODE_METADATA: " (a custom pytree node's metadata)",
-    Origin.PARTIAL_FUNC: " (the function of a `jax.tree_util.Partial`)",
-}
-
-
-def _identity_hint(p: str, old: Leaf | None, new: Leaf, owner: str) -> str:
-    same_name = old is not None and old.name is not None and old.name == new.name
-    name = new.name or ""
-    same_type = old is not None and old.type_name == new.type_name
-    if not (same_name or (same_type and not name)):
-        return f"{p} now holds a different object, compared by identity: reuse one object if the program is the same."
-    if name == "<lambda>" or name.endswith(".<lambda>"):
-        return (f"{p} is a lambda created anew each time, compared by identity: define the function once "
-                "(e.g. at module level) and reuse it.")
-    if name.startswith("partial("):
-        return (f"{p} is a `functools.partial` re-created each time; partials compare by identity: create it "
-                "once and reuse it, or use `jax.tree_util.Partial` / `eqx.Partial` (pytrees) instead.")
-    if name.startswith("jit("):
-        return (f"{p} holds a `jax.jit(...)` created anew (e.g. in `__init__`); jitted callables compare by "
-                "identity: create it once at module level and reuse it, or store the plain function.")
-    if new.type_name.startswith("optax") or owner.startswith("optax"):
-        return (f"{p} is part of an optax transformation re-created with the same name; it compares by identity: "
-                "build the optimizer once and reuse the same object.")
-    if name:
-        return (f"{p} is compared by identity and was re-created with the same name: create it once and reuse "
-                "it.")
-    kind = new.type_name.rsplit(".", 1)[-1]
-    return (f"{p} is a `{kind}` object hashed by identity (its class defines no `__eq__`/`__hash__`), so every "
-            f"new instance compiles again: reuse one instance, define `__eq__` and `__hash__` on `{kind}`, or "
-            "make it a pytree (e.g. an `eqx.Module`).")
-
-
-def _structure_hint(p: str, path: str, old: Leaf | None, new: Leaf | None, owner: str) -> str:
-    if (old is None or new is None) and _is_argument(path):
-        return (f"{p} was passed in one call and not in the other: a keyword left to its default and one given "
-                "explicitly are different call structures. Pass it always, or never.")
-    kinds = {old.kind if old else None, new.kind if new else None}
-    if "none" in kinds and kinds & {"array", "node"}:
-        if owner.startswith("optax"):
-            return (f"{p} in optax's `{owner.rsplit('.', 1)[-1]}` switched between an array and None: the "
-                    "optimizer state changes structure when gradients are None for some leaves (frozen "
-                    "parameters). Initialise the optimizer state with the same filter that selects the trainable "
-                    "leaves, e.g. `optim.init(eqx.filter(model, filter_spec))`.")
-        return (f"{p} switched between an array and None: pass the same structure every call (e.g. an array of "
-                "zeros instead of None, or None always).")
-    if "node" in kinds and len(kinds - {None}) == 2:
-        return (f"{p} changed kind of container (an array, a list, a tuple or a dict are different pytrees): "
-                "pass the same kind every call, e.g. always `jnp.asarray(...)`.")
-    if "node" in kinds:
-        return f"The pytree structure changed at {p} (a key, a list length or a field): pass the same structure every call."
-    return f"The pytree structure changed at {p}: pass the same structure every call."
+NEW_FUNCTION_HINT = hints.text("new_function")
+SHARDING_HINT = hints.text("sharding")
 
 
 # ------------------------------------------------------------------ diagnose
@@ -306,7 +192,11 @@ def diagnose(new: Signature, previous: Sequence[Signature], *, new_object: bool 
     if not previous:
         return FIRST
     old, changes, ctx = closest(new, previous)
-    changes = _collapse(changes)
+    return checked(_diagnose(new, old, _collapse(changes), ctx, new_object, rerun_note, cache_cleared), new, old)
+
+
+def _diagnose(new: Signature, old: Signature, changes: list[Change], ctx: list[str], new_object: bool,
+              rerun_note: str | None, cache_cleared: bool) -> Diagnosis:
     function_change = [c for c in changes if c[0] == new.function_path]
     if new_object or function_change:
         return _new_function(new, changes, function_change, rerun_note)
@@ -321,8 +211,41 @@ def diagnose(new: Signature, previous: Sequence[Signature], *, new_object: bool 
             "structure", name, f"by {was}", f"by {now}",
             f"{_q(name)} was passed by {was} and is now passed by {now}: JAX's cache key keeps positional and "
             "keyword arguments apart, so the call has a new input structure.",
-            f"Pass {_q(name)} the same way every call (always by keyword, or always by position).", len(moved))
+            hints.text("structure.call", name), len(moved), "structure.call")
     return _same_key(new, old, cache_cleared)
+
+
+_NAMED_CAUSES = ("shape", "dtype", "weak_type", "static", "structure", "sharding")
+
+
+def checked(d: Diagnosis, new: Signature, old: Signature) -> Diagnosis:
+    """`d`, after checking that JAX's comparison backs it: a named leaf differs between `old` and
+    `new` by JAX's equality (`same_for_jax`); `unknown` only where no leaf, context value, way of
+    passing or part of JAX's key differs. Raises `InvariantError` otherwise."""
+    if d.cause == "unknown":
+        if diff_leaves(new, old) or context_changes(new, old) or call_changes(new, old) or \
+                [a for a, b in zip(new_parts(new), new_parts(old)) if a != b]:
+            raise InvariantError("`unknown` said where JAX's key differs from the earlier one")
+    elif d.cause in _NAMED_CAUSES and d.leaf is not None and not (d.before or "").startswith("by "):
+        if not _differs_at(new, old, d.leaf) and not _changed_inside(new, old, d.leaf):
+            raise InvariantError(f"`{d.leaf}` named as changed, but JAX's comparison finds it equal")
+    return d
+
+
+def _differs_at(new: Signature, old: Signature, path: str) -> bool:
+    """Whether the leaf at `path`, or the node there, is in one signature only or differs by JAX's
+    comparison."""
+    for key in (path, path + NODE_SUFFIX):
+        a, b = old.leaves.get(key), new.leaves.get(key)
+        if (a is None) != (b is None) or (a is not None and not same_for_jax(a, b)):
+            return True
+    return False
+
+
+def _changed_inside(new: Signature, old: Signature, path: str) -> bool:
+    """Whether some leaf inside `path` (an element, a field, its metadata) differs (a container
+    whose contents changed is named by its own path)."""
+    return any(_under(p.removesuffix(NODE_SUFFIX), path) for p, _, _ in diff_leaves(new, old))
 
 
 def _new_function(new: Signature, changes, function_change, rerun_note) -> Diagnosis:
@@ -333,7 +256,7 @@ def _new_function(new: Signature, changes, function_change, rerun_note) -> Diagn
     if others:
         explanation += " Inputs also changed: " + ", ".join(_q(c[0]) for c in others[:_MAX_LISTED]) + "."
     return Diagnosis("new_function", function_change[0][0] if function_change else None, before, after,
-                     explanation, NEW_FUNCTION_HINT, len(changes))
+                     explanation, NEW_FUNCTION_HINT, len(changes), "new_function")
 
 
 def _context(new: Signature, old: Signature, ctx: list[str], n_changes: int) -> Diagnosis:
@@ -343,9 +266,7 @@ def _context(new: Signature, old: Signature, ctx: list[str], n_changes: int) -> 
         "context", None, f"{ctx[0]}={before}" if before is not None else None,
         f"{ctx[0]}={after}" if after is not None else None,
         f"Same inputs, but JAX's trace context changed ({names}).",
-        "A JAX config value or context manager (e.g. `jax_enable_x64`, `default_matmul_precision`, a mesh, "
-        "a default device) differs from the earlier trace: set it once, before the first call.",
-        n_changes + len(ctx))
+        hints.text("context"), n_changes + len(ctx), "context")
 
 
 def _leaf_change(new: Signature, changes: list[Change]) -> Diagnosis:
@@ -364,24 +285,54 @@ def _leaf_change(new: Signature, changes: list[Change]) -> Diagnosis:
         listed = ", ".join(f"{_q(c[0])} ({classify(c, new.function_path)})" for c in changes[1:_MAX_LISTED])
         more = len(changes) - _MAX_LISTED
         explanation += f" Also changed: {listed}" + (f" and {more} more." if more > 0 else ".")
-    return Diagnosis(cause, first[0], before, after, explanation, _hint(cause, first, new), len(changes))
+    hint_id, hint = hints.for_change(cause, first, new)
+    return Diagnosis(cause, first[0], before, after, explanation, hint, len(changes), hint_id)
 
 
 def _same_key(new: Signature, old: Signature, cache_cleared: bool) -> Diagnosis:
+    """No argument leaf, context value or way of passing differs by JAX's comparison: JAX's key is
+    identical to `old`'s, unless a part of it that jaxtrace_nb reads no leaf of differs. That is
+    stated in JAX's own terms (the key's part, JAX's input path), never guessed at."""
     parts = [name for (name, a), (_, b) in zip(new_parts(new), new_parts(old)) if a != b]
-    if parts:  # JAX's key differs where the decoded arguments do not
+    found = _tree_difference(new, old)
+    if found is not None or "inputs" in parts:
+        if found is not None:
+            where = found.sentence()
+            cause = "static" if found.static or found.what == "node data" else "structure"
+            before, after = found.before, found.after
+        else:
+            where = "its hash differs, and JAX no longer holds the earlier key to say where"
+            cause, before, after = "structure", None, None
+        return Diagnosis(
+            cause, None, before, after,
+            "JAX's cache key differs in its input pytree where jaxtrace_nb's reading of the arguments shows no "
+            f"difference: {where}.", "", 0)
+    if parts:
         what = ", ".join(parts)
-        cause = "new_function" if parts[0] in ("function", "debug info") else "structure"
+        cause = "new_function" if parts[0] == "function" else "structure"
         return Diagnosis(cause, None, None, None,
-                         f"The decoded arguments match an earlier trace, but JAX's cache key differs in: {what}.",
-                         NEW_FUNCTION_HINT if cause == "new_function" else "", 0)
+                         f"The decoded arguments match an earlier trace, but JAX's cache key differs in: {what}"
+                         + (" (the function's name, source location or argument names)" if parts[0] == "debug info"
+                            else "") + ".", NEW_FUNCTION_HINT if cause == "new_function" else "", 0,
+                         "new_function" if cause == "new_function" else None)
     seen = "JAX's caches were cleared (`jax.clear_caches()`) since then" if cache_cleared else \
         "JAX's trace cache no longer held that entry"
     return Diagnosis(
         "unknown", None, None, None,
-        f"Traced again with a cache key identical to an earlier trace of this function: {seen}.",
-        "" if cache_cleared else "An entry leaves JAX's cache when its function object is garbage-collected or "
-        "its cache is cleared (`f.clear_cache()`, `jax.clear_caches()`).", 0)
+        f"Traced again with a cache key identical to an earlier trace of this function: {seen}"
+        + ("." if cache_cleared else " (an entry leaves it when its function object is garbage-collected, or "
+           "with `f.clear_cache()` or `jax.clear_caches()`)."), "", 0)
+
+
+def _tree_difference(new: Signature, old: Signature):
+    """JAX's own treedef comparison of the two traces' arguments, where JAX still holds both."""
+    mine, theirs = new.tree_ref, old.tree_ref
+    if mine is None or theirs is None:
+        return None
+    try:
+        return mine.difference(theirs)
+    except Exception:
+        return None
 
 
 def new_parts(sig: Signature) -> tuple:
@@ -391,28 +342,20 @@ def new_parts(sig: Signature) -> tuple:
 # ------------------------------------------------------- compiles and loops
 def diagnose_compile(new: Signature, previous: Sequence[Signature], *, traced: bool) -> Diagnosis:
     """Explain a compile that followed no new trace, from the lowering signatures of the
-    function's earlier compiles. `traced` says whether jaxtrace_nb saw the function trace."""
-    if not previous:
-        if traced:
-            return Diagnosis(
-                "first", None, None, None,
-                "First compile of this program: its trace was recorded, but it is compiled in a transformed "
-                "form (e.g. batched by `jax.vmap`) or for other arguments than at its trace.", "")
-        return Diagnosis(
-            "first", None, None, None,
-            "Compiled without a new trace: the function was traced before recording started, "
-            "or its trace was served from JAX's cache.", "")
-    old, changes, ctx = closest(new, previous)
+    function's earlier compiles. `traced` says whether jaxtrace_nb saw the function trace.
+
+    JAX's compile cache keys on the traced program itself (by identity) and each argument's type
+    and placement. The same program compiled again differs in placement (or was evicted); another
+    program under the function's name is one JAX derived from it (`jax.grad`, `jax.vmap`, ...)."""
+    same_program = [old for old in previous if _same_program(old, new)]
+    if not same_program:
+        return _other_program(new, previous, traced)
+    old, changes, ctx = closest(new, same_program)
     changes = _collapse(changes)
-    if not changes and not ctx and new.function_token != old.function_token:
-        return Diagnosis("new_function", None, None, None,
-                         "Compiled another traced program under this name, for the same argument types: another "
-                         "function of the same name, a new trace of it, or a transformed version of it "
-                         "(e.g. under `jax.grad` or `jax.pmap`).", "", 0)
     if not changes and not ctx:
         return Diagnosis("unknown", None, None, None,
-                         "Compiled again for arguments identical to an earlier compile of this function: "
-                         "JAX's compile cache no longer held that program.", "")
+                         "Compiled again for the same program and arguments as an earlier compile of this function: "
+                         "JAX's compile cache no longer held it.", "")
     if ctx:
         return _context(new, old, ctx, len(changes))
     first = changes[0]
@@ -421,15 +364,61 @@ def diagnose_compile(new: Signature, previous: Sequence[Signature], *, traced: b
     if cause == "sharding":
         explanation = (f"Compiled again without a new trace: {_q(first[0])} changed placement: {before} → {after} "
                        "(committed device, sharding or layout are part of the compile's key).")
-    elif cause == "shape":
-        explanation = (f"Compiled again without a new trace: {_q(first[0])} changed shape: {before} → {after} "
-                       "(the traced program is compiled for new shapes, e.g. a new batch size under `jax.vmap`).")
     else:
         explanation = f"Compiled again without a new trace: {_q(first[0])} changed {_WHAT[cause]}: {before} → {after}."
     if len(changes) > 1:
         explanation += " Also changed: " + ", ".join(_q(c[0]) for c in changes[1:_MAX_LISTED]) + "."
-    hint = SHARDING_HINT if cause == "sharding" else _hint(cause, first, new)
-    return Diagnosis(cause, first[0], before, after, explanation, hint, len(changes))
+    sharding = cause == "sharding"
+    return Diagnosis(cause, first[0], before, after, explanation, SHARDING_HINT if sharding else "", len(changes),
+                     "sharding" if sharding else None)
+
+
+def _same_program(old: Signature, new: Signature) -> bool:
+    a, b = old.function_token, new.function_token
+    if len(a) == len(b) == 2 and type(a[1]) is Witness and type(b[1]) is Witness:
+        return a[1].equals(b[1])
+    return a == b
+
+
+def _other_program(new: Signature, previous: Sequence[Signature], traced: bool) -> Diagnosis:
+    """A program not compiled before under this function's name: one JAX derived from it."""
+    if new.jit_kind == DERIVED_LOWERING:
+        return Diagnosis(
+            "first", None, None, None,
+            "First compile of a program JAX derived from this function by differentiation (`jax.grad`, "
+            "`jax.value_and_grad`, `jax.vjp`, `jax.jvp` of it: its forward and backward programs, whose arguments "
+            "are not the function's own). JAX compiles each derived program once for each trace of the "
+            "function; it is not a change of the function's arguments.", "")
+    alike = [old for old in previous if old.jit_kind != DERIVED_LOWERING and old.leaves.keys() == new.leaves.keys()]
+    if alike:  # another program derived the same way (e.g. `jax.vmap` of it at another batch size)
+        old, changes, ctx = closest(new, alike)
+        changes = _collapse(changes)
+        if changes and not ctx:
+            first = changes[0]
+            cause = classify(first)
+            before, after = _describe(first, cause)
+            return Diagnosis(
+                cause, first[0], before, after,
+                f"Compiled a new program JAX derived from this function (e.g. batched by `jax.vmap`) for new "
+                f"argument types: {_q(first[0])} changed {_WHAT[cause]}: {before} → {after}.", "", len(changes))
+    if previous or traced:
+        return Diagnosis(
+            "first", None, None, None,
+            "First compile of another program under this function's name: one JAX derived from it (e.g. batched "
+            "by `jax.vmap`) for arguments of other types. JAX compiles each such program once; it is not a change "
+            "of the function's own arguments.", "")
+    return Diagnosis(
+        "first", None, None, None,
+        "Compiled without a new trace: the function was traced before recording started, "
+        "or its trace was served from JAX's cache.", "")
+
+
+def kept_lowering(new: Signature, previous: Sequence[Signature]) -> Signature:
+    """`new` as the function's lowerings keep it: a program under the function's name that none of its
+    earlier compiles had is marked as derived from it (compared with its like at the next one)."""
+    if new.jit_kind == "lowering" and previous and not any(_same_program(old, new) for old in previous):
+        return new._replace(jit_kind=TRANSFORMED_LOWERING)
+    return new
 
 
 def join_hints(first: str | None, then: str | None) -> str | None:
@@ -437,12 +426,15 @@ def join_hints(first: str | None, then: str | None) -> str | None:
     return f"{first} {then}" if first and then else (then or first)
 
 
+def join_ids(first: str | None, then: str | None) -> str | None:
+    """The `hint_ids` of an event with two hints (`join_hints`): their ids, comma-separated."""
+    return f"{first},{then}" if first and then else (then or first)
+
+
 def unrolled_loop_hint(found: Unrolled, total: int, where: str | None) -> str:
     """The hint for a trace whose top level holds an unrolled Python loop."""
-    at = f" (loop body at {where})" if where else ""
-    return (f"A Python loop of about {found.repeats} iterations was unrolled into the graph{at}: "
-            f"{found.equations} of its {total} top-level equations repeat a block of {found.period}. "
-            "`jax.lax.scan` or `jax.lax.fori_loop` would trace and compile the body once.")
+    return hints.text("unrolled_loop", repeats=found.repeats, at=f" (loop body at {where})" if where else "",
+                      equations=found.equations, total=total, period=found.period)
 
 
 REDUCED_COMPILE = "Compile recorded through jax.monitoring only (reduced mode)."

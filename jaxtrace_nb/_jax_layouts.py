@@ -105,6 +105,11 @@ class TraceLayout:
         locals (`begin`); else None. It is the object `fun` reads."""
         return None
 
+    # The files of JAX's jit machinery between a jitted object's caller and the announcing frame
+    # (whoever called the jitted object is the frame above them).
+    machinery = ("jax/_src/pjit.py", "jax/_src/interpreters/partial_eval.py", "jax/_src/traceback_util.py",
+                 "jax/_src/linear_util.py")
+
     # The local of the frame reporting a trace's seconds whose id is the trace's pairing token. That
     # frame's ``jaxpr`` (the traced program) is bound only when the trace returned: JAX reports the
     # seconds of one that raised all the same.

@@ -12,7 +12,7 @@ import operator
 import threading
 from collections.abc import Callable, Iterable
 
-from ._diagnosis import CAUSES, join_hints
+from ._diagnosis import CAUSES, join_hints, join_ids
 from ._records import Stage
 
 DEFAULT_MAX_EVENTS = 100_000
@@ -31,14 +31,14 @@ COLUMN_TYPES = (
     ("cache_saved_s", _FLOAT), ("eqns", _INT), ("eqns_total", _INT), ("loop_repeats", _INT),
     ("loop_line", _TEXT), ("flops", _FLOAT), ("arg_bytes", _INT), ("out_bytes", _INT), ("temp_bytes", _INT),
     ("compile_s_per_keqn", _FLOAT), ("jit", _TEXT), ("thread", _INT), ("key", _TEXT), ("seq", _INT),
-    ("host", _TEXT), ("process", _INT), ("signature", _TEXT),
+    ("host", _TEXT), ("process", _INT), ("signature", _TEXT), ("hint_ids", _TEXT),
 )
 COLUMNS = tuple(name for name, _ in COLUMN_TYPES)
 # Where each timed stage's seconds go: the only place stages meet column names.
 STAGE_COLUMNS = {Stage.TRACE: "trace_s", Stage.LOWER: "lower_s", Stage.COMPILE: "compile_s",
                  Stage.CACHE_SAVED: "cache_saved_s"}
 _XLA_COST_COLUMNS = ("flops", "arg_bytes", "out_bytes", "temp_bytes")
-_DIAGNOSIS_COLUMNS = ("cause", "leaf", "before", "after", "explanation", "hint")
+_DIAGNOSIS_COLUMNS = ("cause", "leaf", "before", "after", "explanation", "hint", "hint_ids")
 
 _ALL_COLUMNS = operator.attrgetter(*COLUMNS)
 
@@ -87,9 +87,9 @@ class Event:
         if deferred is None:
             return
         d = deferred()
-        graph_hint = self.hint
+        graph_hint, graph_ids = self.hint, self.hint_ids
         for name, value in zip(_DIAGNOSIS_COLUMNS, (d.cause, d.leaf, d.before, d.after, d.explanation,
-                                                    join_hints(d.hint, graph_hint))):
+                                                    join_hints(d.hint, graph_hint), join_ids(d.hint_id, graph_ids))):
             setattr(self, name, _shared(value) if type(value) is str else value)
 
     def as_tuple(self) -> tuple:

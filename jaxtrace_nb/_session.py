@@ -16,8 +16,8 @@ import time
 import warnings
 from typing import NamedTuple
 
-from ._diagnosis import (FIRST, NO_SIGNATURE, REDUCED, REDUCED_COMPILE, Diagnosis, diagnose, diagnose_compile,
-                         first_after_failures, join_hints, unrolled_loop_hint)
+from ._diagnosis import (FIRST, NO_SIGNATURE, NOT_DIAGNOSED, InvariantError, REDUCED, REDUCED_COMPILE, Diagnosis, diagnose, diagnose_compile,
+                         first_after_failures, join_hints, join_ids, kept_lowering, unrolled_loop_hint)
 from ._log import Event, EventLog, now, when
 from ._probe import Probe
 from ._processes import signature_column
@@ -100,10 +100,12 @@ class _DeferredDiagnosis(NamedTuple):
         try:
             return diagnose(self.signature.get(), [s.get() for s in self.previous], new_object=self.new_object,
                             rerun_note=self.rerun, cache_cleared=self.cache_cleared)
+        except InvariantError as e:  # a diagnosis JAX's comparison does not back: said as not diagnosed
+            self.fault("invariant", e)
+            return NOT_DIAGNOSED
         except Exception as e:
             self.fault("diagnosis", e)
-            return Diagnosis("unknown", None, None, None, "jaxtrace_nb could not diagnose this trace "
-                             "(an internal error, counted in jt.faults()).", "")
+            return NOT_DIAGNOSED
 
 
 # The fields of an event whose diagnosis is deferred, until the log settles it.
@@ -401,7 +403,7 @@ class Session:
         return Event(time=time, cell=cell, function=identity.name, location=identity.location,
                      kind=kind, internal=identity.internal, nested=nested, trace_number=trace_number,
                      cause=d.cause, leaf=d.leaf, before=d.before, after=d.after, explanation=d.explanation,
-                     hint=d.hint, call_site=call_site, jit=identity.jit_kind, thread=thread, key=identity.key,
+                     hint=d.hint, hint_ids=d.hint_id, call_site=call_site, jit=identity.jit_kind, thread=thread, key=identity.key,
                      host=host, process=process)
 
     def _place(self) -> tuple[str, int | None]:
@@ -454,6 +456,7 @@ class Session:
         if graph.unrolled is not None:
             event.loop_repeats = graph.unrolled.repeats
             event.hint = join_hints(event.hint, unrolled_loop_hint(graph.unrolled, graph.eqns, graph.loop_where))
+            event.hint_ids = join_ids(event.hint_ids, "unrolled_loop")
 
     def on_lowering(self, event: Event | _TraceDraft | None, record: LoweringRecord) -> Event | None:
         try:
@@ -486,8 +489,9 @@ class Session:
             diagnosis = Diagnosis("first" if not state.compiles else None, None, None, None, REDUCED_COMPILE, "")
         else:
             signature = self._user_names(state, record.signature)
-            diagnosis = diagnose_compile(signature, list(state.lowerings), traced=state.traces > 0)
-            state.lowerings = _keep(state.lowerings, signature)
+            previous = list(state.lowerings)
+            diagnosis = diagnose_compile(signature, previous, traced=state.traces > 0)
+            state.lowerings = _keep(state.lowerings, kept_lowering(signature, previous))
         event = self._event(identity, "compile", diagnosis, state.traces, record.thread)
         return self._append(event)
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from ._values import StaticInfo
+from ._witness import Witness, values_equal
 
 
 class Leaf(NamedTuple):
@@ -25,6 +26,10 @@ class Leaf(NamedTuple):
     by_identity: bool = False  # static values compared (hashed) by object identity
     origin: str = ""  # what made a static value static ("static_argnums", "eqx.field(static=True)", ...)
     detail: str = ""  # an array's placement at a compile ("uncommitted", "committed to cpu:0")
+    # What JAX's cache key compares at this leaf, compared as JAX compares it (`same_for_jax`): an
+    # array's abstract value, a static value's `Witness`; None where `token` is exactly that (a
+    # container of builtin kind with string keys, None).
+    witness: object = None
 
 
 _DTYPE_SHORT = {
@@ -39,20 +44,7 @@ def short_dtype(dtype: str) -> str:
     return _DTYPE_SHORT.get(dtype, dtype)
 
 
-def array_leaf(shape: tuple, dtype: str, weak: bool = False, sharding: tuple | None = None) -> Leaf:
-    """An array leaf; `sharding` is the per-dimension mesh axes of an explicit sharding, if any."""
-    if sharding:
-        dims = ",".join(f"{d}@{axes}" if axes else str(d) for d, axes in zip(shape, sharding))
-    else:
-        dims = ",".join(map(str, shape))
-    text = f"{short_dtype(dtype)}[{dims}]"
-    if weak:
-        text += " (weak)"
-    return Leaf("array", text, ("array", tuple(shape), dtype, bool(weak), sharding), dtype)
-
-
-def static_leaf(info: StaticInfo, origin: str = "") -> Leaf:
-    return Leaf("static", info.text, info.token, info.type_name, info.name, info.by_identity, origin)
+_NO_VALUE = object()
 
 
 class Origin:
@@ -68,15 +60,75 @@ class Origin:
     FUNCTION = "function"  # the jitted function itself (eqx.filter_jit's static function)
 
 
+class ArrayToken(NamedTuple):
+    """What an array leaf's abstract value is, by the attributes a diagnosis names."""
+
+    kind: str  # "array"
+    shape: tuple
+    dtype: str
+    weak: bool
+    sharding: tuple | None  # the mesh axes of each dimension, where the type carries a sharding
+    other: str = ""  # the rest of the type where it is not the default (memory space, varying axes)
+
+
+def array_leaf(shape: tuple, dtype: str, weak: bool = False, sharding: tuple | None = None,
+               aval: object = None, other: str = "") -> Leaf:
+    """An array leaf; `sharding` is the per-dimension mesh axes of an explicit sharding, if any;
+    `aval` is JAX's abstract value itself (the leaf's `witness`)."""
+    if sharding:
+        dims = ",".join(f"{d}@{axes}" if axes else str(d) for d, axes in zip(shape, sharding))
+    else:
+        dims = ",".join(map(str, shape))
+    text = f"{short_dtype(dtype)}[{dims}]"
+    if weak:
+        text += " (weak)"
+    if other:
+        text += f" {{{other}}}"
+    return Leaf("array", text, ArrayToken("array", tuple(shape), dtype, bool(weak), sharding, other), dtype,
+                witness=aval)
+
+
+def static_leaf(info: StaticInfo, origin: str = "", value: object = _NO_VALUE) -> Leaf:
+    """A static value's leaf; with `value` (the object itself), a `Witness` of it: JAX's ``==``
+    decides whether it changed (with the same type too for a ``static_argnums`` value)."""
+    witness = None if value is _NO_VALUE else Witness(value, typed=origin == Origin.STATIC_ARGNUMS)
+    return Leaf("static", info.text, info.token, info.type_name, info.name, info.by_identity, origin,
+                witness=witness)
+
+
+def same_for_jax(old: Leaf, new: Leaf) -> bool:
+    """Whether JAX's cache-key comparison finds the two leaves equal: its ``==`` on the values it
+    keeps (abstract values, static values through their `Witness`), the token where that is all
+    JAX compares (containers of builtin kinds, None)."""
+    if old is new:
+        return True
+    if old.kind != new.kind:
+        return False
+    a, b = old.witness, new.witness
+    if a is None or b is None:
+        return old.token == new.token
+    if type(a) is Witness:
+        return type(b) is Witness and a.equals(b)
+    return values_equal(a, b)
+
+
 NONE_LEAF = Leaf("none", "None", ("none",))
+
+# The jit kind of a lowering signature whose program keeps no argument names: one JAX derived from a
+# jitted function's traced program (a JVP or a transpose, under `jax.grad`, `jax.vjp`, `jax.jvp`).
+DERIVED_LOWERING = "lowering (derived)"
+# A lowering signature of another program with the function's argument names, kept as derived from it
+# (batched by `jax.vmap`): `_diagnosis.kept_lowering`.
+TRANSFORMED_LOWERING = "lowering (transformed)"
 
 # Paths of node leaves: the node's path plus this suffix (shown without it).
 NODE_SUFFIX = " (structure)"
 
 
-def node_leaf(token: object, what: str, type_name: str = "") -> Leaf:
-    """A pytree node: a container's kind and size, or a node's metadata (aux data)."""
-    return Leaf("node", what, ("node", token), type_name)
+def node_leaf(token: object, what: str, type_name: str = "", witness: object = None) -> Leaf:
+    """A pytree node: a container's kind and size, or a node's metadata (aux data). `witness`:
+    what JAX compares of it where the token is not exactly that (a custom node's type)."""
+    return Leaf("node", what, ("node", token), type_name, witness=witness)
 
 
 class Signature(NamedTuple):
@@ -88,6 +140,11 @@ class Signature(NamedTuple):
     call: tuple = ()  # ((argument, "position" | "keyword"), ...): how each argument was passed
     owners: dict | None = None  # path -> qualified type of the custom container at that path
     key_parts: tuple = ()  # ((component, hash), ...) of JAX's own cache key: equal keys hash equal
+    # JAX's trace-context values themselves (config values, compared with JAX's ``==``), or ()
+    context_values: tuple = ()
+    # A weak reference to JAX's own argument structure of this trace (alive while JAX caches it),
+    # to say a difference the leaves do not name in JAX's terms; or None
+    tree_ref: object = None
 
     @property
     def n_leaves(self) -> int:
@@ -107,7 +164,7 @@ def diff_leaves(new: Signature, old: Signature) -> list[Change]:
     old_leaves = old.leaves
     for path, leaf in new.leaves.items():
         prev = old_leaves.get(path)
-        if prev is None or prev.token != leaf.token:
+        if prev is None or not same_for_jax(prev, leaf):
             changes.append((path, prev, leaf))
     if len(old_leaves) != len(new.leaves) or changes:
         new_leaves = new.leaves
@@ -129,6 +186,13 @@ def call_changes(new: Signature, old: Signature) -> list[tuple[str, str, str]]:
 
 
 def context_changes(new: Signature, old: Signature) -> list[str]:
+    """The names of the trace-context entries JAX's ``==`` finds different (by their values where
+    both signatures keep them, else by their texts)."""
+    a, b = old.context_values, new.context_values
+    if a and b and len(a) == len(b) and len(b) == len(new.context):
+        if values_equal(a, b):  # (tuple equality: each pair by identity, then ``==``)
+            return []
+        return [name for (name, _), x, y in zip(new.context, a, b) if not values_equal(x, y)] or ["trace context"]
     if new.context == old.context:
         return []
     old_map = dict(old.context)

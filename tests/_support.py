@@ -200,15 +200,19 @@ class _ExplainedMisses(logging.Handler):
         self.started: dict = {}  # JAX name -> draft of that function's latest trace start
         self.after = explained_after  # JAX 0.8 explains a miss once its trace is done
         self.by_draft: list = []  # (draft, (name, category)); a draft's event is built when the log is read
+        self.every: dict = {}  # id(draft) -> JAX's categories of the new key's difference from each earlier key
         on_trace = session.on_trace
 
         def tagged(record):
+            every = _categories_against_every_earlier_key()
             pending = on_trace(record)
             latest, self.latest = self.latest, None
             if pending is not None:
                 self.started[record.identity.jax_name] = pending
                 if latest is not None and latest[0] == record.identity.jax_name:
                     self.by_draft.append((pending, latest))
+                if every is not None:
+                    self.every[id(pending)] = every
             return pending
 
         self.on_trace = tagged
@@ -254,11 +258,52 @@ class _Misses:
                     if draft.event is not None}
         return [(e, by_event[id(e)]) for e in events if id(e) in by_event]
 
-    @staticmethod
-    def disagreements(explained) -> list:
-        """(function, trace number, our cause, JAX's category) where the two disagree."""
-        return [(e.function, e.trace_number, e.cause, category) for e, (_, category) in explained
-                if e.cause not in JAX_CATEGORIES.get(category, ()) and not _explained_apart(e, category)]
+    def disagreements(self, explained) -> list:
+        """(function, trace number, our cause, JAX's category) where the two disagree.
+
+        JAX's explainer reports the earlier key it ranks closest, by the first part of the key
+        that differs in the order trace context, pytree, debug info, types: a key that differs in
+        its pytree outranks one that differs in a type only. jaxtrace_nb names the earlier key with
+        the fewest differences. So, where JAX's cache can be read (JAX 0.9 on), our cause must be
+        what JAX's own comparison (``diff_tracing_cache_keys``) finds against some earlier key."""
+        every = {id(draft.event): categories for draft, _ in self._handler.by_draft
+                 for categories in [self._handler.every.get(id(draft))] if categories is not None}
+        out = []
+        for e, (_, category) in explained:
+            if e.cause in JAX_CATEGORIES.get(category, ()) or _explained_apart(e, category):
+                continue
+            found = every.get(id(e))
+            if found and any(e.cause in JAX_CATEGORIES.get(c, ()) for c in found):
+                continue
+            out.append((e.function, e.trace_number, e.cause, category))
+        return out
+
+
+def _categories_against_every_earlier_key() -> set | None:
+    """JAX's own category (``partial_eval.diff_tracing_cache_keys``) of the difference between the
+    key of the trace starting now and each earlier key of the same function in JAX's tracing cache;
+    None where that cache cannot be read so (JAX 0.8)."""
+    from jax._src import config
+    from jax._src.interpreters import partial_eval as pe
+
+    diff, cached = getattr(pe, "diff_tracing_cache_keys", None), getattr(pe, "trace_to_jaxpr", None)
+    if diff is None or not hasattr(cached, "cache_keys"):
+        return None
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_name not in ("trace_to_jaxpr", "trace_to_jaxpr_nocache"):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    local = frame.f_locals
+    fun = local.get("fun")
+    context = tuple(local.get("context_for_cache_key") or ())
+    new = (config.trace_context(), (local.get("in_avals"), local.get("debug_info"), *context), {})
+    categories = set()
+    for fun_ref, *key in cached.cache_keys():
+        if fun_ref() is fun:
+            message = diff(new, tuple(key))[-1]
+            categories.add(next((c for c in JAX_CATEGORIES if c in message), ""))
+    return categories
 
 
 @contextlib.contextmanager

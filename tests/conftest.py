@@ -42,10 +42,20 @@ def shell():
 def pytest_runtest_call(item):
     """No test may leave a trace with cause `unknown` in this process's log, unless it clears or
     evicts JAX's caches on purpose (`@pytest.mark.allows_unknown`): `unknown` means "the key JAX
-    caches on is identical to an earlier one", never "could not tell"."""
+    caches on is identical to an earlier one", never "could not tell". And no diagnosis may break
+    the runtime check that JAX's own comparison backs it (`_diagnosis.checked`), unless the test
+    breaks it on purpose (`@pytest.mark.breaks_invariant`)."""
+    jt = sys.modules.get("jaxtrace_nb")
+    invariant_before = jt.faults().get("invariant", 0) if jt is not None else 0
     result = yield
     jt = sys.modules.get("jaxtrace_nb")  # a test that never imported it recorded nothing
-    if jt is None or item.get_closest_marker("allows_unknown") is not None:
+    if jt is None:
+        return result
+    broken = jt.faults().get("invariant", 0) - invariant_before
+    if broken > 0 and item.get_closest_marker("breaks_invariant") is None:
+        pytest.fail(f"{broken} diagnosis(es) that JAX's own comparison does not back (jt.faults()['invariant'])",
+                    pytrace=False)
+    if item.get_closest_marker("allows_unknown") is not None:
         return result
     unknown = [e for e in jt.get_session().log.events() if e.cause == "unknown"]
     if unknown:

@@ -22,6 +22,14 @@ from . import equinox, flax_nnx, pytrees
 _ADAPTERS = (equinox, flax_nnx, pytrees)  # pytrees last: it handles any other custom node
 
 
+_WRAPPER_PACKAGES = {"equinox": "equinox", "nnx": "flax"}  # a jit kind -> the package of its jit wrapper
+
+
+def wrapper_package(jit_kind: str) -> str | None:
+    """The package whose jit wrapper makes calls of `jit_kind` (None for a plain ``jax.jit``)."""
+    return _WRAPPER_PACKAGES.get(jit_kind)
+
+
 def active() -> tuple:
     """The adapters whose library is imported in this process."""
     return tuple(adapter for adapter in _ADAPTERS if adapter.available())

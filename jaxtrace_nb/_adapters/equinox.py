@@ -57,7 +57,7 @@ def decode_call(start, static_type, decoder):
             if aval is not None:
                 merged.append(Placeholder(aval_leaf(aval), index))
             else:
-                merged.append(Placeholder(static_leaf(summarize_static(static), Origin.FILTER_JIT)))
+                merged.append(Placeholder(static_leaf(summarize_static(static), Origin.FILTER_JIT, static)))
         return merged
 
     fun_is_module = not (fun_td.num_leaves == 1 and fun_td.num_nodes == 1)
@@ -92,7 +92,7 @@ def decode_call(start, static_type, decoder):
         names.append(str(key))
     if user_fun is not None:
         qualname = printable(raw_identity(user_fun, start.debug_info)[0])
-        function_leaf = (qualname, static_leaf(summarize_static(user_fun), Origin.FUNCTION))
+        function_leaf = (qualname, static_leaf(summarize_static(user_fun), Origin.FUNCTION, user_fun))
     # Equinox binds every argument with inspect.signature: how it was passed never matters.
     call_how = tuple((name, "position") for name in names)
     return DecodedCall("equinox", user_fun, identity, arguments, function_leaf, call_how)

@@ -13,6 +13,8 @@ from typing import Any
 
 from .._signature import Origin
 
+_MAX_METADATA_ITEMS = 16
+
 
 def available() -> bool:
     return True
@@ -46,13 +48,23 @@ def walk_node(walker, prefix: str, obj: Any) -> bool:
         return False
     aux = node[1]
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        # Its fields that are not children are its metadata (``meta_fields=[...]``, or declared
+        # ``field(metadata={"static": True})``), unless another adapter showed them already
+        # (an ``eqx.Module``'s static fields).
         children = {_child_name(k) for k, _ in
                     jax.tree_util.tree_flatten_with_path(obj, is_leaf=lambda x: x is not obj)[0]}
         meta = [f.name for f in dataclasses.fields(obj)
-                if f.name not in children and not f.metadata.get("static", False)]
+                if f.name not in children and walker.leaf(f"{prefix}.{f.name}") is None]
         walker.static_fields(prefix, obj, meta, Origin.DATACLASS_META)
         return False
-    if aux is not None and not (type(aux) in (tuple, list) and not aux):
+    if aux is None or (type(aux) in (tuple, list) and not aux):
+        return False
+    if type(aux) is tuple and len(aux) <= _MAX_METADATA_ITEMS:
+        # JAX compares a tuple by its items: each is a leaf of its own, so that the one that changed
+        # is named, not its unchanged neighbour (an equal bound method is not an identical one).
+        for i, item in enumerate(aux):
+            walker.static(f"{prefix} (metadata)[{i}]", item, Origin.NODE_METADATA)
+    else:
         walker.static(f"{prefix} (metadata)", aux, Origin.NODE_METADATA)
     return False
 

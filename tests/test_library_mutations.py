@@ -1,0 +1,706 @@
+"""Real library objects, one mutation each: JAX decides whether it retraces, the log names why.
+
+Guarantee tested: a jitted function (``jax.jit``, ``eqx.filter_jit`` or ``nnx.jit``) is called
+with a real library object (an Equinox ``MLP``, ``Linear`` or custom module, Flax linen
+``variables`` as a dict or ``FrozenDict``, a ``TrainState``, a ``flax.struct`` dataclass, an NNX
+module or ``nnx.Optimizer``, an optax ``adam`` or ``chain`` state, a ``register_dataclass``
+dataclass in both declaration forms, a NamedTuple), then with the same object in which exactly
+one thing changed, then with the first object again. Then:
+
+* the function has exactly as many recorded traces as JAX ran its Python body, and that is
+  the number the mutation implies (two, or one where JAX's cache key does not see the change:
+  an equal but not identical bound method, a Python scalar's value under ``jax.jit``, keyword
+  passing under ``eqx.filter_jit``, which binds arguments to the signature first);
+* the retrace's ``cause`` is the category of the change, ``leaf`` the changed leaf in the
+  user's names (``model.layers[1].weight``, ``opt_state[0].mu['dense']['kernel']``,
+  ``cfg.depth``), ``before`` / ``after`` its old and new value; never ``unknown``.
+
+A seeded generator picks the object, the mutation, the jit and every detail (which leaf, which
+dtype, which direction). Each round of ``len(UNITS)`` seeds visits every supported
+(object, mutation) pair once, and every jit for the mutations whose outcome depends on the
+jit, in an order shuffled per round.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import functools
+import random
+from typing import Any, Callable, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import optax
+import pytest
+from flax import linen as nn
+from flax import nnx, struct
+from flax.core import FrozenDict, freeze, unfreeze
+from flax.training import train_state
+
+JITS = {"jax.jit": jax.jit, "eqx.filter_jit": eqx.filter_jit, "nnx.jit": nnx.jit}
+MUTATIONS = ("container", "key_order", "static", "static_equal", "fn_lambda", "fn_partial", "fn_bound_new",
+             "fn_bound_equal", "fn_closure", "key_type", "dtype", "weak_type", "scalar_value", "shape", "keyword",
+             "none")
+JIT_DEPENDENT = ("keyword", "weak_type", "scalar_value")
+STATIC_FORMS = ("eqx.field(static=True)", "struct.field(pytree_node=False)", "register_dataclass(meta_fields=…)",
+                "field(metadata={'static': True})", "NNX attribute", "filter_jit non-array leaf")
+FLOAT_DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16, jnp.int32)
+_SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "int32": "i32", "uint32": "u32"}
+
+
+# ------------------------------------------------------------------ callables held in fields
+class Gate:
+    def __init__(self, k: float = 2.0):
+        self.k = k
+
+    def forward(self, x):
+        return x * self.k
+
+
+def _scaled(k, x):
+    return k * x
+
+
+def _make_lambda():
+    return lambda x: x * 2
+
+
+# ------------------------------------------------------------------ the library objects
+class Block(eqx.Module):
+    w: jax.Array
+    extras: dict
+    lr: Any
+    key: jax.Array
+    fn: Callable = eqx.field(static=True)
+    act: str = eqx.field(static=True)
+    depth: int = eqx.field(static=True)
+
+
+@struct.dataclass
+class StructConfig:
+    w: jax.Array
+    layers: list
+    lr: Any
+    key: jax.Array
+    depth: int = struct.field(pytree_node=False)
+    act: Callable = struct.field(pytree_node=False)
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["w", "layers", "lr", "key"],
+                   meta_fields=["depth", "act"])
+@dataclasses.dataclass
+class MetaFieldsConfig:
+    w: jax.Array
+    layers: list
+    lr: Any
+    key: jax.Array
+    depth: int
+    act: Callable
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class MetadataConfig:
+    w: jax.Array
+    layers: list
+    lr: Any
+    key: jax.Array
+    depth: int = dataclasses.field(metadata={"static": True})
+    act: Callable = dataclasses.field(metadata={"static": True})
+
+
+class Batch(NamedTuple):
+    x: jax.Array
+    y: jax.Array
+    lr: Any
+    key: jax.Array
+    extra: list
+
+
+class LinenNet(nn.Module):
+    width: int
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.BatchNorm(use_running_average=True)(nn.Dense(self.width)(x))
+
+
+class NnxNet(nnx.Module):
+    def __init__(self, rngs, width, act, key, scale):
+        self.l1 = nnx.Linear(2, width, rngs=rngs)
+        self.scale = nnx.Param(scale)
+        self.key = nnx.Variable(key)
+        self.arrs = nnx.data([jnp.ones(2), jnp.zeros((2, width))])
+        self.depth = 2
+        self.act = act
+
+    def __call__(self, x):
+        return self.act(self.l1(x)) * self.scale
+
+
+def _key(rng: random.Random, typed: bool):
+    seed = rng.randrange(1000)
+    return jax.random.key(seed) if typed else jax.random.PRNGKey(seed)
+
+
+def _params(rng: random.Random):
+    width = rng.randint(2, 4)
+    return {"dense": {"kernel": jnp.ones((2, width)), "bias": jnp.zeros(width)}, "scale": jnp.ones(())}
+
+
+def _mlp(rng):
+    return eqx.nn.MLP(2, 2, width_size=rng.randint(2, 5), depth=2, key=jax.random.PRNGKey(rng.randrange(100)))
+
+
+def _linear(rng):
+    return eqx.nn.Linear(rng.randint(2, 4), rng.randint(2, 4), key=jax.random.PRNGKey(rng.randrange(100)))
+
+
+def _block(rng):
+    return Block(jnp.ones(rng.randint(1, 3)), {"a": jnp.zeros(2), "b": [jnp.ones(1), jnp.ones((2, 2))]},
+                 0.5, _key(rng, rng.random() < 0.5), jax.nn.relu, "relu", 2)
+
+
+def _config(cls):
+    def build(rng):
+        return cls(jnp.ones(rng.randint(1, 3)), [jnp.zeros(2), jnp.ones((1, 2))], 0.5, _key(rng, rng.random() < 0.5),
+                   2, jax.nn.relu)
+    return build
+
+
+def _linen_variables(rng):
+    return LinenNet(rng.randint(2, 4)).init(jax.random.PRNGKey(0), jnp.ones((1, 2)))
+
+
+_LINEN = LinenNet(3)
+_ADAM = optax.adam(1e-3)
+_CHAIN = optax.chain(optax.clip_by_global_norm(1.0), optax.add_decayed_weights(1e-4), optax.adam(1e-3))
+
+
+def _train_state(rng):
+    variables = _LINEN.init(jax.random.PRNGKey(rng.randrange(100)), jnp.ones((1, 2)))
+    return train_state.TrainState.create(apply_fn=_LINEN.apply, params=variables["params"], tx=_ADAM)
+
+
+def _batch(rng):
+    n = rng.randint(1, 4)
+    return Batch(jnp.ones((n, 2)), jnp.zeros(n, jnp.int32), 0.5, _key(rng, rng.random() < 0.5), [jnp.ones(1)])
+
+
+class Spec(NamedTuple):
+    """What an object kind offers: a builder, its parameter name, its jits and its mutable slots."""
+
+    param: str
+    jits: tuple
+    build: Callable
+    statics: tuple = ()  # (field, values): node metadata
+    static_form: str | None = None
+    fn_field: str | None = None
+    fn_form: str | None = None
+    owner: Callable | None = None  # (fresh owner, method name) for bound methods
+    closure_field: str | None = None
+    key_field: str | None = None
+    scalar_field: str | None = None
+    containers: tuple = ()  # steps to a list/tuple/dict/FrozenDict node
+    dicts: tuple = ()  # steps to a dict or FrozenDict node with several keys
+
+
+def _linen_owner():
+    return LinenNet(3), "apply"
+
+
+def _gate_owner():
+    return Gate(), "forward"
+
+
+BOTH = ("jax.jit", "eqx.filter_jit")
+_CONFIG_SLOTS = dict(statics=(("depth", (2, 3, 4)),), fn_field="act", owner=_gate_owner, key_field="key",
+                     scalar_field="lr", containers=((("attr", "layers"),),))
+SPECS = {
+    "eqx.nn.MLP": Spec("model", ("eqx.filter_jit",), _mlp,
+                       statics=(("width_size", (2, 3, 4, 5, 6)), ("use_bias", (True, False)), ("in_size", (2, 7))),
+                       static_form="eqx.field(static=True)", fn_field="activation", fn_form="filter_jit non-array leaf",
+                       owner=_gate_owner, containers=((("attr", "layers"),),)),
+    "eqx.nn.Linear": Spec("model", BOTH, _linear,
+                          statics=(("in_features", (2, 3, 4, 9)), ("out_features", (2, 3, 4, 9)),
+                                   ("use_bias", (True, False))),
+                          static_form="eqx.field(static=True)"),
+    "eqx.Module": Spec("model", BOTH, _block, statics=(("act", ("relu", "gelu", "tanh")), ("depth", (1, 2, 3))),
+                       static_form="eqx.field(static=True)", fn_field="fn", fn_form="eqx.field(static=True)",
+                       owner=_gate_owner, key_field="key", scalar_field="lr",
+                       containers=((("attr", "extras"), ("key", "b")),), dicts=((("attr", "extras"),),)),
+    "linen variables": Spec("variables", BOTH, _linen_variables,
+                            containers=((), (("key", "params"),), (("key", "batch_stats"),)),
+                            dicts=((), (("key", "params"),))),
+    "linen FrozenDict": Spec("variables", BOTH, lambda rng: freeze(_linen_variables(rng)), containers=((),),
+                             dicts=((),)),
+    "TrainState": Spec("state", BOTH, _train_state, fn_field="apply_fn", fn_form="struct.field(pytree_node=False)",
+                       owner=_linen_owner, closure_field="tx", scalar_field="step",
+                       containers=((("attr", "params"),),), dicts=((("attr", "params"),),)),
+    "flax.struct": Spec("cfg", BOTH, _config(StructConfig), static_form="struct.field(pytree_node=False)",
+                        fn_form="struct.field(pytree_node=False)", **_CONFIG_SLOTS),
+    "register_dataclass meta_fields": Spec("cfg", BOTH, _config(MetaFieldsConfig),
+                                           static_form="register_dataclass(meta_fields=…)",
+                                           fn_form="register_dataclass(meta_fields=…)", **_CONFIG_SLOTS),
+    "register_dataclass field metadata": Spec("cfg", BOTH, _config(MetadataConfig),
+                                              static_form="field(metadata={'static': True})",
+                                              fn_form="field(metadata={'static': True})", **_CONFIG_SLOTS),
+    "optax.adam state": Spec("opt_state", BOTH, lambda rng: _ADAM.init(_params(rng)),
+                             containers=((("index", 0), ("attr", "mu")),
+                                         (("index", 0), ("attr", "nu"), ("key", "dense"))),
+                             dicts=((("index", 0), ("attr", "mu")), (("index", 0), ("attr", "nu"), ("key", "dense")))),
+    "optax.chain state": Spec("opt_state", BOTH, lambda rng: _CHAIN.init(_params(rng)),
+                              containers=((), (("index", 2),)), dicts=((("index", 2), ("index", 0), ("attr", "mu")),)),
+    "NamedTuple": Spec("batch", BOTH, _batch, key_field="key", scalar_field="lr",
+                       containers=((("attr", "extra"),),)),
+    "nnx.Module": Spec("model", ("nnx.jit",), None, static_form="NNX attribute", fn_field="act",
+                       fn_form="NNX attribute", owner=_gate_owner, key_field="key", scalar_field="scale",
+                       containers=((("attr", "arrs"),),), statics=(("depth", (2, 3, 4)),)),
+    "nnx.Optimizer": Spec("optimizer", ("nnx.jit",), None, closure_field="tx"),
+}
+
+
+def _supports(spec: Spec, mutation: str) -> bool:
+    if mutation == "container":
+        return bool(spec.containers)
+    if mutation == "key_order":
+        return bool(spec.dicts)
+    if mutation == "static":
+        return bool(spec.statics)
+    if mutation == "static_equal":
+        return any(isinstance(v, int) for _, values in spec.statics for v in values)
+    if mutation in ("fn_lambda", "fn_partial", "fn_bound_new", "fn_bound_equal"):
+        return spec.fn_field is not None
+    if mutation == "fn_closure":
+        return spec.closure_field is not None
+    if mutation == "key_type":
+        return spec.key_field is not None
+    if mutation in ("weak_type", "scalar_value"):
+        return spec.scalar_field is not None and (mutation == "weak_type" or spec.build is not None)
+    if mutation == "none":
+        return spec.param != "optimizer"
+    return True
+
+
+UNITS = sorted({(kind, mutation, jit if mutation in JIT_DEPENDENT else None)
+                for kind, spec in SPECS.items() for mutation in MUTATIONS if _supports(spec, mutation)
+                for jit in spec.jits}, key=str)
+SEEDS = range(len(UNITS))
+
+
+# ------------------------------------------------------------------ what a case expects
+class Expect(NamedTuple):
+    """How `before` or `after` must read: equal to, starting with, or containing `text`; or equal to
+    the other side (`same`, for two alike objects that JAX compares by identity)."""
+
+    how: str
+    text: str = ""
+
+    def matches(self, value, other) -> bool:
+        if value is None:
+            return False
+        return {"exact": value == self.text, "starts": str(value).startswith(self.text),
+                "contains": self.text in str(value), "same": value == other and bool(value)}[self.how]
+
+
+class Case(NamedTuple):
+    kind: str
+    mutation: str
+    jit: str
+    param: str
+    before: Any
+    after: Any
+    retrace: bool
+    cause: str | None = None
+    leaf: str | None = None
+    leaf_prefix: bool = False
+    shows: tuple = ()
+    before_by_keyword: bool = False
+    after_by_keyword: bool = False
+    static_form: str | None = None
+    detail: str = ""
+
+    def swapped(self) -> Case:
+        shows = (self.shows[1], self.shows[0]) if self.shows else ()
+        return self._replace(before=self.after, after=self.before, shows=shows,
+                             before_by_keyword=self.after_by_keyword, after_by_keyword=self.before_by_keyword,
+                             detail=self.detail + " (reversed)")
+
+
+def aval_text(x) -> str:
+    if isinstance(x, bool) or not isinstance(x, (int, float, jax.Array)):
+        raise TypeError(x)
+    if not isinstance(x, jax.Array):
+        return ("f32" if isinstance(x, float) else "i32") + "[] (weak)"
+    if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+        return f"{x.dtype}[{','.join(map(str, x.shape))}]"
+    return f"{_SHORT[x.dtype.name]}[{','.join(map(str, x.shape))}]" + (" (weak)" if x.weak_type else "")
+
+
+def _path_text(steps) -> str:
+    return "".join(f".{k}" if how == "attr" else f"[{k!r}]" if how == "key" else f"[{k}]" for how, k in steps)
+
+
+def _with(obj, name, value):
+    """`obj` with field `name` set to `value`, the way its library builds a changed copy."""
+    if hasattr(obj, "_replace"):
+        return obj._replace(**{name: value})
+    if isinstance(obj, eqx.Module):
+        new = copy.copy(obj)
+        object.__setattr__(new, name, value)
+        return new
+    return dataclasses.replace(obj, **{name: value})
+
+
+def _child(obj, step):
+    how, k = step
+    return getattr(obj, k) if how == "attr" else obj[k]
+
+
+def _set_at(obj, steps, fn):
+    """`obj` with the node reached by `steps` replaced by `fn(node)`."""
+    if not steps:
+        return fn(obj)
+    (how, k), rest = steps[0], steps[1:]
+    new = _set_at(_child(obj, steps[0]), rest, fn)
+    if how == "attr" or (how == "index" and hasattr(obj, "_replace")):
+        return _with(obj, k if how == "attr" else obj._fields[k], new)
+    if isinstance(obj, FrozenDict):
+        return FrozenDict({**obj, k: new})
+    if isinstance(obj, dict):
+        return {**obj, k: new}
+    items = list(obj)
+    items[k] = new
+    return type(obj)(items)
+
+
+def _other_container(node):
+    if isinstance(node, FrozenDict):
+        return unfreeze(node)
+    if isinstance(node, dict):
+        return freeze(node)
+    return tuple(node) if isinstance(node, list) else list(node)
+
+
+def _array_leaves(obj, floating=False):
+    """(key path, array) of every non-key array leaf."""
+    leaves = jax.tree_util.tree_flatten_with_path(obj)[0]
+    return [(p, v) for p, v in leaves if isinstance(v, jax.Array) and not jnp.issubdtype(v.dtype, jax.dtypes.prng_key)
+            and (not floating or jnp.issubdtype(v.dtype, jnp.floating))]
+
+
+def _replace_leaf(obj, path, new):
+    return jax.tree_util.tree_map_with_path(lambda p, v: new if p == path else v, obj)
+
+
+def _new_shape(shape, rng):
+    if not shape:
+        return (rng.randint(1, 3),)
+    return shape[:-1] + (shape[-1] + rng.randint(1, 2),)
+
+
+def _dtype_pair(rng, dtype):
+    others = [d for d in FLOAT_DTYPES if jnp.dtype(d) != dtype]
+    return dtype, rng.choice(others)
+
+
+def _functions(mutation, spec):
+    """Two callables for a function-identity mutation, with what before/after must show."""
+    if mutation == "fn_lambda":
+        return _make_lambda(), _make_lambda(), Expect("contains", "<lambda>")
+    if mutation == "fn_partial":
+        return functools.partial(_scaled, 2.0), functools.partial(_scaled, 2.0), Expect("contains", "partial(")
+    make, method = spec.owner()
+    name = getattr(make, method).__func__.__qualname__
+    if mutation == "fn_bound_equal":
+        return getattr(make, method), getattr(make, method), None
+    return getattr(make, method), getattr(spec.owner()[0], method), Expect("contains", name)
+
+
+def _generic(kind, spec, jit, mutation, rng) -> Case:
+    """A mutation of a pytree object, made the way its library makes changed copies."""
+    p = spec.param
+    before = spec.build(rng)
+    base = Case(kind, mutation, jit, p, before, before, True)
+    if mutation == "container":
+        steps = rng.choice(spec.containers)
+        node = functools.reduce(_child, steps, before)
+        new = _other_container(node)
+        after = _set_at(before, steps, lambda _: new)
+        return base._replace(after=after, cause="structure", leaf=p + _path_text(steps),
+                             shows=(Expect("starts", type(node).__name__ + " "), Expect("starts", type(new).__name__ + " ")),
+                             detail=f"{type(node).__name__} → {type(new).__name__}")
+    if mutation == "static":
+        field, values = rng.choice(spec.statics)
+        old, new = rng.sample(values, 2)
+        form = "filter_jit non-array leaf" if spec.static_form is None else spec.static_form
+        return base._replace(before=_with(before, field, old), after=_with(before, field, new), cause="static",
+                             leaf=f"{p}.{field}", shows=(Expect("exact", repr(old)), Expect("exact", repr(new))),
+                             static_form=form, detail=f"{field}: {old!r} → {new!r}")
+    if mutation.startswith("fn_") and mutation != "fn_closure":
+        f1, f2, shows = _functions(mutation, spec)
+        case = base._replace(before=_with(before, spec.fn_field, f1), after=_with(before, spec.fn_field, f2),
+                             static_form=spec.fn_form, detail=f"{spec.fn_field}: {f1!r} / {f2!r}")
+        if shows is None:
+            return case._replace(retrace=False)
+        return case._replace(cause="static", leaf=f"{p}.{spec.fn_field}", shows=(shows, shows))
+    if mutation == "fn_closure":
+        return base._replace(after=_with(before, spec.closure_field, optax.adam(1e-3)), cause="static",
+                             leaf=f"{p}.{spec.closure_field}", leaf_prefix=True, shows=(Expect("same"), Expect("same")),
+                             detail=f"{spec.closure_field} = optax.adam(1e-3) built again")
+    if mutation == "key_type":
+        raw, typed = jax.random.PRNGKey(3), jax.random.key(3)
+        return base._replace(before=_with(before, spec.key_field, raw), after=_with(before, spec.key_field, typed),
+                             cause="dtype", leaf=f"{p}.{spec.key_field}",
+                             shows=(Expect("exact", aval_text(raw)), Expect("exact", aval_text(typed))),
+                             detail="jax.random.PRNGKey → jax.random.key")
+    if mutation in ("weak_type", "scalar_value"):
+        return _scalar(base, spec, jit, mutation, rng)
+    if mutation == "keyword":
+        by_keyword = jit != "eqx.filter_jit"
+        return base._replace(retrace=by_keyword, after_by_keyword=True,
+                             **({"cause": "structure", "leaf": p,
+                                 "shows": (Expect("exact", "by position"), Expect("exact", "by keyword"))}
+                                if by_keyword else {}))
+    leaves = _array_leaves(before, floating=mutation == "dtype")
+    path, leaf = rng.choice(leaves)
+    where = p + jax.tree_util.keystr(path)
+    if mutation == "dtype":
+        d0, d1 = _dtype_pair(rng, leaf.dtype)
+        new = leaf.astype(d1)
+        cause = "dtype"
+    elif mutation == "shape":
+        new = jnp.zeros(_new_shape(leaf.shape, rng), leaf.dtype)
+        cause = "shape"
+    else:
+        new = None
+        cause = "structure"
+    return base._replace(after=_replace_leaf(before, path, new), cause=cause, leaf=where,
+                         shows=(Expect("exact", aval_text(leaf)), Expect("exact", "None" if new is None else aval_text(new))),
+                         detail=f"{where}: {aval_text(leaf)} → {'None' if new is None else aval_text(new)}")
+
+
+def _scalar(base: Case, spec, jit, mutation, rng) -> Case:
+    """A Python scalar slot (`lr = 0.5`, `step = 0`): its weak type, or its value."""
+    p, field = base.param, spec.scalar_field
+    current = getattr(base.before, field)
+    python = rng.choice([0.5, 0.25]) if isinstance(current, float) else rng.choice([0, 1])
+    dtype = jnp.float32 if isinstance(python, float) else jnp.int32
+    leaf = f"{p}.{field}"
+    if mutation == "scalar_value":
+        other = python * 3 + 1
+        before, after = _with(base.before, field, python), _with(base.before, field, other)
+        if jit == "jax.jit":
+            return base._replace(before=before, after=after, retrace=False, detail=f"{field}: {python!r} → {other!r}")
+        return base._replace(before=before, after=after, cause="static", leaf=leaf,
+                             shows=(Expect("exact", repr(python)), Expect("exact", repr(other))),
+                             static_form="filter_jit non-array leaf", detail=f"{field}: {python!r} → {other!r}")
+    strong = jnp.asarray(python, dtype)
+    weak = rng.choice([python, jnp.asarray(python)])
+    case = base._replace(before=_with(base.before, field, weak), after=_with(base.before, field, strong), leaf=leaf,
+                         detail=f"{field}: {weak!r} → {strong!r}")
+    if jit == "eqx.filter_jit" and not isinstance(weak, jax.Array):
+        return case._replace(cause="static", shows=(Expect("exact", repr(weak)), Expect("exact", aval_text(strong))),
+                             static_form="filter_jit non-array leaf")
+    return case._replace(cause="weak_type", shows=(Expect("exact", aval_text(weak)), Expect("exact", aval_text(strong))))
+
+
+def _set(variable, value):
+    """Give an NNX Variable a new value (``set_value`` from Flax 0.12.1; ``.value =`` in 0.12.0)."""
+    setter = getattr(variable, "set_value", None)
+    if setter is not None:
+        setter(value)
+    else:
+        variable.value = value
+
+
+_NNX_VARIABLES = {"l1.kernel": (lambda m: m.l1, "kernel"), "l1.bias": (lambda m: m.l1, "bias")}
+_OPT_VARIABLES = {f"opt_state[0].{moment}['l1']['{name}']": (lambda o, moment=moment: getattr(o.opt_state[0], moment)["l1"], name)
+                  for moment in ("mu", "nu") for name in ("kernel", "bias")}
+
+
+def _variable(owner, name):
+    return getattr(owner, name) if isinstance(owner, nnx.Module) else owner[name]
+
+
+def _nnx(kind, spec, mutation, rng) -> Case:
+    """A mutation of an NNX module or optimizer: two objects built alike, the second one changed in place."""
+    p = spec.param
+    width, seed, typed = rng.randint(2, 4), rng.randrange(100), rng.random() < 0.5
+    scale = jnp.asarray(0.5) if mutation == "weak_type" else jnp.asarray(0.5, jnp.float32)
+    tx = optax.adam(1e-3)
+    act = jax.nn.relu
+    if mutation.startswith("fn_") and mutation != "fn_closure":
+        act, act2, shows = _functions(mutation, spec)
+    else:
+        act2, shows = act, None
+
+    def model(fn):
+        return NnxNet(nnx.Rngs(seed), width, fn, _key(random.Random(seed), typed), scale)
+
+    def build(fn=act, opt_tx=tx):
+        return nnx.Optimizer(model(fn), opt_tx, wrt=nnx.Param) if kind == "nnx.Optimizer" else model(fn)
+
+    before, after = build(), build(act2)
+    base = Case(kind, mutation, "nnx.jit", p, before, after, True)
+    if mutation == "keyword":
+        return base._replace(after=before, after_by_keyword=True, cause="structure", leaf=p,
+                             shows=(Expect("exact", "by position"), Expect("exact", "by keyword")))
+    if mutation == "fn_closure":
+        return base._replace(after=build(opt_tx=optax.adam(1e-3)), cause="static", leaf=f"{p}.tx", leaf_prefix=True,
+                             shows=(Expect("same"), Expect("same")), detail="nnx.Optimizer(model, optax.adam(1e-3)) again")
+    if mutation.startswith("fn_"):
+        case = base._replace(static_form=spec.fn_form, detail=f"act: {act!r} / {act2!r}")
+        if shows is None:
+            return case._replace(retrace=False)
+        return case._replace(cause="static", leaf=f"{p}.act", shows=(shows, shows))
+    if mutation == "static":
+        old, new = rng.sample(dict(spec.statics)["depth"], 2)
+        before.depth, after.depth = old, new
+        return base._replace(cause="static", leaf=f"{p}.depth", static_form=spec.static_form,
+                             shows=(Expect("exact", repr(old)), Expect("exact", repr(new))), detail=f"depth: {old!r} → {new!r}")
+    if mutation == "container":
+        after.arrs = nnx.data(tuple(after.arrs))
+        return base._replace(cause="structure", leaf=f"{p}.arrs",
+                             shows=(Expect("starts", "list "), Expect("starts", "tuple ")), detail="list → tuple")
+    if mutation == "key_type":
+        raw, typed_key = jax.random.PRNGKey(seed), jax.random.key(seed)
+        before.key, after.key = nnx.Variable(raw), nnx.Variable(typed_key)
+        return base._replace(cause="dtype", leaf=f"{p}.key", detail="jax.random.PRNGKey → jax.random.key",
+                             shows=(Expect("exact", aval_text(raw)), Expect("exact", aval_text(typed_key))))
+    if mutation == "weak_type":
+        strong = jnp.asarray(0.5, jnp.float32)
+        _set(after.scale, strong)
+        return base._replace(cause="weak_type", leaf=f"{p}.scale", detail="scale: jnp.asarray(0.5) → f32",
+                             shows=(Expect("exact", aval_text(scale)), Expect("exact", aval_text(strong))))
+    variables = _OPT_VARIABLES if kind == "nnx.Optimizer" else dict(_NNX_VARIABLES, **{"arrs[0]": None, "arrs[1]": None})
+    name = rng.choice(sorted(variables))
+    index = int(name[-2]) if name.startswith("arrs") else None
+    if index is not None:
+        old = before.arrs[index]
+    else:
+        owner, attr = variables[name]
+        old = _variable(owner(before), attr)[...]
+    if mutation == "dtype":
+        new = old.astype(_dtype_pair(rng, old.dtype)[1])
+        cause = "dtype"
+    elif mutation == "shape":
+        new = jnp.zeros(_new_shape(old.shape, rng), old.dtype)
+        cause = "shape"
+    else:
+        new = None
+        cause = "structure"
+    if index is not None:
+        after.arrs[index] = new
+    elif new is None:
+        setattr(owner(after), attr, None)
+    else:
+        _set(_variable(owner(after), attr), new)
+    new_text = "None" if new is None else aval_text(new)
+    return base._replace(cause=cause, leaf=f"{p}.{name}",
+                         shows=(Expect("exact", aval_text(old)), Expect("exact", new_text)),
+                         detail=f"{name}: {aval_text(old)} → {new_text}")
+
+
+def generate(seed: int) -> Case:
+    """The case of `seed`: the unit at its place in its round's shuffled order, details from `seed`."""
+    units = list(UNITS)
+    random.Random(seed // len(units)).shuffle(units)
+    kind, mutation, jit = units[seed % len(units)]
+    rng = random.Random(seed)
+    spec = SPECS[kind]
+    jit = jit or rng.choice(spec.jits)
+    case = _nnx(kind, spec, mutation, rng) if spec.build is None else _generic(kind, spec, jit, mutation, rng)
+    symmetric = mutation not in ("keyword", "fn_closure")
+    return case.swapped() if symmetric and rng.random() < 0.5 else case
+
+
+# ------------------------------------------------------------------ running a case
+def _body(param: str, runs: list):
+    """The traced function, its one parameter named as users name such an object."""
+    def model(model):
+        runs.append(param)
+
+    def variables(variables):
+        runs.append(param)
+
+    def state(state):
+        runs.append(param)
+
+    def cfg(cfg):
+        runs.append(param)
+
+    def opt_state(opt_state):
+        runs.append(param)
+
+    def batch(batch):
+        runs.append(param)
+
+    def optimizer(optimizer):
+        runs.append(param)
+
+    return locals()[param]
+
+
+def _call(step, param, obj, by_keyword):
+    return step(**{param: obj}) if by_keyword else step(obj)
+
+
+def _traces(jt, function: str) -> list[dict]:
+    df = jt.log(internal=False)
+    df = df[(df["kind"] == "trace") & (df["function"] == function)]
+    columns = ["cause", "leaf", "before", "after", "explanation", "hint"]
+    return [{c: (None if v != v else v) for c, v in zip(columns, row)} for row in df[columns].itertuples(index=False)]
+
+
+def _describe(case: Case) -> str:
+    return f"{case.kind} × {case.mutation} × {case.jit}: {case.detail or '-'}"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_one_mutation_of_a_library_object(jt, seed):
+    case = generate(seed)
+    runs: list = []
+    body = _body(case.param, runs)
+    step = JITS[case.jit](body)
+    _call(step, case.param, case.before, case.before_by_keyword)
+    _call(step, case.param, case.after, case.after_by_keyword)
+    _call(step, case.param, case.before, case.before_by_keyword)
+    what = _describe(case)
+    traces = _traces(jt, body.__qualname__)
+
+    assert len(runs) == (2 if case.retrace else 1), f"ground truth: JAX traced {len(runs)}× for {what}"
+    assert len(traces) == len(runs), f"{what}: JAX traced {len(runs)}×, recorded {traces}"
+    assert [t["cause"] for t in traces][:1] == ["first"], f"{what}: {traces}"
+    assert "unknown" not in [t["cause"] for t in traces], f"{what}: {traces}"
+    if not case.retrace:
+        return
+    event = traces[1]
+    leaf_ok = event["leaf"] is not None and (event["leaf"] == case.leaf or (
+        case.leaf_prefix and event["leaf"].startswith(case.leaf + ".")))
+    assert (event["cause"], leaf_ok) == (case.cause, True), f"{what}: expected {case.cause} at {case.leaf}, got {event}"
+    expect_before, expect_after = case.shows
+    assert expect_before.matches(event["before"], event["after"]), f"{what}: before {expect_before}, got {event}"
+    assert expect_after.matches(event["after"], event["before"]), f"{what}: after {expect_after}, got {event}"
+
+
+def test_every_object_mutation_and_jit_is_generated():
+    cases = [generate(seed) for seed in SEEDS]
+    assert len(SEEDS) >= len(UNITS)
+    assert {c.kind for c in cases} == set(SPECS)
+    assert {c.mutation for c in cases} == set(MUTATIONS)
+    assert {c.jit for c in cases} == set(JITS)
+    assert {(c.kind, c.mutation) for c in cases} == {(k, m) for k, m, _ in UNITS}
+    for kind, mutation, jit in UNITS:
+        if jit is not None:
+            assert any((c.kind, c.mutation, c.jit) == (kind, mutation, jit) for c in cases), (kind, mutation, jit)
+    for kind, spec in SPECS.items():
+        assert {c.jit for c in cases if c.kind == kind} == set(spec.jits), kind
+    assert {c.static_form for c in cases if c.retrace and c.cause == "static"} >= set(STATIC_FORMS)
+    no_retrace = {(c.mutation, c.jit) for c in cases if not c.retrace}
+    assert {("fn_bound_equal", "jax.jit"), ("fn_bound_equal", "eqx.filter_jit"), ("fn_bound_equal", "nnx.jit"),
+            ("scalar_value", "jax.jit"), ("keyword", "eqx.filter_jit")} <= no_retrace
+    assert all(c.retrace == (c.cause is not None) for c in cases)
+    assert all(c.shows for c in cases if c.retrace)
