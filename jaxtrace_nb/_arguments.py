@@ -79,6 +79,11 @@ def _type_extras(aval: Any) -> str:
             axes = getattr(manual, name, None) if manual is not None else None
             if axes:
                 parts.append(f"{name} " + ",".join(sorted(map(str, axes))))
+        sharding = getattr(aval, "sharding", None)
+        mesh = getattr(sharding, "mesh", None)
+        shape = getattr(mesh, "shape_tuple", None) or ()
+        if shape and not _explicit_sharding(aval, len(getattr(aval, "shape", ()))):
+            parts.append("mesh " + ",".join(f"{name}={size}" for name, size in shape))
         space = getattr(aval, "memory_space", None)
         if space is not None and getattr(space, "name", "Device") != "Device":
             parts.append(f"memory {getattr(space, 'name', space)}")

@@ -101,8 +101,8 @@ _HINTS = (
          "gradients are None for some leaves (frozen parameters). Initialise the optimizer state with the same "
          "filter that selects the trainable leaves, e.g. `optim.init(eqx.filter(model, filter_spec))`.", True),
     Hint("structure.none",
-         "{p} switched between an array and None: pass the same structure every call (e.g. an array of zeros "
-         "instead of None, or None always).", True),
+         "{p} switched between an array and None: pass the same structure every call (e.g. zeros of the same "
+         "shape and dtype, `jnp.zeros_like(...)`, instead of None, or None always).", True),
     Hint("structure.container_kind",
          "{p} changed kind (an array, a list, a tuple or a dict are different pytrees): pass the same kind every "
          "call, e.g. always `jnp.asarray(...)`.", True),
@@ -202,6 +202,8 @@ def _static(old: Leaf | None, new: Leaf | None, owner: str) -> tuple[str, dict]:
     assert new is not None
     if new.by_identity:
         return _identity(old, new, owner)
+    if old is not None and old.text == new.text and (new.type_name.startswith("optax") or owner.startswith("optax")):
+        return "identity.optax", {}  # alike, yet unequal: its functions inside compare by identity
     mechanism = _MECHANISM.get(new.origin, "")
     if new.origin == Origin.NNX_ATTRIBUTE:
         if old is not None and old.text == new.text:  # alike, yet unequal: a new object compared by identity inside

@@ -150,7 +150,7 @@ def test_bool_that_drives_python_control_flow_is_expected_per_value(jt):
     f(jnp.ones(2), True)
     e = last(jt, ".f")
     assert (e.cause, e.leaf, e.before, e.after) == ("static", "inference", "False", "True")
-    assert "once per value" in e.hint and "expected" in e.hint and "jnp.asarray" not in e.hint
+    assert "once for each distinct value" in e.hint and "expected" in e.hint and "jnp.asarray" not in e.hint
 
 
 def test_dtype_change_deep_in_optimizer_state_points_at_init(jt):
