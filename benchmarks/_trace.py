@@ -25,7 +25,7 @@ import time
 
 # The probe's per-trace steps, timed separately: (owner, attribute) -> field.
 PARTS = {("decoder", "trace_record"): "signature_s", ("decoder", "plain_jit_record"): "signature_s",
-         ("probe_module", "graph_stats"): "graph_s", ("session", "on_trace"): "draft_s"}
+         ("probe_module", "graph_stats"): "graph_s", ("lifecycle", "on_trace"): "draft_s"}
 MODES = ("baseline", "recorded", "recorded_no_cost", "recorded_timed", "explain", "eqx_assert")
 
 
@@ -98,7 +98,7 @@ class _SelfTimer:
                     self.listener_s += time.perf_counter() - start
             return listener
 
-        owners = {"decoder": Decoder, "probe_module": _probe, "session": session}
+        owners = {"decoder": Decoder, "probe_module": _probe, "lifecycle": session.lifecycle}
         # (owner, name, original, shadow): the instances' attributes shadow their class's methods
         self._shadows = [(probe, "_on_trace_start", None, start_hook), (probe, "_trace_end", None, end_hook),
                          (probe, "_on_duration", None, timed_listener(on_duration)),
@@ -106,7 +106,7 @@ class _SelfTimer:
         for (owner, name), field in PARTS.items():
             target = owners[owner]
             original = getattr(target, name)
-            self._shadows.append((target, name, original if owner != "session" else None,
+            self._shadows.append((target, name, original if owner != "lifecycle" else None,
                                   timed_part(original, field)))
         self.on = False
 
@@ -269,7 +269,7 @@ def _run(workload: dict, mode: str, inputs, ctx) -> dict:
     out = {"total_s": total, "traces": len(inputs)}
     if mode.startswith("recorded"):
         start = time.perf_counter()
-        session.log.settle()  # the events and diagnoses deferred until read: what the first view of the log pays
+        session.lifecycle.publish()  # the events and diagnoses deferred until read: what the first view pays
         out["settle_s"] = time.perf_counter() - start
         records, listener_s = ctx["timer"].take()
         if mode == "recorded_timed":

@@ -22,6 +22,7 @@ import os
 import sys
 import threading
 import weakref
+from typing import Callable
 
 from . import _jax_internals as jaxi
 from ._cost import graph_stats, xla_cost
@@ -55,8 +56,8 @@ class Probe:
         self._cell_label = None
         self.capture_cost = True  # equation counts, unrolled loops, FLOPs and bytes of each compile
         self.nested_helpers = False  # also decode JAX's own jitted helpers traced inside another trace
-        self.untested_ok = False  # record in full on a newer JAX without the self-check (the check itself)
         self._helpers: dict[int, tuple] = {}  # id(function) -> (weak reference, a library's own helper)
+        self._jax_state: tuple | None = None  # JAX's modules that know the process index
 
     @property
     def cell_label(self):
@@ -78,16 +79,18 @@ class Probe:
         return self._installed and self.internals.full
 
     # ----------------------------------------------------------------- install
-    def install(self) -> str:
-        """Install; returns a one-line notice of what is degraded ('' when nothing is)."""
+    def install(self, self_check: Callable[[], str] | None = None) -> str:
+        """Install; returns a one-line notice of what is degraded ('' when nothing is).
+
+        On a JAX newer than the tested range, `self_check()` says whether the full probe reads it
+        right ('' when it does; why not, else): the session runs it (`_self_check`). Without one,
+        the full probe is installed unchecked (the self-check's own private session)."""
         if self._installed:
             return ""
         self.internals = jaxi.detect()
-        newer = self.internals.full and not self.internals.tested and not self.untested_ok
+        newer = self.internals.full and not self.internals.tested and self_check is not None
         if newer:
-            from ._self_check import run_self_check
-
-            failure = run_self_check()
+            failure = self_check()
             if failure:
                 self.internals = jaxi._reduced(f"{self.internals.reason}, and its self-check failed ({failure})",
                                                self.internals.version)
@@ -128,6 +131,29 @@ class Probe:
         self._hook = None
         self.decoder = None
         self._installed = self._full = False
+
+    def process_index(self) -> int | None:
+        """JAX's process index, read without initializing JAX's backends (None until JAX knows it).
+
+        Asking ``jax.process_index()`` before the program has run any computation would start the
+        backends, after which the program's own ``jax.distributed.initialize()`` fails. So: the
+        index ``jax.distributed.initialize`` set, else ``jax.process_index()`` once the backends
+        are up."""
+        try:
+            if self._jax_state is None:
+                from jax._src import distributed, xla_bridge
+
+                self._jax_state = (distributed, xla_bridge)
+            distributed, xla_bridge = self._jax_state
+            if distributed.global_state.client is not None:
+                return int(distributed.global_state.process_id)
+            if xla_bridge.backends_are_initialized():
+                import jax
+
+                return int(jax.process_index())
+        except Exception:
+            pass
+        return None
 
     def _register(self, kind: str, callback) -> None:
         api = jaxi.listener_api(kind)

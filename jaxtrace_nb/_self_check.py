@@ -7,6 +7,8 @@ after must be the expected one. A few milliseconds; nothing reaches the user's l
 
 from __future__ import annotations
 
+from typing import Callable
+
 
 _CANARY = "_canary_calls.<locals>."
 
@@ -50,20 +52,21 @@ def _canary_calls():
 _RESULT: list = []  # the outcome, once per process: the same JAX gives the same answer
 
 
-def run_self_check(*, again: bool = False) -> str:
-    """'' when the full probe decodes the canary right on this JAX, else what went wrong."""
+def run_self_check(make_session: Callable, *, again: bool = False) -> str:
+    """'' when the full probe decodes the canary right on this JAX, else what went wrong.
+    `make_session()` gives a private session that records in full without checking again."""
     if _RESULT and not again:
         return _RESULT[0]
-    _RESULT[:] = [_check()]
+    _RESULT[:] = [_check(make_session())]
     return _RESULT[0]
 
 
-def _check() -> str:
-    from ._session import Session
+def run_self_check_with(make_session: Callable) -> Callable[[], str]:
+    """`run_self_check` of sessions from `make_session`, as the probe's install asks for it."""
+    return lambda: run_self_check(make_session)
 
-    session = Session()
-    session.probe.untested_ok = True  # this is the check: do not check again
-    session.fault = lambda stage, exc: session.fault_counts.update([stage])  # counted, never printed
+
+def _check(session) -> str:
     session.acquire()
     try:
         if not session.probe.full:

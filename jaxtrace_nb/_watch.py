@@ -31,19 +31,20 @@ class Watch:
         self._end: int | None = None
         self._traces: collections.Counter = collections.Counter()
         self._retraces: collections.Counter = collections.Counter()
+        self._unsubscribe = None
 
     def __enter__(self) -> Watch:
         self._session.acquire()
         self._start = self._session.log.next_seq
-        self._session.watches.append(self)
+        if self.guards:  # each trace's event, diagnosed, at its start: past a limit, the trace stops
+            self._unsubscribe = self._session.log.subscribe(self.check, guard=True)
         return self
 
     def __exit__(self, *exc) -> None:
         self._end = self._session.log.next_seq
-        try:
-            self._session.watches.remove(self)
-        except ValueError:
-            pass
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
         self._session.release()
 
     @property

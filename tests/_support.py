@@ -201,7 +201,7 @@ class _ExplainedMisses(logging.Handler):
         self.after = explained_after  # JAX 0.8 explains a miss once its trace is done
         self.by_draft: list = []  # (draft, (name, category)); a draft's event is built when the log is read
         self.every: dict = {}  # id(draft) -> JAX's categories of the new key's difference from each earlier key
-        on_trace = session.on_trace
+        on_trace = session.lifecycle.on_trace
 
         def tagged(record):
             every = _categories_against_every_earlier_key()
@@ -315,7 +315,7 @@ def explained_misses():
     session = get_session()
     handler = _ExplainedMisses(session, explained_after=detect().layout.name == "0.8")
     loggers = [logging.getLogger(name) for name in ("jax._src.interpreters.partial_eval", "jax._src.pjit")]
-    session.on_trace = handler.on_trace
+    session.lifecycle.on_trace = handler.on_trace
     for logger in loggers:
         logger.addHandler(handler)
     try:
@@ -324,4 +324,4 @@ def explained_misses():
     finally:
         for logger in loggers:
             logger.removeHandler(handler)
-        del session.on_trace
+        del session.lifecycle.on_trace

@@ -34,12 +34,13 @@ import numpy as np
 import pytest
 
 import jaxtrace_nb as jt
-from jaxtrace_nb import JaxtraceWarning, _session, _views
+from jaxtrace_nb import JaxtraceWarning, _lifecycle, _views
 from jaxtrace_nb._log import EventLog
 from jaxtrace_nb import _jax_internals, _jax_layouts
 from jaxtrace_nb._decode import Decoder
 from jaxtrace_nb._probe import Probe
-from jaxtrace_nb._session import Session, get_session
+from jaxtrace_nb._lifecycle import Lifecycle
+from jaxtrace_nb._session import get_session
 from _support import Run, run_program, without_and_with_recording
 
 
@@ -81,16 +82,15 @@ def _inject_stage_frame(mp):
 
 
 def _inject_diagnosis(mp):
-    mp.setattr(_session, "diagnose", _boom)
+    mp.setattr(_lifecycle, "diagnose", _boom)
 
 
 def _inject_log(mp):
-    mp.setattr(EventLog, "append", _boom)
-    mp.setattr(EventLog, "append_draft", _boom)  # an event built when the log is read
+    mp.setattr(EventLog, "append", _boom)  # an event handed to the log, at its trace or when the log is read
 
 
 def _inject_event_build(mp):
-    mp.setattr(Session, "_trace_event", _boom)  # building a trace's event when the log is read
+    mp.setattr(Lifecycle, "_build", _boom)  # building a trace's event when the log is read
 
 
 def _inject_subscriber(mp):
@@ -98,7 +98,7 @@ def _inject_subscriber(mp):
 
 
 def _inject_timing(mp):
-    mp.setattr(Session, "on_timing", _boom)
+    mp.setattr(Lifecycle, "on_timing", _boom)
 
 
 # (injection, the stage it must be counted under, whether the trace itself is still logged)

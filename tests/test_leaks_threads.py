@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import jaxtrace_nb as jt
-from jaxtrace_nb import _session
+from jaxtrace_nb import _lifecycle
 from jaxtrace_nb._log import Event, now
 from jaxtrace_nb._records import FunctionIdentity, TraceRecord
 from jaxtrace_nb._session import Session, get_session
@@ -131,7 +131,7 @@ def test_function_state_is_bounded(monkeypatch):
     500 functions and memory reaches a plateau. At the default cap (20,000 functions, at
     most 8 signatures each) the bound scales with the signatures' leaf counts.
     """
-    monkeypatch.setattr(_session, "_MAX_FUNCTIONS", 500)
+    monkeypatch.setattr(_lifecycle, "MAX_FUNCTIONS", 500)
     session = Session()
     session.log.set_max_events(1_000)
 
@@ -143,7 +143,8 @@ def test_function_state_is_bounded(monkeypatch):
                                     False, False, "jit", f"step_{k}", f"step_{k} at /tmp/p.py:{k}")
         return TraceRecord(identity, False, signature, None, 1, None, 0, None)
 
-    marks = _memory_marks(lambda k: session.on_trace_end(session.on_trace(info(k)), 0.001, None), 8_000, 2_000)
+    life = session.lifecycle
+    marks = _memory_marks(lambda k: life.on_trace_end(life.on_trace(info(k)), 0.001, None), 8_000, 2_000)
     assert len(session.functions) == 500
     assert len(session.log.events()) == 1_000 and session.log.dropped == 7_000
     assert _plateau(marks), marks

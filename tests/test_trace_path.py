@@ -3,7 +3,7 @@
 At a trace the probe remembers: the stack from the trace to the user's call (`Decoder.call_site`),
 which nested traces are of a library's own helpers (`Probe._is_helper`), where JAX's frame
 reporting a trace's end is (`trace_end_locals`); and the session builds a trace's event, with the
-function's state, when the log is read rather than at the trace (`Session.on_trace`). Each test
+function's state, when the log is read rather than at the trace (`Lifecycle.on_trace`). Each test
 here compares the remembered or deferred answer with the one found without it.
 """
 

@@ -1,0 +1,417 @@
+"""The life of a trace, from the probe's records to a finished `Event` in the log: one owner.
+
+The probe reports a trace's start (`on_trace`), its end or failure, its lowering, its stages'
+seconds. `Lifecycle` turns those into events and hands each finished event to the
+`EventLog`, which knows nothing of traces.
+
+What a trace means depends on its function's history (its trace number, whether its function
+object is new, the earlier signatures its diagnosis compares with), so every trace start and
+end takes a tick, and a trace reads its function's state as the traces that ended before it
+started left it. Nobody needs an event until it is read, so by default a trace is a `Draft`:
+it is begun (reads the state), ended (updates it), built and diagnosed when the log is next
+read, in order. While someone follows the log (a subscriber: a live view, a persisted log, a
+guard), each event is built at its trace, and its diagnosis is made at once where a guard may
+stop the trace. Unpublished events are bounded. Nothing here holds a user array, tracer or
+object (records carry abstract values, texts, weak references), and nothing imports JAX.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+import time
+from typing import Callable, NamedTuple
+
+from ._diagnosis import (FIRST, NO_SIGNATURE, NOT_DIAGNOSED, REDUCED, REDUCED_COMPILE, Diagnosis, InvariantError,
+                         diagnose, diagnose_compile, first_after_failures, join_hints, join_ids, kept_lowering,
+                         unrolled_loop_hint)
+from ._functions import FunctionState, keep, new_object, user_names
+from ._log import Event, EventLog, now, when
+from ._processes import signature_column
+from ._records import FunctionIdentity, GraphStats, LoweringRecord, Stage, TraceRecord, XlaCost
+from ._signature import Signature
+
+MAX_FUNCTIONS = 20_000
+# Events not yet in the log (drafts, diagnoses not made yet): at most this many, holding at most
+# this many signature leaves, before they are finished anyway (memory stays bounded).
+MAX_UNPUBLISHED_EVENTS = 4096
+MAX_UNPUBLISHED_LEAVES = 200_000
+
+
+class PendingDiagnosis(NamedTuple):
+    """A retrace's diagnosis, made when its event is published: plain signatures and flags only."""
+
+    signature: Signature  # or a DeferredSignature: leaves read at `get()`
+    previous: tuple  # the function's earlier signatures when it was traced, newest last
+    new_object: bool
+    rerun: str | None
+    cache_cleared: bool
+
+    @property
+    def leaves(self) -> int:
+        return self.signature.n_leaves
+
+    def run(self, fault: Callable[[str, BaseException], None]) -> Diagnosis:
+        try:
+            return diagnose(self.signature.get(), [s.get() for s in self.previous], new_object=self.new_object,
+                            rerun_note=self.rerun, cache_cleared=self.cache_cleared)
+        except InvariantError as e:  # a diagnosis JAX's comparison does not back: said as not diagnosed
+            fault("invariant", e)
+        except Exception as e:
+            fault("diagnosis", e)
+        return NOT_DIAGNOSED
+
+
+class Draft:
+    """A trace's event before it is built: what its start and end said, and its ticks."""
+
+    __slots__ = ("record", "time", "cell", "start", "end", "new_object", "diagnosis", "pending", "trace_number",
+                 "seconds", "graph", "event", "seq")
+
+    def __init__(self, record: TraceRecord, cell: int | None):
+        self.record, self.time, self.cell = record, time.time(), cell
+        self.start = self.end = self.seq = None  # ticks; the log's number, reserved at its end
+        self.new_object, self.diagnosis, self.pending = False, None, None  # read at `Lifecycle._begin`
+        self.trace_number = self.seconds = self.graph = self.event = None
+
+    @property
+    def leaves(self) -> int:
+        """What it holds, for the bound on unpublished events."""
+        signature = self.record.signature
+        return signature.n_leaves if signature is not None else 1
+
+
+class Lifecycle:
+    """Implements the probe's `Sink`: records in, finished events out to `log`.
+
+    `fault(stage, exc)` counts a failure inside jaxtrace_nb; `cell()` is the notebook cell
+    running now (or None); `place()` is (host, JAX's process index or None)."""
+
+    def __init__(self, log: EventLog, *, fault: Callable[[str, BaseException], None],
+                 cell: Callable[[], int | None], place: Callable[[], tuple]):
+        self.log = log
+        self.fault = fault
+        self._cell, self._place = cell, place
+        self.lock = threading.RLock()  # this state and every event handed to the log, in order
+        self.functions: dict[str, FunctionState] = {}
+        self._programs: dict[tuple, str] = {}  # (JAX name, JAX source info) -> function key
+        self._ticks = itertools.count()
+        self._unbegun: collections.deque[Draft] = collections.deque()  # drafts in start order
+        self._unpublished: list = []  # drafts and events not in the log yet, in the log's order (numbered)
+        self._unpublished_leaves = 0
+        self.keep_signatures = False  # persisted logs keep each trace's argument leaves (`signature`)
+        log.before_read = self.publish
+
+    # ---------------------------------------------------------------- publishing
+    def publish(self) -> None:
+        """Build every draft, make every pending diagnosis, and hand them to the log, in order."""
+        if not self._unpublished:
+            return
+        with self.lock:
+            self._publish()
+
+    def _publish(self) -> None:
+        queued, self._unpublished, self._unpublished_leaves = self._unpublished, [], 0
+        for item in queued:
+            self._append(item)
+
+    def _append(self, item: Draft | Event) -> Event | None:
+        """`item`'s event, finished (a draft built, its diagnosis made), into the log."""
+        try:
+            if type(item) is Draft:
+                event = self._build(item)
+                pending, item.pending = item.pending, None
+                if pending is not None:
+                    d = pending.run(self.fault)  # (a hint already set, an unrolled loop's, follows its own)
+                    event.set_diagnosis(d, join_hints(d.hint, event.hint), join_ids(d.hint_id, event.hint_ids))
+            else:
+                event = item
+            return self.log.append(event)
+        except Exception as e:
+            self.fault("log", e)
+            return None
+
+    def _hand(self, item: Draft | Event) -> Event | None:
+        """`item` to the log: at once while the log is followed, else with its next read (its number
+        reserved now, so that it keeps its place among the others). The wait is bounded."""
+        if self.log.followed:
+            self._publish()
+            return self._append(item)
+        if item.seq is None:
+            item.seq = self.log.reserve()
+        self._unpublished.append(item)
+        self._unpublished_leaves += item.leaves if type(item) is Draft else 1
+        if len(self._unpublished) >= min(MAX_UNPUBLISHED_EVENTS, self.log.max_events) or \
+                self._unpublished_leaves > MAX_UNPUBLISHED_LEAVES:
+            self._publish()
+        return item if type(item) is not Draft else None
+
+    # ------------------------------------------------------------------ state
+    def state(self, key: str, identity: FunctionIdentity | None = None) -> FunctionState:
+        state = self.functions.get(key)
+        if state is None:
+            if len(self.functions) >= MAX_FUNCTIONS:
+                self.functions.pop(next(iter(self.functions)))
+            state = self.functions[key] = FunctionState(identity)
+        elif identity is not None:
+            state.identity = identity
+        return state
+
+    def reset(self) -> None:
+        with self.lock:
+            self._begin_started()  # a trace under way read what it started with
+            self._unpublished, self._unpublished_leaves = [], 0
+            self.functions.clear()
+            self._programs.clear()
+
+    def current_functions(self) -> dict[str, FunctionState]:
+        """Per-function state, as of every trace recorded so far (drafts are built first)."""
+        with self.lock:
+            self._build_through()
+        return self.functions
+
+    # ----------------------------------------------------------------- traces
+    def on_trace(self, record: TraceRecord) -> Draft | None:
+        __tracebackhide__ = True
+        log = self.log
+        try:
+            draft = Draft(record, self._cell())
+            with self.lock:
+                draft.start = next(self._ticks)
+                if not log.followed:
+                    self._unbegun.append(draft)  # begun, ended and built when the log is read
+                    return draft
+                self._publish()  # the traces before it: the state they leave is its past
+                self._begin(draft, defer=not log.guarded)
+                self._build(draft)  # followed live: the event now, not when the log is read
+        except Exception as e:
+            self.fault("diagnosis", e)
+            return None
+        if log.guarded:
+            try:
+                log.guard(draft.event)  # raises RetraceError past a watch's limit, by design
+            except BaseException:
+                with self.lock:
+                    self._append(draft)  # the trace it stopped, with its cause, for the views
+                raise
+        return draft
+
+    def _begin(self, draft: Draft, defer: bool = True) -> None:
+        """What the function's state says of the trace: its number, whether its function object is
+        new, and its diagnosis (made when published when `defer`: most are never read)."""
+        record = draft.record
+        state = self.functions.get(record.identity.key)
+        traces = state.traces if state is not None else 0
+        is_new, rerun = new_object(state, record, draft.cell) if state is not None else (False, None)
+        pending = None
+        if record.signature is None:
+            diagnosis = Diagnosis(None, None, None, None, NO_SIGNATURE, "") if traces else FIRST
+        elif state is None or not state.traces:
+            diagnosis = first_after_failures(state.failed if state is not None else 0)
+        else:
+            pending = PendingDiagnosis(record.signature, tuple(state.signatures), is_new, rerun,
+                                       record.cache_generation != state.cache_generation)
+            diagnosis = None
+            if not defer:
+                diagnosis, pending = pending.run(self.fault), None
+        draft.new_object, draft.diagnosis, draft.pending = is_new, diagnosis, pending
+        draft.trace_number = traces + 1
+
+    def _begin_started(self, before: float = float("inf")) -> None:
+        """Every trace that started before tick `before` and has not read its function's state reads
+        it now (before a later end, a failure or a reset changes it)."""
+        unbegun = self._unbegun
+        while unbegun and unbegun[0].start < before:
+            self._begin(unbegun.popleft())
+
+    def _end(self, draft: Draft) -> None:
+        """The function's state once the trace has ended (at tick `draft.end`)."""
+        record = draft.record
+        self._begin_started(draft.end)  # the traces that started before it ended read the state before it
+        state = self.state(record.identity.key, record.identity)
+        if record.signature is not None:
+            state.signatures = keep(state.signatures, record.signature)
+        if record.function_ref is not None and (draft.new_object or not state.refs):
+            state.refs.append(record.function_ref)
+        state.traces += 1
+        state.location = record.identity.location
+        state.cell = draft.cell
+        state.cache_generation = record.cache_generation
+        if record.arg_names is not None:
+            state.arg_names = record.arg_names
+        self._remember_program(record.identity)
+        draft.trace_number = state.traces
+
+    def _build(self, draft: Draft) -> Event:
+        """A draft's event (made once): its diagnosis, and what its trace's end reported."""
+        if draft.event is not None:
+            return draft.event
+        if draft.end is not None:  # an ended trace nobody followed (one followed is built at its start)
+            self._end(draft)  # its state now: it read it before any trace that ended after it started
+        record = draft.record
+        identity = record.identity
+        event = self._event(identity, "trace", draft.diagnosis, draft.trace_number, record.thread,
+                            nested=record.nested, call_site=record.call_site, time=when(draft.time),
+                            cell=draft.cell)
+        event.seq = draft.seq
+        if self.keep_signatures and record.signature is not None and not identity.internal:
+            # A persisted log (one per process of a multi-process run) keeps the argument leaves
+            # of each trace, bounded, so that processes can be compared (`_processes`).
+            event.signature = signature_column({path: leaf.text
+                                                for path, leaf in record.signature.get().leaves.items()})
+        draft.event = event
+        self._ended(event, draft)
+        return event
+
+    def _ended(self, event: Event, draft: Draft) -> None:
+        """What the trace's end reported (nothing before it has ended)."""
+        event.trace_number = draft.trace_number
+        if draft.seconds is not None:
+            event.set_seconds(Stage.TRACE, draft.seconds)
+        if draft.graph is not None:
+            _set_graph(event, draft.graph)
+
+    def on_trace_end(self, draft: Draft, seconds: float | None, graph: GraphStats | None) -> Event | Draft | None:
+        draft.seconds, draft.graph = seconds, graph
+        try:
+            with self.lock:
+                draft.end = next(self._ticks)
+                if draft.event is None and not self.log.followed:  # begun, ended and built when read
+                    self._hand(draft)
+                    return draft
+                if draft.event is not None:  # built at its start, followed since
+                    self._end(draft)
+                    self._ended(draft.event, draft)
+                else:  # followed since it began, not before: its event now, in order
+                    self._publish()
+                    self._build(draft)
+                return self._hand(draft)
+        except Exception as e:
+            self.fault("diagnosis", e)
+            return None
+
+    def on_trace_failed(self, draft: Draft) -> None:
+        try:
+            with self.lock:
+                self._build_through()  # the traces before it first: it failed after them
+                self._begin_started(next(self._ticks))  # the traces under way do not see it
+                self.state(draft.record.identity.key, draft.record.identity).failed += 1
+        except Exception as e:
+            self.fault("diagnosis", e)
+
+    # ------------------------------------------------------------- compiles
+    def on_lowering(self, handle: Event | Draft | None, record: LoweringRecord) -> Event | None:
+        try:
+            with self.lock:
+                if type(handle) is Draft:  # the compile of a trace just recorded: its event now
+                    event = self._build_through(handle)
+                    if event is None:
+                        return None
+                else:
+                    self._build_through()  # a compile without a new trace: the functions' state as of now
+                    event = handle
+                if event is not None:
+                    state = self.functions.get(event.key)
+                    if state is not None and record.signature is not None:
+                        state.lowerings = keep(state.lowerings, user_names(state, record.signature))
+                    return event
+                return self._compile_event(record)
+        except Exception as e:
+            self.fault("diagnosis", e)
+            return None
+
+    def _build_through(self, draft: Draft | None = None) -> Event | None:
+        """`draft`'s event (with None: none), built with the drafts queued before it: they keep
+        their place in the queue, and their diagnoses wait there. None, counted, if building fails."""
+        try:
+            for item in self._unpublished:
+                if type(item) is Draft:
+                    self._build(item)
+                if item is draft:
+                    break
+            return self._build(draft) if draft is not None else None
+        except Exception as e:
+            self.fault("log", e)
+            return None
+
+    def _compile_event(self, record: LoweringRecord) -> Event | None:
+        key = self._programs.get((record.jax_name, record.src_info))
+        if key is None and record.signature is not None:  # traced before recording started
+            key = next((k for (name, _), k in reversed(self._programs.items()) if name == record.jax_name), None)
+        state = self.functions.get(key) if key is not None else None
+        if state is None or state.identity is None:
+            identity = record.identity or FunctionIdentity(record.jax_name, "?", 0, "?", f"?::{record.jax_name}",
+                                                           False, False, "jit", record.jax_name, record.src_info)
+            state = self.state(identity.key, identity)
+        if record.signature is None:
+            diagnosis = Diagnosis("first" if not state.compiles else None, None, None, None, REDUCED_COMPILE, "")
+        else:
+            signature = user_names(state, record.signature)
+            previous = list(state.lowerings)
+            diagnosis = diagnose_compile(signature, previous, traced=state.traces > 0)
+            state.lowerings = keep(state.lowerings, kept_lowering(signature, previous))
+        event = self._event(state.identity, "compile", diagnosis, state.traces, record.thread)
+        return self._hand(event)
+
+    def on_public_trace(self, jax_name: str, seconds: float, thread: int) -> Event | None:
+        """A trace seen only through jax.monitoring (reduced mode: JAX outside the range)."""
+        try:
+            identity = FunctionIdentity(jax_name, "?", 0, "?", f"?::{jax_name}", False, False, "jit", jax_name, "")
+            with self.lock:
+                state = self.state(identity.key, identity)
+                state.traces += 1
+                n = state.traces
+                event = self._event(identity, "trace", FIRST if n == 1 else REDUCED, n, thread)
+                event.set_seconds(Stage.TRACE, seconds)
+                return self._hand(event)
+        except Exception as e:
+            self.fault("diagnosis", e)
+            return None
+
+    def on_timing(self, event: Event, stage: Stage, seconds: float) -> None:
+        event.set_seconds(stage, seconds)
+        if stage is Stage.COMPILE:
+            state = self.functions.get(event.key)
+            if state is not None:
+                state.compiles += 1
+            if event.eqns_total:
+                event.compile_s_per_keqn = float(seconds) / (event.eqns_total / 1000.0)
+        self.log.updated(event)
+
+    def on_xla_cost(self, event: Event, cost: XlaCost) -> None:
+        event.set_xla_cost(cost)
+        self.log.updated(event)
+
+    def on_cache(self, event: Event, hit: bool) -> None:
+        event.cache_hit = bool(hit)
+        self.log.updated(event)
+
+    # ---------------------------------------------------------------- helpers
+    def _remember_program(self, identity: FunctionIdentity) -> None:
+        programs = self._programs
+        program = (identity.jax_name, identity.src_info)
+        if len(programs) >= MAX_FUNCTIONS and program not in programs:
+            programs.pop(next(iter(programs)))
+        programs[program] = identity.key
+
+    def _event(self, identity: FunctionIdentity, kind: str, d: Diagnosis | None, trace_number: int, thread: int,
+               *, nested: bool = False, call_site: str | None = None, time=None, cell=None) -> Event:
+        """An event of `identity`, made at `time` in `cell` (by default: now, in the current cell)."""
+        if time is None:
+            time, cell = now(), self._cell()
+        host, process = self._place()
+        event = Event(time=time, cell=cell, function=identity.name, location=identity.location, kind=kind,
+                      internal=identity.internal, nested=nested, trace_number=trace_number, call_site=call_site,
+                      jit=identity.jit_kind, thread=thread, key=identity.key, host=host, process=process)
+        if d is not None:
+            event.set_diagnosis(d, d.hint, d.hint_id)
+        return event
+
+
+def _set_graph(event: Event, graph: GraphStats) -> None:
+    event.eqns, event.eqns_total, event.loop_line = graph.eqns, graph.eqns_total, graph.loop_where
+    if graph.unrolled is not None:
+        event.loop_repeats = graph.unrolled.repeats
+        event.hint = join_hints(event.hint, unrolled_loop_hint(graph.unrolled, graph.eqns, graph.loop_where))
+        event.hint_ids = join_ids(event.hint_ids, "unrolled_loop")

@@ -1,0 +1,102 @@
+"""The package's import drawing: imports run one way, down the layers, with no circle.
+
+Read from the source with `ast` (every ``import`` and ``from`` of a package module, at module
+level or inside a function), not by importing: what a module may import does not depend on
+what happens to be imported already. Each module has a layer (`LAYERS`); a module imports
+only modules of its own layer or below, and the graph has no cycle. A new module must be given
+a layer here, and `import jaxtrace_nb` imports no JAX.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "jaxtrace_nb"
+
+# Lower layers know nothing of higher ones: values → signatures and records → diagnosis →
+# the probe (the only layer that reads JAX) → the log → the lifecycle → the session → views → glue.
+LAYERS = {
+    0: {"_values", "_witness", "_bounded", "_format", "_missing", "_processes"},
+    1: {"_signature", "_records", "_jax_tree"},
+    2: {"_hints", "_diagnosis"},
+    3: {"_jax_layouts", "_jax_internals", "_arguments", "_leaves", "_walker", "_plans", "_calls", "_keys",
+        "_adapters", "_adapters.pytrees", "_adapters.equinox", "_adapters.flax_nnx", "_adapters.diffrax",
+        "_adapters._registry", "_decode", "_cost", "_probe"},
+    4: {"_log", "_frames"},
+    5: {"_functions", "_lifecycle"},
+    6: {"_session", "_self_check", "_persist", "_watch"},
+    7: {"_report", "_rows", "_views", "_widget", "_display", "_standalone"},
+    8: {"_ipython", "_pytest_plugin", "_run", "_cli", "__init__", "__main__"},
+}
+LAYER = {module: layer for layer, modules in LAYERS.items() for module in modules}
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        name = ".".join(parts)
+        out["_adapters" if name == "_adapters.__init__" else name] = path
+    return out
+
+
+def _imports(name: str, path: pathlib.Path) -> set[str]:
+    """The package modules `name` imports (relative imports resolved)."""
+    package_parts = name.split(".")[:-1] if name != "_adapters" else ["_adapters"]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package_parts[:len(package_parts) - (node.level - 1)] if node.level > 1 else package_parts
+            target = ".".join(base + ([node.module] if node.module else []))
+            if node.module:
+                found.add(target)
+            else:  # from . import a, b
+                found.update(".".join(base + [alias.name]) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jaxtrace_nb."):
+            found.add(node.module.removeprefix("jaxtrace_nb."))
+    modules = _modules()
+    return {m for m in found if m in modules and m != name}
+
+
+def test_every_module_has_a_layer():
+    assert sorted(set(_modules()) - set(LAYER)) == []
+
+
+def test_imports_run_down_the_layers():
+    wrong = [(name, target) for name, path in _modules().items() for target in _imports(name, path)
+             if LAYER.get(target, -1) > LAYER.get(name, 99)]
+    assert wrong == []
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = {name: _imports(name, path) for name, path in _modules().items()}
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for target in sorted(graph[node]):
+            if state.get(target) == 1:
+                cycles.append(stack[stack.index(target):] + [target])
+            elif target not in state:
+                visit(target, stack + [target])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
+
+
+def test_importing_the_package_imports_no_jax():
+    code = "import sys, jaxtrace_nb; print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_jax_internals_are_named_only_in_the_probe_layer():
+    named = [name for name, path in _modules().items() if "jax._src" in path.read_text()]
+    assert sorted(n for n in named if LAYER.get(n) != 3) == []
