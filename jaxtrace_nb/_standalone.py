@@ -16,6 +16,7 @@ import os
 import pathlib
 
 from ._log import COLUMNS, Event
+from ._missing import python_value
 from ._report import Report
 from ._rows import SPECS, history_view, table_content
 from ._views import render_html, stylesheet
@@ -54,25 +55,9 @@ def _numbered(events: list[Event]) -> list[Event]:
     return events
 
 
-def _plain(value):
-    """A DataFrame cell as the log holds it: None for missing, Python numbers and datetimes."""
-    if value is None:
-        return None
-    try:
-        if value != value:  # NaN, NaT
-            return None
-    except (TypeError, ValueError):  # pd.NA
-        return None
-    if hasattr(value, "to_pydatetime"):
-        return value.to_pydatetime()
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        return value.item()
-    return value
-
-
 def _from_frame(df) -> list[Event]:
     names = [c for c in df.columns if c in COLUMNS]
-    return [Event(**{name: _plain(record[name]) for name in names}) for record in df.to_dict("records")]
+    return [Event(**{name: python_value(record[name]) for name in names}) for record in df.to_dict("records")]
 
 
 def source_title(source) -> str:
