@@ -48,7 +48,7 @@ def memory_by_field(events: list) -> dict:
 def worker(quick: bool) -> dict:
     """Per log size: seconds of log(), summary(), exports; bytes per event; profiles at the goal size."""
     import jaxtrace_nb as jt
-    from jaxtrace_nb._log import export_frame
+    from jaxtrace_nb._frames import export_frame
     from jaxtrace_nb._session import get_session
 
     from _events import real_templates, synthetic

@@ -61,7 +61,7 @@ def load(paths):
         df[df["compile_s"].isna()]      # the trace whose compile never finished
         jt.load(["p0.jsonl", "p1.jsonl"]).groupby("process")["compile_s"].sum()
     """
-    from ._log import events_frame
+    from ._frames import events_frame
     from ._persist import load_events
 
     if isinstance(paths, (str, os.PathLike)):
@@ -100,7 +100,7 @@ def log(*, internal: bool = True):
 
     `internal=False` hides JAX's own jitted helpers.
     """
-    from ._log import events_frame
+    from ._frames import events_frame
 
     events = get_session().log.events()
     if not internal:
@@ -115,7 +115,7 @@ def summary(*, internal: bool = False, by: str = "total_s"):
 
         jt.summary(by="eqns").head()   # the biggest graphs: unrolled loops, inlined models
     """
-    from ._log import summary_frame
+    from ._frames import summary_frame
 
     events = get_session().log.events()
     if not internal:
@@ -167,6 +167,8 @@ def report(path, events=None, *, internal: bool = False) -> str:
     """
     from ._standalone import write_report
 
+    if events is None:
+        return write_report(path, get_session().log.events(), internal=internal, title="jaxtrace_nb session")
     return write_report(path, events, internal=internal)
 
 

@@ -150,7 +150,8 @@ def _parse_run(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Nam
 def report(logs: list[str], *, output: str | None = None, internal: bool = False) -> int:
     """Print the text report of the merged `logs`, or write the HTML report to `output`."""
     from ._persist import load_events
-    from ._views import Report, render_text
+    from ._report import Report
+    from ._views import render_text
 
     events = []
     for path in logs:
@@ -165,9 +166,9 @@ def report(logs: list[str], *, output: str | None = None, internal: bool = False
     if len(processes) > 1:
         title += f" (processes {', '.join(map(str, processes))})"
     if output is not None:
-        import jaxtrace_nb
+        from ._standalone import write_report
 
-        jaxtrace_nb.report(output, events=list(logs), internal=internal)
+        write_report(output, list(logs), internal=internal)
         print(f"jaxtrace_nb: wrote {output}", file=sys.stderr)
         return 0
     print(render_text(Report(events, title, internal=internal)))

@@ -12,18 +12,14 @@ import weakref
 from IPython.core import magic_arguments
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from ._log import events_frame, export_frame
+from ._display import display_table, widgets_shown
+from ._frames import events_frame, export_frame
 from ._session import get_session
 from ._watch import RetraceError, Watch
 from ._report import Report
 from ._views import mimebundle, render_text
 
 _STATE: dict = {}
-
-
-def _widgets_shown(shell) -> bool:
-    """Whether the frontend can show widgets: a kernel (ipykernel) yes, terminal IPython no."""
-    return getattr(shell, "kernel", None) is not None
 
 
 def _contained(step, *args, **kwargs):
@@ -40,22 +36,6 @@ def _display_report(events, title: str, *, internal: bool, dropped: int = 0) -> 
     from IPython.display import display
 
     display(mimebundle(Report(events, title, internal=internal, dropped=dropped)), raw=True)
-
-
-def display_table(table, *, display_id: bool = False):
-    """Show `table` as two outputs: the live widget, then its static report (text and HTML).
-
-    The static output is what nbconvert (offline too), GitHub, terminals and kernel-less
-    viewers show; next to a rendered widget the stylesheet hides it. In a terminal only the
-    static report is shown. Returns the static output's display handle (with `display_id`).
-    """
-    from IPython import get_ipython
-    from IPython.display import display
-
-    if _widgets_shown(get_ipython()):
-        data, metadata = table._repr_mimebundle_()
-        display(data, metadata=metadata, raw=True)
-    return display(table.static_bundle(), raw=True, display_id=display_id or None)
 
 
 def _display_live_table(title: str, *, since: int, internal: bool, dropped: int = 0):
@@ -228,7 +208,7 @@ class TracewatchMagics(Magics):
         cell_no = session.current_cell
         title = f"%%tracewatch (cell {cell_no})" if cell_no is not None else "%%tracewatch"
         live = None
-        if not args.quiet and _widgets_shown(self.shell):
+        if not args.quiet and widgets_shown(self.shell):
             live = _contained(_display_live_table, title, since=session.log.next_seq, internal=args.internal)
         with Watch(session, max_traces=args.max_traces, max_retraces=args.max_retraces) as watch:
             with _numbered_as(self.shell, cell_no), _retrace_tracebacks(self.shell):
@@ -264,7 +244,7 @@ class TracewatchMagics(Magics):
         if not args.quiet and not args.export and not args.persist:
             title = "jaxtrace_nb session" + ("" if session.recording else " (not recording)")
             live = None
-            if _widgets_shown(self.shell):
+            if widgets_shown(self.shell):
                 live = _contained(_display_live_table, title, since=0, internal=args.internal,
                                   dropped=session.log.dropped)
             if live is not None:

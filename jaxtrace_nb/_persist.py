@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import os
 import threading
 import time
 from collections.abc import Callable
 
 from ._log import COLUMNS, Event
+from ._missing import json_value
 
 
 class JsonlWriter:
@@ -32,7 +32,7 @@ class JsonlWriter:
 
     def __call__(self, event: Event, what: str) -> None:
         try:
-            record = {name: _plain(getattr(event, name)) for name in COLUMNS}
+            record = {name: json_value(getattr(event, name)) for name in COLUMNS}
             record["run"] = self._run
             line = json.dumps(record, ensure_ascii=True, allow_nan=False) + "\n"
             with self._lock:
@@ -47,14 +47,6 @@ class JsonlWriter:
                 self._file.close()
             except Exception:
                 pass
-
-
-def _plain(value):
-    if isinstance(value, datetime.datetime):
-        return value.isoformat()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def load_events(path: str | os.PathLike) -> list[Event]:

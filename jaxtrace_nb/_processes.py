@@ -45,6 +45,8 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from ._missing import present
+
 TITLE = "Differs across processes"
 SIGNATURE_COLUMN = "signature"
 _SIGNATURE_MAX_CHARS = 1000
@@ -100,18 +102,6 @@ def parse_signature_column(text: Any) -> dict[str, str] | None:
 
 
 # ---------------------------------------------------------------- the diff
-def _clean(value: Any) -> Any:
-    """None for None, NaN, pandas' NA/NaT; the value otherwise."""
-    if value is None:
-        return None
-    try:
-        if value != value:  # NaN, NaT
-            return None
-    except TypeError:  # pandas.NA refuses to be a bool
-        return None
-    return value
-
-
 def _rows(events) -> Iterable[Any]:
     if hasattr(events, "itertuples") and hasattr(events, "columns"):  # a DataFrame
         return events.itertuples(index=False)
@@ -119,9 +109,10 @@ def _rows(events) -> Iterable[Any]:
 
 
 def _function_key(e: Any) -> tuple[str, str]:
-    key = _clean(getattr(e, "key", None)) or ""
-    filename = key.rsplit("::", 1)[0] if "::" in key else (_clean(getattr(e, "location", None)) or "").rsplit(":", 1)[0]
-    return (str(_clean(e.function)), os.path.basename(filename))
+    key = present(getattr(e, "key", None)) or ""
+    location = present(getattr(e, "location", None)) or ""
+    filename = key.rsplit("::", 1)[0] if "::" in key else location.rsplit(":", 1)[0]
+    return (str(present(e.function)), os.path.basename(filename))
 
 
 def _labels(places: list[tuple[str | None, int | None]]) -> dict:
@@ -139,8 +130,8 @@ def _labels(places: list[tuple[str | None, int | None]]) -> dict:
 
 
 def _retrace_text(e: Any) -> str:
-    cause = _clean(e.cause) or "not diagnosed"
-    before, after = _clean(e.before), _clean(e.after)
+    cause = present(e.cause) or "not diagnosed"
+    before, after = present(e.before), present(e.after)
     if before is None and after is None:
         return str(cause)
     return f"{before} → {after} ({cause})"
@@ -162,18 +153,18 @@ def differences(events) -> list[Difference]:
     places: list[tuple] = []
     locations: dict[tuple, str | None] = {}
     for e in _rows(events):
-        place = (_clean(getattr(e, "host", None)), _clean(getattr(e, "process", None)))
+        place = (present(getattr(e, "host", None)), present(getattr(e, "process", None)))
         if place[1] is not None:
             place = (place[0], int(place[1]))
         if place not in places:
             places.append(place)
-        if _clean(e.kind) != "trace" or bool(_clean(e.internal)):
+        if present(e.kind) != "trace" or bool(present(e.internal)):
             continue
-        n = _clean(e.trace_number)
+        n = present(e.trace_number)
         if n is None:
             continue
         fkey = _function_key(e)
-        locations.setdefault(fkey, _clean(getattr(e, "location", None)))
+        locations.setdefault(fkey, present(getattr(e, "location", None)))
         by_place = traces.setdefault(fkey, {})
         by_place.setdefault(place, {})[int(n)] = e  # a later run of the same process wins
     if len(places) < 2:
@@ -190,8 +181,8 @@ def differences(events) -> list[Difference]:
 
 
 def _compare(function: str, location: str | None, n: int, row: list[tuple[str, Any]]) -> list[Difference]:
-    present = [(label, e) for label, e in row if e is not None]
-    some_missing = len(present) < len(row)
+    traced = [(label, e) for label, e in row if e is not None]
+    some_missing = len(traced) < len(row)
     missing = f"(no trace #{n})" if n > 1 else "(never traced)"
 
     def diff(leaf, values, basis):
@@ -199,8 +190,8 @@ def _compare(function: str, location: str | None, n: int, row: list[tuple[str, A
 
     found: list[Difference] = []
     # 1. The argument leaves, among the processes that have an n-th trace.
-    signatures = {label: parse_signature_column(getattr(e, SIGNATURE_COLUMN, None)) for label, e in present}
-    compared = len(present) >= 2 and all(sig is not None for sig in signatures.values())
+    signatures = {label: parse_signature_column(getattr(e, SIGNATURE_COLUMN, None)) for label, e in traced}
+    compared = len(traced) >= 2 and all(sig is not None for sig in signatures.values())
     if compared:
         leaves: list[str] = []
         for sig in signatures.values():
@@ -213,9 +204,9 @@ def _compare(function: str, location: str | None, n: int, row: list[tuple[str, A
     if n > 1 and (some_missing or not compared):
         reported = {d.leaf for d in found}
         leaves_seen: list = []
-        for _, e in present:
-            if _clean(e.leaf) not in leaves_seen:
-                leaves_seen.append(_clean(e.leaf))
+        for _, e in traced:
+            if present(e.leaf) not in leaves_seen:
+                leaves_seen.append(present(e.leaf))
         for leaf in leaves_seen:
             if leaf in reported:
                 continue
@@ -223,11 +214,11 @@ def _compare(function: str, location: str | None, n: int, row: list[tuple[str, A
             for label, e in row:
                 if e is None:
                     values.append((label, missing))
-                elif _clean(e.leaf) == leaf:
+                elif present(e.leaf) == leaf:
                     values.append((label, _retrace_text(e)))
                 else:
-                    other = _clean(e.leaf)
-                    values.append((label, f"retraced for {_clean(e.cause) or 'an undiagnosed cause'}"
+                    other = present(e.leaf)
+                    values.append((label, f"retraced for {present(e.cause) or 'an undiagnosed cause'}"
                                           + (f" at `{other}`" if other else "")))
             if len({v for _, v in values}) > 1:
                 found.append(diff(leaf, values, "retrace"))
@@ -235,9 +226,9 @@ def _compare(function: str, location: str | None, n: int, row: list[tuple[str, A
         found.append(diff(None, [(label, missing if e is None else "traced") for label, e in row], "arguments"))
     # 3. No signatures and nothing else told them apart: the argument bytes of their compiles.
     if not found and not compared:
-        sizes = {label: _clean(getattr(e, "arg_bytes", None)) for label, e in present}
+        sizes = {label: present(getattr(e, "arg_bytes", None)) for label, e in traced}
         known = [s for s in sizes.values() if s is not None]
-        if len(known) == len(present) >= 2 and len(set(known)) > 1:
+        if len(known) == len(traced) >= 2 and len(set(known)) > 1:
             found.append(diff(None, [(label, missing if label not in sizes else f"arguments: {int(sizes[label])} bytes")
                                      for label, _ in row], "argument bytes"))
     return found

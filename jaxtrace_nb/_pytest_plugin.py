@@ -181,7 +181,7 @@ def _past_limit(watch, limit: int) -> str | None:
 def _write_report(path: str, events: list) -> str:
     import jaxtrace_nb
 
-    from ._log import function_row
+    from ._frames import function_row
 
     functions: dict = {}
     for e in events:
@@ -191,7 +191,7 @@ def _write_report(path: str, events: list) -> str:
     what = (f"{sum(r['traces'] for r in rows)} trace(s) of {len(rows)} function(s), "
             f"{sum(r['retraces'] for r in rows)} retrace(s)")
     if path.lower().endswith((".html", ".htm")):
-        from ._log import events_frame
+        from ._frames import events_frame
 
         jaxtrace_nb.report(path, events=events_frame(events))
     else:

@@ -15,7 +15,8 @@ import hashlib
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from ._log import Event, function_row
+from ._frames import function_row
+from ._log import Event
 
 SECONDS = ("trace_s", "lower_s", "compile_s")
 
@@ -23,15 +24,16 @@ SECONDS = ("trace_s", "lower_s", "compile_s")
 class Column(NamedTuple):
     name: str  # key of the view row; the DataFrame column of that name (unless in_frame is False)
     label: str  # the header every view prints
-    kind: str  # how views draw it: code, path, int, seconds, bar, text, why, prose, change, cell, num, cache
+    kind: str  # how views draw it: code, path, int, seconds, bar, text, rich, change, cell, num, cache
     title: str  # what it means (the header's tooltip)
     text_width: int = 0  # its width in the terminal table; 0: not in the terminal table
     in_frame: bool = True
 
 
-SUMMARY_COLUMNS = (
+# The views' table, one row per function (``jt.summary()``'s own columns: `_frames.SUMMARY_FRAME_COLUMNS`).
+TABLE_COLUMNS = (
     Column("function", "function", "code", "the function's qualified name; click a row for its history", 28),
-    Column("why", "why (latest retrace)", "why", "the latest group of retraces with the same cause and leaf: how "
+    Column("why", "why (latest retrace)", "rich", "the latest group of retraces with the same cause and leaf: how "
            "many, before → after, where it was first called, and the hint", in_frame=False),
     Column("traces", "traces", "int", "traces: misses of JAX's tracing cache", 6),
     Column("compiles", "compiles", "int", "XLA compiles, after a trace or without one", 8),
@@ -56,7 +58,7 @@ GROUP_COLUMNS = (
     Column("cause", "cause", "text", "what changed"),
     Column("leaf", "leaf", "code", "the changed leaf, in your names"),
     Column("change", "before → after", "change", "the values, shortened; hover for the full ones", in_frame=False),
-    Column("explanation", "why / hint", "prose", "the explanation (of the group's first event) and the hint"),
+    Column("explanation", "why / hint", "rich", "the explanation (of the group's first event) and the hint"),
     Column("call_site", "first called at", "path", "the line of your code whose call traced, first in the group"),
 )
 EVENT_COLUMNS = (
@@ -66,7 +68,7 @@ EVENT_COLUMNS = (
     Column("cause", "cause", "text", "what changed"),
     Column("leaf", "leaf", "code", "the changed leaf, in your names"),
     Column("change", "before → after", "change", "before → after; hover for the full values", in_frame=False),
-    Column("explanation", "why", "prose", "the explanation of this event (the hint is the group's)"),
+    Column("explanation", "why", "rich", "the explanation of this event (the hint is the group's)"),
     Column("call_site", "called at", "path", "the line of your code whose call traced"),
     Column("eqns_total", "eqns total", "int", "jaxpr equations, sub-jaxprs included"),
     Column("flops", "FLOPs", "num", "XLA's cost analysis of the compiled program"),

@@ -4,23 +4,45 @@ report all draw these dicts, keyed by the `_report` column names).
 
 Each dict maps a column name to what the view shows; its ``"full"`` entry maps a column
 name to the unshortened value, which the HTML views put in a hover title.
+
+The wording of a retrace (the "why" of a function and of a group, an explanation with its
+hint) is made here, once, as rich text (see "rich text" below); the terminal, the static HTML
+and the widget only draw it (`_views`, `_widget.js`).
 """
 
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 from . import _format as fmt
 from ._log import Event
-from ._report import EVENT_COLUMNS, GROUP_COLUMNS, SUMMARY_COLUMNS, Group, Report, is_shown
+from ._missing import json_value
+from ._report import EVENT_COLUMNS, GROUP_COLUMNS, TABLE_COLUMNS, Group, Report, is_shown
 
 MAX_EVENTS_PER_GROUP = 500  # the newest ones; every event stays in jt.log()
 _CHANGES_LISTED = 3
+HINT_LABEL = "hint: "  # before a group's hint, below its explanation
+
+# ----------------------------------------------------------------- rich text
+# Rich text, as JSON carries it: a list of blocks ``[css_class, spans]`` (class "": the spans
+# inline, in no block of their own); a span is ``[style, text]`` or ``[style, text, title]``.
+# Styles: "" plain; "code" (a name, a path); "change" (before → after, as code); "count" (×N);
+# "called" (where it was called). The views map a style to markup and escape the text.
+WHY_LINE, HINT = "jtnb-why-line", "jtnb-hint"  # the blocks' CSS classes
 
 
-def _num(value):
-    """A number as JSON can carry it: None for missing or NaN."""
-    return None if value is None or value != value else value
+def prose(text: str | None) -> list[list[str]]:
+    """The spans of `text`, its backtick-quoted pieces as code."""
+    return [["code" if code else "", piece] for code, piece in fmt.code_spans(text)]
+
+
+def prose_cell(explanation: str | None, hint: str | None) -> list:
+    """An explanation, then its hint (if any) in a block of its own, labelled."""
+    blocks: list = [["", prose(explanation)]]
+    if hint:
+        blocks.append([HINT, [["", HINT_LABEL], *prose(hint)]])
+    return blocks
 
 
 def change_texts(events: tuple[Event, ...] | list[Event]) -> tuple[str, str]:
@@ -40,19 +62,55 @@ def _explained(e: Event) -> tuple[str, str]:
     return fmt.short_text(e.explanation, digits), fmt.short_text(e.hint, digits)
 
 
-def group_row(g: Group) -> dict:
-    first, last = g.first, g.events[-1]
+class GroupText(NamedTuple):
+    """A group of events as every view words it: display strings (`change_full` unshortened)."""
+
+    cells: str
+    function: str
+    numbers: str  # "#2", "#2–#16"
+    kind: str
+    count: int
+    cause: str
+    leaf: str | None
+    change: str
+    change_full: str
+    call_site: str
+    explanation: str
+    hint: str
+
+
+def group_text(g: Group) -> GroupText:
+    first = g.first
     cells = list(dict.fromkeys(fmt.cell_label(e.cell) for e in g.events if e.cell is not None))
     numbers = {e.trace_number for e in g.events if e.trace_number is not None}
     span = (f"#{min(numbers)}" + (f"–#{max(numbers)}" if len(numbers) > 1 else "")) if numbers else ""
     shown, full = change_texts(g.events)
     explanation, hint = _explained(first)
+    return GroupText(", ".join(cells), first.function, span, first.kind, len(g.events),
+                     first.cause or "(not diagnosed)", first.leaf, shown, full, fmt.short_path(first.call_site),
+                     explanation, hint)
+
+
+def why_line(t: GroupText) -> list[list[str]]:
+    """The one wording of a group's why: ×N cause at leaf: before → after · first called at where."""
+    spans = [["count", f"×{t.count}"], ["", " "]] if t.count > 1 else []
+    spans.append(["", t.cause])
+    if t.leaf:
+        spans += [["", " at "], ["code", t.leaf]]
+    if t.change:
+        spans += [["", ": "], ["change", t.change, t.change_full]]
+    if t.call_site:
+        spans.append(["called", f" · {'first ' if t.count > 1 else ''}called at {t.call_site}"])
+    return spans
+
+
+def group_row(g: Group) -> dict:
+    t = group_text(g)
     return {
-        "cells": ", ".join(cells), "function": first.function, "numbers": span,
-        "kind": first.kind, "count": len(g.events), "cause": first.cause or "(not diagnosed)",
-        "leaf": first.leaf, "change": shown, "call_site": fmt.short_path(first.call_site),
-        "explanation": explanation, "hint": hint, "first_seq": first.seq, "last_seq": last.seq,
-        "full": {"change": full},
+        "cells": t.cells, "function": t.function, "numbers": t.numbers, "kind": t.kind, "count": t.count,
+        "cause": t.cause, "leaf": t.leaf, "change": t.change, "call_site": t.call_site,
+        "explanation": prose_cell(t.explanation, t.hint), "first_seq": g.first.seq, "last_seq": g.events[-1].seq,
+        "full": {"change": t.change_full},
     }
 
 
@@ -64,20 +122,21 @@ def event_row(e: Event, slowest_seq) -> dict:
         "seq": e.seq, "cell": fmt.cell_label(e.cell), "time": e.time.strftime("%H:%M:%S") if e.time else None,
         "trace_number": e.trace_number, "kind": e.kind, "cause": e.cause, "leaf": e.leaf,
         "change": fmt.change(before, after), "call_site": fmt.short_path(e.call_site),
-        "explanation": explanation, "eqns_total": _num(e.eqns_total), "flops": _num(e.flops),
-        "cache_hit": e.cache_hit, "trace_s": _num(e.trace_s), "lower_s": _num(e.lower_s),
-        "compile_s": _num(e.compile_s), "total_s": e.total_s, "slowest": e.seq == slowest_seq,
+        "explanation": prose_cell(explanation, None), "eqns_total": json_value(e.eqns_total),
+        "flops": json_value(e.flops), "cache_hit": e.cache_hit, "trace_s": json_value(e.trace_s),
+        "lower_s": json_value(e.lower_s), "compile_s": json_value(e.compile_s), "total_s": e.total_s,
+        "slowest": e.seq == slowest_seq,
         "full": {"change": fmt.change(e.before, e.after)},
     }
 
 
-def why(row: dict) -> dict | None:
-    """The latest notable group of a function, as the table's "why" cell shows it."""
+def why(row: dict) -> list | None:
+    """The latest notable group of a function, as the table's "why" cell shows it (rich text)."""
     notable = [g for g in row["groups"] if g.notable]
     if not notable:
         return None
-    latest = max(notable, key=lambda g: g.events[-1].seq if g.events[-1].seq is not None else 0)
-    return group_row(latest)
+    t = group_text(max(notable, key=lambda g: g.events[-1].seq if g.events[-1].seq is not None else 0))
+    return [[WHY_LINE, why_line(t)], *([[HINT, prose(t.hint)]] if t.hint else [])]
 
 
 def _search(row: dict) -> str:
@@ -110,10 +169,10 @@ def _table_row(row: dict) -> dict:
         "key": row["id"], "hidden": not is_shown(row, internal=False), "internal": row["internal"],
         "nested": row["nested"], "search": _search(row), "function": row["function"],
         "location": fmt.short_path(row["location"]), "traces": row["traces"], "compiles": row["compiles"],
-        "eqns_total": _num(row["eqns_total"]), "loop_repeats": _num(row["loop_repeats"]),
-        "trace_s": _num(row["trace_s"]), "lower_s": _num(row["lower_s"]), "compile_s": _num(row["compile_s"]),
-        "total_s": _num(row["total_s"]), "last_cause": row["last_cause"], "last_leaf": row["last_leaf"],
-        "why": why(row),
+        "eqns_total": json_value(row["eqns_total"]), "loop_repeats": json_value(row["loop_repeats"]),
+        "trace_s": json_value(row["trace_s"]), "lower_s": json_value(row["lower_s"]),
+        "compile_s": json_value(row["compile_s"]), "total_s": json_value(row["total_s"]),
+        "last_cause": row["last_cause"], "last_leaf": row["last_leaf"], "why": why(row),
     }
 
 
@@ -148,7 +207,7 @@ def column_spec(columns) -> list[dict]:
     return [{"name": c.name, "label": c.label, "kind": c.kind, "title": c.title} for c in columns]
 
 
-SPECS = {"columns": column_spec(SUMMARY_COLUMNS), "group_columns": column_spec(GROUP_COLUMNS),
+SPECS = {"columns": column_spec(TABLE_COLUMNS), "group_columns": column_spec(GROUP_COLUMNS),
          "event_columns": column_spec(EVENT_COLUMNS)}
 
 

@@ -16,6 +16,7 @@ import os
 import pathlib
 
 from ._log import COLUMNS, Event
+from ._missing import python_value
 from ._report import Report
 from ._rows import SPECS, history_view, table_content
 from ._views import render_html, stylesheet
@@ -27,12 +28,8 @@ _PAGE_CSS = ("body{margin:16px;background:#fff}h1{font:600 16px system-ui,sans-s
 
 # ------------------------------------------------------------------- sources
 def events_from(source) -> list[Event]:
-    """Events from `source`: None (the live session log), a DataFrame (as `jt.log()` / `jt.load()`
-    give it), a persisted log's path, a list of such paths (merged in time order), or events."""
-    if source is None:
-        from ._session import get_session
-
-        return get_session().log.events()
+    """Events from `source`: a DataFrame (as `jt.log()` / `jt.load()` give it), a persisted log's
+    path, a list of such paths (merged in time order), or events (the live log's: `jt.report`)."""
     if isinstance(source, (str, os.PathLike)):
         source = [source]
     if hasattr(source, "to_dict") and hasattr(source, "columns"):
@@ -54,25 +51,9 @@ def _numbered(events: list[Event]) -> list[Event]:
     return events
 
 
-def _plain(value):
-    """A DataFrame cell as the log holds it: None for missing, Python numbers and datetimes."""
-    if value is None:
-        return None
-    try:
-        if value != value:  # NaN, NaT
-            return None
-    except (TypeError, ValueError):  # pd.NA
-        return None
-    if hasattr(value, "to_pydatetime"):
-        return value.to_pydatetime()
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        return value.item()
-    return value
-
-
 def _from_frame(df) -> list[Event]:
     names = [c for c in df.columns if c in COLUMNS]
-    return [Event(**{name: _plain(record[name]) for name in names}) for record in df.to_dict("records")]
+    return [Event(**{name: python_value(record[name]) for name in names}) for record in df.to_dict("records")]
 
 
 def source_title(source) -> str:
@@ -119,9 +100,10 @@ def page(report: Report) -> str:
         "</script></body></html>\n")
 
 
-def write_report(path, events=None, *, internal: bool = False) -> str:
+def write_report(path, events, *, internal: bool = False, title: str | None = None) -> str:
     """Write the self-contained HTML report of `events` (see `events_from`) to `path`; returns the path."""
-    report = Report(events_from(events), f"{source_title(events)}: jit traces and compiles", internal=internal)
+    report = Report(events_from(events), f"{title or source_title(events)}: jit traces and compiles",
+                    internal=internal)
     with open(path, "w", encoding="utf-8") as f:
         f.write(page(report))
     return os.fspath(path)

@@ -1,9 +1,10 @@
 """The text and static-HTML renderings of a `Report` (terminal IPython, nbconvert, GitHub).
 
 Both draw the same rows, groups and headline as the widget (`_report`, `_rows`), under the
-same column labels; the HTML uses the widget's stylesheet (`_widget.css`, inlined) and its
-class names. Every user-derived string is escaped; control characters never reach here raw
-(the log stores them escaped).
+same column labels, and the same rich text, worded once by `_rows` (the why, explanations and
+hints): the text keeps code in backticks, the HTML puts it in `<code>`. The HTML uses the
+widget's stylesheet (`_widget.css`, inlined) and its class names. Every user-derived string is
+escaped; control characters never reach here raw (the log stores them escaped).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import pathlib
 import re
 
 from . import _format as fmt
-from ._report import GROUP_COLUMNS, SUMMARY_COLUMNS, Column, Report
-from ._rows import group_row, table_row
+from ._report import GROUP_COLUMNS, TABLE_COLUMNS, Column, Report
+from ._rows import HINT_LABEL, GroupText, group_row, group_text, table_row, why_line
 
 MAX_GROUPS_SHOWN = 20
 MAX_ROWS_SHOWN = 200
@@ -38,7 +39,7 @@ def _text_value(column: Column, row: dict) -> str:
 
 
 def _text_table(rows: list[dict]) -> list[str]:
-    columns = [c for c in SUMMARY_COLUMNS if c.text_width]
+    columns = [c for c in TABLE_COLUMNS if c.text_width]
     widths = [max(c.text_width, len(c.label)) for c in columns]
 
     def line(values: list[str]) -> str:
@@ -53,14 +54,15 @@ def _text_table(rows: list[dict]) -> list[str]:
     return [header, "-" * len(header), *body]
 
 
-def group_line(g: dict) -> str:
-    """The one-line title of a group of retraces: where, which, how many, what changed."""
-    count = f" ×{g['count']}" if g["count"] > 1 else ""
-    leaf = f" `{g['leaf']}`" if g["leaf"] else ""
-    what = f": {g['change']}" if g["change"] else ""
-    called = f"; {'first ' if g['count'] > 1 else ''}called at {g['call_site']}" if g["call_site"] else ""
-    cells = f"{g['cells']} " if g["cells"] else ""
-    return f"{cells}{g['function']} {g['numbers']} {g['kind']}{count}: {g['cause']}{leaf}{what}{called}"
+def plain_text(spans: list) -> str:
+    """Rich text's spans as the terminal shows them: code in backticks."""
+    return "".join(f"`{text}`" if style == "code" else text for style, text, *_ in spans)
+
+
+def group_line(t: GroupText) -> str:
+    """The one-line title of a group of retraces: where, which, then its why (`_rows.why_line`)."""
+    cells = f"{t.cells} " if t.cells else ""
+    return f"{cells}{t.function} {t.numbers} {t.kind}: {plain_text(why_line(t))}"
 
 
 def render_text(report: Report) -> str:
@@ -74,11 +76,11 @@ def render_text(report: Report) -> str:
     groups = report.notable()
     if groups:
         lines += ["", "Retraces and notes (repeats grouped by cause and leaf):"]
-        for g in map(group_row, groups[-MAX_GROUPS_SHOWN:]):
-            lines.append("  " + group_line(g))
-            lines.append(f"      {g['explanation']}")
-            if g["hint"]:
-                lines.append(f"      hint: {g['hint']}")
+        for t in map(group_text, groups[-MAX_GROUPS_SHOWN:]):
+            lines.append("  " + group_line(t))
+            lines.append(f"      {t.explanation}")
+            if t.hint:
+                lines.append(f"      {HINT_LABEL}{t.hint}")
         if len(groups) > MAX_GROUPS_SHOWN:
             lines.append(f"  … {len(groups) - MAX_GROUPS_SHOWN} earlier group(s) in jt.log()")
     for section in _process_section(report, "text"):
@@ -96,22 +98,26 @@ def breakable(text) -> str:
     return "<wbr>".join(_e(piece) for piece in _BREAK_AFTER.split(str(text)))
 
 
-def prose(text) -> str:
-    """Escaped `text` with its backtick-quoted spans in `<code>`."""
-    return "".join(f"<code>{breakable(piece)}</code>" if code else _e(piece) for code, piece in fmt.code_spans(text))
+# How the static HTML marks up each style of rich text (`_rows`); `_widget.js` has its own DOM.
+_STYLE_MARKUP = {"code": ("code", ""), "change": ("code", "jtnb-change"), "count": ("span", "jtnb-count"),
+                 "called": ("span", "jtnb-called")}
 
 
-def _why_html(g: dict | None) -> str:
-    if not g:
-        return ""
-    count = f"<span class='jtnb-count'>×{g['count']}</span> " if g["count"] > 1 else ""
-    leaf = f" at <code>{breakable(g['leaf'])}</code>" if g["leaf"] else ""
-    change = (f": <code class='jtnb-change' title='{_e(g['full']['change'])}'>{breakable(g['change'])}</code>"
-              if g["change"] else "")
-    first = "first " if g["count"] > 1 else ""
-    called = f" <span class='jtnb-called'>· {first}called at {_e(g['call_site'])}</span>" if g["call_site"] else ""
-    hint = f"<div class='jtnb-hint'>{prose(g['hint'])}</div>" if g["hint"] else ""
-    return f"<div>{count}{_e(g['cause'])}{leaf}{change}{called}</div>{hint}"
+def _span_html(style: str, text: str, title: str | None = None) -> str:
+    tag, css = _STYLE_MARKUP.get(style, ("", ""))
+    if not tag:
+        return _e(text)
+    attributes = (f" class='{css}'" if css else "") + (f" title='{_e(title)}'" if title else "")
+    return f"<{tag}{attributes}>{breakable(text) if tag == 'code' else _e(text)}</{tag}>"
+
+
+def rich_html(blocks: list | None) -> str:
+    """Rich text (`_rows`) as escaped HTML: each block a `<div>` of its class, or inline."""
+    parts = []
+    for css, spans in blocks or ():
+        inner = "".join(_span_html(*span) for span in spans)
+        parts.append(f"<div class='{_e(css)}'>{inner}</div>" if css else inner)
+    return "".join(parts)
 
 
 def _cell_html(column: Column, row: dict, scale: float) -> str:
@@ -127,10 +133,8 @@ def _cell_html(column: Column, row: dict, scale: float) -> str:
         inner = f"<code>{breakable(value)}</code>" if value else ""
     elif kind == "change":
         inner = f"<code class='jtnb-change'>{breakable(value)}</code>" if value else ""
-    elif kind == "why":
-        inner = _why_html(value)
-    elif kind == "prose":
-        inner = prose(value) + (f"<div class='jtnb-hint'>hint: {prose(row['hint'])}</div>" if row.get("hint") else "")
+    elif kind == "rich":
+        inner = rich_html(value)
     else:
         inner = _e(value)
     return f"<td class='{css}'{title}>{inner}</td>"
@@ -151,7 +155,7 @@ def render_html(report: Report) -> str:
              f"<div class='jtnb-headline'>{_e(report.headline())}</div>"]
     if rows:
         scale = max((r["compile_s"] or 0.0 for r in rows), default=0.0)
-        parts.append(_html_table("summary", SUMMARY_COLUMNS, rows[:MAX_ROWS_SHOWN], scale))
+        parts.append(_html_table("summary", TABLE_COLUMNS, rows[:MAX_ROWS_SHOWN], scale))
         if len(rows) > MAX_ROWS_SHOWN:
             parts.append(f"<p>… {len(rows) - MAX_ROWS_SHOWN} more function(s) in <code>jt.summary()</code></p>")
     groups = report.notable()

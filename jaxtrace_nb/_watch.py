@@ -6,7 +6,8 @@ import collections
 from typing import TYPE_CHECKING
 
 from ._diagnosis import retrace_message
-from ._log import Event, events_frame, summary_frame
+from ._frames import events_frame, summary_frame
+from ._log import Event
 
 if TYPE_CHECKING:
     from ._session import Session

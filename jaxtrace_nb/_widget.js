@@ -29,46 +29,44 @@ function code(text, className) {
   return node;
 }
 
-// Prose whose `backticked` spans are code.
-function prose(text) {
-  const out = document.createDocumentFragment();
-  const pieces = String(text ?? "").split("`");
-  if (pieces.length % 2 === 0) pieces.splice(-2, 2, pieces.at(-2) + "`" + pieces.at(-1));
-  pieces.forEach((piece, i) => {
-    if (piece) out.appendChild(i % 2 ? code(piece) : document.createTextNode(piece));
-  });
-  return out;
-}
-
 function seconds(value) {
   return value === null || value === undefined || Number.isNaN(value) ? "" : Number(value).toFixed(3);
 }
 
-function hint(text, prefix) {
-  const node = h("div", "jtnb-hint", prefix || "");
-  node.appendChild(prose(text));
-  return node;
+// Rich text, worded by the kernel (`_rows`: the why, explanations, hints): blocks of
+// [class, spans] (class "": inline), a span being [style, text] or [style, text, title].
+// Only the markup of each style is decided here.
+const STYLE_MARKUP = {
+  code: ["code", ""], change: ["code", "jtnb-change"], count: ["span", "jtnb-count"], called: ["span", "jtnb-called"],
+};
+
+function spans(list) {
+  const out = document.createDocumentFragment();
+  for (const [style, text, title] of list) {
+    const [tag, className] = STYLE_MARKUP[style] || [];
+    if (!tag) {
+      out.appendChild(document.createTextNode(String(text ?? "")));
+      continue;
+    }
+    const node = tag === "code" ? code(text, className) : h(tag, className, text);
+    if (title) node.title = title;
+    out.appendChild(node);
+  }
+  return out;
 }
 
-// The why of a function at a glance: ×N cause at leaf: before → after · first called at, and the hint.
-function why(g) {
-  const box = document.createDocumentFragment();
-  if (!g) return box;
-  const line = h("div", "jtnb-why-line");
-  if (g.count > 1) line.append(h("span", "jtnb-count", `×${g.count}`), " ");
-  line.append(g.cause);
-  if (g.leaf) line.append(" at ", code(g.leaf));
-  if (g.change) {
-    const change = code(g.change, "jtnb-change");
-    change.title = g.full.change;
-    line.append(": ", change);
+function rich(blocks) {
+  const out = document.createDocumentFragment();
+  for (const [className, list] of blocks || []) {
+    if (!className) {
+      out.appendChild(spans(list));
+      continue;
+    }
+    const block = h("div", className);
+    block.appendChild(spans(list));
+    out.appendChild(block);
   }
-  if (g.call_site) {
-    line.append(h("span", "jtnb-called", ` · ${g.count > 1 ? "first " : ""}called at ${g.call_site}`));
-  }
-  box.appendChild(line);
-  if (g.hint) box.appendChild(hint(g.hint));
-  return box;
+  return out;
 }
 
 const DRAW = {
@@ -89,11 +87,7 @@ const DRAW = {
   },
   num: (td, v) => { td.textContent = v === null || v === undefined ? "" : Number(v).toPrecision(3); },
   cache: (td, v) => { td.textContent = v === true ? "hit" : v === false ? "miss" : ""; },
-  why: (td, v) => { td.appendChild(why(v)); },
-  prose: (td, v, row) => {
-    td.appendChild(prose(v));
-    if (row.hint) td.appendChild(hint(row.hint, "hint: "));
-  },
+  rich: (td, v) => { td.appendChild(rich(v)); },
 };
 
 function cell(column, row, scale) {
@@ -156,7 +150,8 @@ function visibleRows(model) {
   const name = model.get("sort_by");
   const column = model.get("columns").find((c) => c.name === name);
   const numeric = column && NUMERIC.has(column.kind);
-  const key = (r) => (numeric ? r[name] : String(r[name] ?? "").toLowerCase());
+  // (rich text, the why, is not ordered: rows with one keep their order, before the blank ones)
+  const key = (r) => (numeric ? r[name] : typeof r[name] === "object" ? "" : String(r[name] ?? "").toLowerCase());
   const blank = (r) => r[name] === null || r[name] === undefined || r[name] === "";
   const present = rows.filter((r) => !blank(r));
   present.sort((a, b) => (key(a) < key(b) ? -1 : key(a) > key(b) ? 1 : 0));

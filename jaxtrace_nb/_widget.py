@@ -23,7 +23,9 @@ import weakref
 import anywidget
 import traitlets as t
 
-from ._log import EventLog, events_frame, export_frame
+from ._display import display_table
+from ._frames import events_frame, export_frame
+from ._log import EventLog
 from ._report import Report
 from ._rows import SPECS, history_view, table_content
 from ._views import mimebundle
@@ -98,7 +100,7 @@ class TraceTable(anywidget.AnyWidget):
             self._rendering = False
 
     def _repr_mimebundle_(self, **kwargs):
-        """The widget view alone; `_ipython.display_table` shows the static report next to it."""
+        """The widget view alone; `_display.display_table` shows the static report next to it."""
         bundle = super()._repr_mimebundle_(**kwargs)
         if bundle is None:
             return None
@@ -107,8 +109,6 @@ class TraceTable(anywidget.AnyWidget):
         return data, metadata
 
     def _ipython_display_(self) -> None:
-        from ._ipython import display_table
-
         display_table(self)
 
     def static_bundle(self) -> dict[str, str]:

@@ -116,7 +116,7 @@ def test_holds_no_user_data(jt):
 
 @pytest.mark.parametrize("ext", ["csv", "parquet", "json"])
 def test_export(jt, tmp_path, ext):
-    from jaxtrace_nb._log import export_frame
+    from jaxtrace_nb._frames import export_frame
 
     _retracing()
     path = export_frame(jt.log(), str(tmp_path / f"log.{ext}"))

@@ -12,7 +12,7 @@ def test_cell_magic_shows_cause_leaf_and_change(shell):
     outputs = _outputs(shell)
     assert outputs and all("text/plain" in d for d in outputs)
     text = _texts(shell)[-1]
-    assert "f #2 trace: shape `x`: f32[] (weak) → f32[3]" in text
+    assert "f #2 trace: shape at `x`: f32[] (weak) → f32[3]" in text
     assert any("<table" in d.get("text/html", "") for d in outputs)
 
 
@@ -154,5 +154,5 @@ def test_terminal_ipython_recipes(tmp_path):
                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
         out[name] = run.stdout + run.stderr
     for name in ("first_line.ipy", "at_the_end.ipy"):
-        assert "<lambda> #2 trace: shape `x`: f32[] (weak) → f32[3]" in out[name], out[name]
+        assert "<lambda> #2 trace: shape at `x`: f32[] (weak) → f32[3]" in out[name], out[name]
     assert "UsageError: Line magic function `%%tracewatch` not found." in out["in_the_middle.ipy"]

@@ -15,7 +15,8 @@ import types
 import pytest
 
 import jaxtrace_nb as jt
-from jaxtrace_nb._log import COLUMNS, Event, events_frame
+from jaxtrace_nb._frames import events_frame
+from jaxtrace_nb._log import COLUMNS, Event
 from jaxtrace_nb._persist import load_events
 from jaxtrace_nb._processes import (Difference, differences, parse_signature_column, render_html_section,
                                     render_text_section, signature_column)

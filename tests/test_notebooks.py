@@ -32,7 +32,7 @@ LOG_TAG = "jaxtrace-log"
 # Run after a notebook's last cell, then removed: prints the session's log, and each cell's
 # per-function summary (of the functions every view shows), as JSON.
 LOG_PROBE = ('import json, jaxtrace_nb\n'
-             'from jaxtrace_nb._log import summary_frame\n'
+             'from jaxtrace_nb._frames import summary_frame\n'
              'from jaxtrace_nb._session import get_session\n'
              '_events = [e for e in get_session().log.events() if not e.internal]\n'
              'print(json.dumps({"log": json.loads(jaxtrace_nb.log(internal=False)[["cell", "function", "nested", '
@@ -364,12 +364,12 @@ def _tracewatch_outputs(raw):
 
 @pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
 def test_every_view_shows_the_same_numbers_under_the_same_labels(path, executed):
-    from jaxtrace_nb._report import SUMMARY_COLUMNS
+    from jaxtrace_nb._report import TABLE_COLUMNS
     from jaxtrace_nb._rows import SPECS
 
     raw, summaries = executed.raw(path)
-    framed = [c for c in SUMMARY_COLUMNS if c.in_frame]
-    text_columns = [c for c in SUMMARY_COLUMNS if c.text_width]
+    framed = [c for c in TABLE_COLUMNS if c.in_frame]
+    text_columns = [c for c in TABLE_COLUMNS if c.text_width]
     seen = 0
     for cell, state, text, html in _tracewatch_outputs(raw):
         seen += 1
@@ -385,7 +385,7 @@ def test_every_view_shows_the_same_numbers_under_the_same_labels(path, executed)
             assert abs(numbers["text"][at] - sum(r[stage] or 0 for r in frame)) <= 0.0015, stage
 
         summary = tables.tables.get("summary", {"header": [], "rows": []})
-        assert summary["header"] == ([(c.name, c.label) for c in SUMMARY_COLUMNS] if frame else [])
+        assert summary["header"] == ([(c.name, c.label) for c in TABLE_COLUMNS] if frame else [])
         assert state["columns"] == SPECS["columns"]
         shown = [r for r in json.loads(state["rows_json"]) if not r["hidden"]]
         labels, text_rows = _text_rows(text, text_columns) if frame else ([], [])

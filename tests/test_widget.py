@@ -14,8 +14,9 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
 from jaxtrace_nb import _widget
-from jaxtrace_nb._log import Event, EventLog, summary_frame
-from jaxtrace_nb._report import SUMMARY_COLUMNS, VISIBILITY_RULE, Report
+from jaxtrace_nb._frames import summary_frame
+from jaxtrace_nb._log import Event, EventLog
+from jaxtrace_nb._report import TABLE_COLUMNS, VISIBILITY_RULE, Report
 from jaxtrace_nb._rows import SPECS, table_row
 from jaxtrace_nb._standalone import events_from
 from jaxtrace_nb._views import render_html, render_text
@@ -95,9 +96,9 @@ def test_each_label_means_one_quantity_in_every_view_and_the_frame():
     events = [e for e in _known_log() if not e.internal]
     frame = summary_frame(events).set_index("function")
     table = TraceTable(Report(events, "t"))
-    assert table.columns == SPECS["columns"] and [c["name"] for c in table.columns] == [c.name for c in SUMMARY_COLUMNS]
+    assert table.columns == SPECS["columns"] and [c["name"] for c in table.columns] == [c.name for c in TABLE_COLUMNS]
     step = _by_name(table.rows)["step"]
-    for column in SUMMARY_COLUMNS:
+    for column in TABLE_COLUMNS:
         if column.in_frame and column.name not in ("function", "location"):  # (location: shortened)
             assert _same(step[column.name], frame.loc["step", column.name]), column.name
     assert step["eqns_total"] == frame.loc["step", "eqns_total"] == 47  # sub-jaxprs included: not `eqns` (42)
@@ -105,7 +106,7 @@ def test_each_label_means_one_quantity_in_every_view_and_the_frame():
     assert step["location"] == "…/project/step.py:1" and "/home/" not in json.dumps(table.rows)  # no machine path
     text = render_text(Report(events, "t"))
     header = text.splitlines()[2]
-    assert [c.label for c in SUMMARY_COLUMNS if c.text_width] == [
+    assert [c.label for c in TABLE_COLUMNS if c.text_width] == [
         "function", "traces", "compiles", "eqns total", "trace s", "lower s", "compile s", "last cause", "leaf"]
     assert all(label in header for label in ("eqns total", "trace s", "last cause"))
 
@@ -120,16 +121,24 @@ def test_repeats_grouped_in_every_view_with_the_why_at_a_glance():
     (group,) = report.notable()
     assert len(group.events) == 15
     row = table_row(report.rows()[0])
-    why = row["why"]
-    assert (why["count"], why["cause"], why["leaf"], why["call_site"]) == (15, "static", "lr", "In[4]:7")
-    assert why["change"].startswith("0.01 → 0.009999, 0.009999 → 0.009998, …, ")
-    assert repr(lr[0]) in why["full"]["change"] and repr(lr[15]) in why["full"]["change"]
+    (line_class, line), (hint_class, hint) = row["why"]  # rich text: worded once, in `_rows`
+    assert (line_class, hint_class) == ("jtnb-why-line", "jtnb-hint")
+    count, space, cause, at, leaf, colon, change, called = line
+    assert (count, space, cause, at, leaf, colon) == (
+        ["count", "×15"], ["", " "], ["", "static"], ["", " at "], ["code", "lr"], ["", ": "])
+    assert change[0] == "change" and change[1].startswith("0.01 → 0.009999, 0.009999 → 0.009998, …, ")
+    assert repr(lr[0]) in change[2] and repr(lr[15]) in change[2]  # the full values: the hover title
+    assert called == ["called", " · first called at In[4]:7"]
+    assert hint == [["code", "eqx.filter_jit"], ["", " treats a Python float as static."]]
     text = render_text(report)
-    assert "train #2–#16 trace ×15: static `lr`: 0.01 → 0.009999, " in text
-    assert "first called at In[4]:7" in text and text.count("treats a Python float as static") == 1
+    why = "×15 static at `lr`: 0.01 → 0.009999, 0.009999 → 0.009998, …, "
+    assert f"train #2–#16 trace: {why}" in text  # the same words as the widget's, code in backticks
+    assert " · first called at In[4]:7" in text and text.count("treats a Python float as static") == 1
     page = render_html(report)
     assert page.count("treats a Python float as static") == 2  # the why cell, and the group's row
     assert "<code>eqx.<wbr>filter_jit</code>" in page and "`" not in page.split("</style>", 1)[1]
+    assert ("<div class='jtnb-why-line'><span class='jtnb-count'>×15</span> static at <code>lr</code>: "
+            "<code class='jtnb-change' title='") in page
 
     table = TraceTable(report)
     table.selected = row["key"]
@@ -137,8 +146,23 @@ def test_repeats_grouped_in_every_view_with_the_why_at_a_glance():
     assert history["title"] == "train (…/project/train.py:1): 16 event(s) in 2 group(s)"
     first, retraces = history["groups"]
     assert (first["cause"], first["count"], retraces["count"], len(retraces["events"])) == ("first", 1, 15, 15)
-    assert "hint" not in retraces["events"][0] and retraces["hint"]  # the hint once, on the group
+    assert len(retraces["events"][0]["explanation"]) == 1 and retraces["explanation"][1][0] == "jtnb-hint"
+    assert retraces["explanation"][1][1][:2] == [["", "hint: "], ["code", "eqx.filter_jit"]]  # once, on the group
     assert retraces["events"][0]["call_site"] == "In[4]:7" and retraces["events"][0]["cell"] == "In[4]"
+
+
+def test_static_html_and_widget_mark_up_rich_text_alike():
+    """The why's wording is the kernel's (`_rows`); both renderers only map its styles to markup."""
+    import pathlib
+
+    from jaxtrace_nb import _views
+
+    script = (pathlib.Path(_widget.__file__).parent / "_widget.js").read_text(encoding="utf-8")
+    block = script[script.index("const STYLE_MARKUP = {"):]
+    block = block[:block.index("};")]
+    in_js = {style: (tag, css) for style, tag, css in re.findall(r'(\w+): \["(\w+)", "([\w-]*)"\]', block)}
+    assert in_js == _views._STYLE_MARKUP
+    assert "split(/(?<=[./[])/)" in script and _views._BREAK_AFTER.pattern == r"(?<=[./\[])"  # the same breaks
 
 
 def test_filter_words_cover_function_leaf_cause_cell_and_location():
@@ -220,7 +244,7 @@ def test_live_table_is_throttled_flushed_and_closed(monkeypatch):
     assert len(renders) == 1 and renders[-1][0]["traces"] == 1  # rendered once, at the first event
     clock.now += _widget.THROTTLE_S
     log.append(_event(0, "storm", "shape", "x", trace_number=2001))
-    assert len(renders) == 2 and renders[-1][0]["traces"] == 2001 and renders[-1][0]["why"]["count"] == 2001
+    assert len(renders) == 2 and renders[-1][0]["traces"] == 2001 and renders[-1][0]["why"][0][1][0] == ["count", "×2001"]
 
     event = log.append(_event(0, "late", compile_s=None))
     event.compile_s = 500.0  # more than the storm's 2001 x 0.12 s
@@ -247,14 +271,16 @@ def test_compile_cost_columns_unrolled_loop_and_flops():
         eqns=1200, eqns_total=1200, loop_repeats=100, flops=2.5e6, key="k:simulate", seq=9))
     table = TraceTable(Report(events, "t"))
     simulate = _by_name(table.rows)["simulate"]
-    assert simulate["loop_repeats"] == 100 and simulate["why"]["hint"].startswith("A Python loop")
+    assert simulate["loop_repeats"] == 100 and simulate["why"][1] == ["jtnb-hint", [["", "A Python loop of about "
+                                                                                   "100 iterations was unrolled"]]]
     table.selected = simulate["key"]
     ((only,),) = [g["events"] for g in table.history["groups"]]
-    assert only["flops"] == 2.5e6 and table.history["groups"][0]["hint"].startswith("A Python loop")
+    group_hint = table.history["groups"][0]["explanation"][1]
+    assert only["flops"] == 2.5e6 and group_hint[1][1][1].startswith("A Python loop")
 
 
 def test_events_from_a_frame_or_persisted_logs_round_trip(tmp_path):
-    from jaxtrace_nb._log import events_frame
+    from jaxtrace_nb._frames import events_frame
     from jaxtrace_nb._persist import JsonlWriter
 
     events = _known_log()
@@ -273,7 +299,7 @@ def test_show_in_a_terminal_shell_prints_the_static_report(tmp_path, capsys):
     from IPython.core.displaypub import CapturingDisplayPublisher
 
     import jaxtrace_nb as jt
-    from jaxtrace_nb._log import events_frame
+    from jaxtrace_nb._frames import events_frame
 
     shell = InteractiveShell.instance()
     old, shell.display_pub = shell.display_pub, CapturingDisplayPublisher()
@@ -313,9 +339,9 @@ def test_notebook_keeps_widget_state_and_static_report(tmp_path):
         return states[widget.data[WIDGET_VIEW]["model_id"]]["state"], static.data
 
     state, static = table(2)
-    assert "step #2–#3 trace ×2: shape `x`: f32[1] → f32[2], f32[2] → f32[3]; first called at In[3]:2" \
+    assert "step #2–#3 trace: ×2 shape at `x`: f32[1] → f32[2], f32[2] → f32[3] · first called at In[3]:2" \
         in static["text/plain"]
-    assert "step #4 trace: static `tag`" in static["text/plain"]
+    assert "step #4 trace: static at `tag`" in static["text/plain"]
     assert "&lt;img src=x onerror=alert(1)&gt;" in static["text/html"] and "<img" not in static["text/html"]
     (row,) = [r for r in json.loads(state["rows_json"]) if not r["hidden"]]
     assert (row["function"], row["traces"], row["last_cause"], row["last_leaf"]) == ("step", 4, "static", "tag")
