@@ -21,7 +21,7 @@ import sys
 
 import pytest
 
-GUARDED = ("jax", "jaxlib", "equinox", "optax")  # must come from site-packages, never the checkout
+GUARDED = ("jax", "jaxlib", "equinox", "optax", "flax")  # must come from site-packages, never the checkout
 RANK = {"skipped": 0, "xfailed": 1, "passed": 2, "xpassed": 3, "failed": 4, "error": 5}
 
 _record = os.environ.get("JAXTRACE_PEER_RECORD") == "1"
@@ -109,7 +109,7 @@ def pytest_sessionfinish(session, exitstatus):
         "interrupted": bool(session.shouldstop or session.shouldfail) or exitstatus == 2,
         "outcomes": _results,
         "file_seconds": {f: round(t, 1) for f, t in _seconds.items()},
-        "versions": {d: _version(d) for d in ("jax", "jaxlib", "equinox", "optax", "pytest", "jaxtrace_nb")},
+        "versions": {d: _version(d) for d in ("jax", "jaxlib", "equinox", "optax", "flax", "pytest", "jaxtrace_nb")},
         "python": sys.version.split()[0],
         "module_files": {m: getattr(sys.modules.get(m), "__file__", None) for m in (*GUARDED, "jaxtrace_nb")},
         "checkout_modules": sorted(

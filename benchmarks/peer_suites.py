@@ -1,13 +1,14 @@
-"""Peer suites: run JAX's, Equinox's and Optax's own tests without and with jaxtrace_nb recording.
+"""Peer suites: run JAX's, Equinox's, Optax's and Flax NNX's own tests without and with jaxtrace_nb recording.
 
     python -m benchmarks.peer_suites --jax-src /tmp/peer/jax --equinox-src /tmp/peer/equinox \\
-        --optax-src /tmp/peer/optax [--only jax|equinox|optax] [--files F ...] [-k EXPR] \\
-        [--timeout S] [--per-file] [--repeat-baseline] [--out PATH]
+        --optax-src /tmp/peer/optax --flax-src /tmp/peer/flax [--only jax|equinox|optax|flax] \\
+        [--files F ...] [-k EXPR] [--timeout S] [--per-file] [--repeat-baseline] [--out PATH]
 
 Run from the repository root. Each *-src is a source checkout of that project at the tag of the
 installed version (jax-vX.Y.Z for JAX, vX.Y.Z for Equinox and Optax); only its test files are
-used, never its package: tests import the installed jax / equinox / optax. This repository
-never holds their code. A checkout can be as small as
+used, never its package: tests import the installed jax / equinox / optax / flax. This repository
+never holds their code. (Flax: the tag nearest the installed version, e.g. v0.12.7 for 0.12.8 where
+the mirror has no v0.12.8.) A checkout can be as small as
 ``git archive jax-v0.10.2 tests conftest.py pyproject.toml | tar -x -C /tmp/peer/jax``.
 
 Every unit (a pytest session over some test files) runs twice, one after the other, in fresh
@@ -26,6 +27,7 @@ Default selection:
   equinox  tests/ (all files), one session
   optax    every optax/**/*_test.py, one session (optax's own CI also runs the whole package
            in one session: ``pytest --pyargs optax``)
+  flax     every tests/nnx/**/*_test.py (Flax NNX), one session
 ``--files`` (paths relative to the checkout; one suite only) replaces the selection, one session
 per file; ``--per-file`` splits the default selections into one session per file.
 
@@ -48,7 +50,7 @@ JAX_SKIP_SLOW_TESTS=true.
 
 Test dependencies (pip, beyond jax, equinox, optax, flax, chex, pytest): absl-py and hypothesis
 (JAX), beartype (Equinox's pytest addopts) and tqdm (Equinox progress-meter tests),
-scikit-learn and scipy (Optax). No test file is left out; Equinox skips its own test_onnx
+scikit-learn and scipy (Optax), einops, treescope and cloudpickle (Flax NNX). No test file is left out; Equinox skips its own test_onnx
 (``@pytest.mark.skip``, a tf2onnx bug).
 
 Timing-sensitive: Equinox's ``test_while_loop.py::test_speed_buffer_while`` asserts how run time
@@ -79,11 +81,12 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JAX_FILES = ["tests/api_test.py", "tests/checkify_test.py", "tests/lax_control_flow_test.py", "tests/shard_map_test.py"]
-GUARDED = ("jax", "jaxlib", "equinox", "optax")  # packages that must come from site-packages
+GUARDED = ("jax", "jaxlib", "equinox", "optax", "flax")  # packages that must come from site-packages
 SUITE_ENV = {
     "jax": {"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_SKIP_SLOW_TESTS": "true"},
     "equinox": {},
     "optax": {},
+    "flax": {},
 }
 
 
@@ -93,7 +96,8 @@ def default_units(suite: str, src: str, per_file: bool) -> list[list[str]]:
     if suite == "equinox":
         files = sorted(os.path.relpath(p, src) for p in glob.glob(os.path.join(src, "tests", "test_*.py")))
         return [[f] for f in files] if per_file else [["tests"]]
-    files = sorted(os.path.relpath(p, src) for p in glob.glob(os.path.join(src, "optax", "**", "*_test.py"), recursive=True))
+    pattern = ("optax", "**", "*_test.py") if suite == "optax" else ("tests", "nnx", "**", "*_test.py")
+    files = sorted(os.path.relpath(p, src) for p in glob.glob(os.path.join(src, *pattern), recursive=True))
     return [[f] for f in files] if per_file else [files]
 
 
@@ -189,6 +193,11 @@ def report(units: list[dict]) -> str:
         lines.append("   modules imported from the checkout: " + " / ".join(str(len(m)) for m in mods.values())
                      + (f"; NOT TEST MODULES: {bad}" if bad else " (test files and their helpers only)"))
         lines.append(f"   events recorded {rr['events']}, dropped {rr['dropped']}, faults {rr['faults']}")
+        if rr.get("causes"):
+            lines.append("   causes recorded (internal included): "
+                         + ", ".join(f"{cause} {n}" for cause, n in sorted(rr["causes"].items())))
+        lines += [f"     {e['cause']}: {e['function']} #{e['trace_number']} (internal={e['internal']}): "
+                  f"{(e['explanation'] or '')[:200]}" for e in rr.get("unknown_events") or ()]
         for name, f in u["compare"]["files"].items():
             total += f["tests"]
             differ += len(f["differ"])
@@ -228,6 +237,7 @@ def main(argv=None) -> int:
     p.add_argument("--jax-src")
     p.add_argument("--equinox-src")
     p.add_argument("--optax-src")
+    p.add_argument("--flax-src")
     p.add_argument("--only", choices=list(SUITE_ENV))
     p.add_argument("--files", nargs="+", help="test files relative to the checkout (one suite only)")
     p.add_argument("-k", help="pytest -k expression, passed to every run")
@@ -249,7 +259,7 @@ def main(argv=None) -> int:
     srcs = {s: os.path.realpath(getattr(args, f"{s}_src")) for s in SUITE_ENV
             if getattr(args, f"{s}_src") and args.only in (None, s)}
     if not srcs:
-        p.error("give at least one --jax-src / --equinox-src / --optax-src (matching --only)")
+        p.error("give at least one --jax-src / --equinox-src / --optax-src / --flax-src (matching --only)")
     if args.files and len(srcs) != 1:
         p.error("--files needs exactly one suite (use --only)")
     logdir = args.out + ".logs" if args.out else tempfile.mkdtemp(prefix="peer_suites_")
@@ -311,7 +321,20 @@ def header() -> str:
 
     pkgs = ", ".join(f"{p} {v(p)}" for p in ("jax", "jaxlib", "equinox", "optax", "chex", "flax", "pytest"))
     return (f"$ python -m benchmarks.peer_suites {' '.join(sys.argv[1:])}\n"
+            f"jaxtrace_nb commit: {commit()}\n"
             f"python {sys.version.split()[0]} ({sys.executable}); {pkgs}; {os.cpu_count()} cores\n")
+
+
+def commit() -> str:
+    """This repository's commit, with "+ changes" when the package differs from it."""
+    try:
+        head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "jaxtrace_nb"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except Exception:
+        return "unknown"
+    return head + (" + uncommitted changes to jaxtrace_nb" if dirty else "")
 
 
 def finish(units: list[dict], out: str | None) -> int:
