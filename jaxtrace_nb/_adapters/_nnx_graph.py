@@ -195,6 +195,10 @@ class _Reader:
         if nodedef.index is not None:
             self.refs[nodedef.index] = self.prefix + path
         t = _type_of(nodedef)
+        if t is type(None) and not int(nodedef.num_attributes):  # None held by a graph node: a None leaf
+            if shown:
+                self.entries.append(Entry("leaf", path, None))
+            return
         style = key_style(t)
         helper = (getattr(t, "__module__", "") or "").startswith("flax.nnx.helpers")  # nnx.List, nnx.Dict
         shown_keys = []

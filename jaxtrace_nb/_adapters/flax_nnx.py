@@ -211,6 +211,8 @@ def _walk_node(walker, prefix: str, obj: Any) -> bool:
                 walker.static(prefix + entry.path, entry.payload, NnxOrigin.ATTRIBUTE)
             elif entry.kind == "node":
                 walker.node(prefix + entry.path, entry.payload)
+            elif entry.kind == "leaf":  # (a None: the arrays are the State's, another argument)
+                walker.emit(prefix + entry.path, entry.payload)
         return True
     if _is_variable(obj):
         return _walk_variable(walker, prefix, obj)
