@@ -13,8 +13,9 @@ import itertools
 import operator
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
+from ._bounded import Bounded
 from ._records import GraphStats, Unrolled, XlaCost
 
 MIN_REPEATS = 16  # fewer repetitions than this is a small model's layers, not a loop to roll up
@@ -132,24 +133,26 @@ def _count_equations(jaxpr: Any, eqns: Sequence[Any], memo: dict) -> int:
     return total
 
 
-# id(sub-jaxpr) -> (a weak reference to it, its equations in all). JAX reuses a nested jit's
-# jaxpr in every trace that calls it with the same types, so most are counted once.
-_SUB_TOTALS: dict = {}
-_MAX_SUB_TOTALS = 4096
+class _SubTotal(NamedTuple):
+    jaxpr: Callable[[], Any]  # a weak reference to the sub-jaxpr its key names by id
+    total: int  # its equations in all
+
+
+# id(sub-jaxpr) -> _SubTotal. JAX reuses a nested jit's jaxpr in every trace that calls it with the
+# same types, so most are counted once.
+_SUB_TOTALS = Bounded(4096)
 
 
 def _sub_total(jaxpr: Any, memo: dict) -> int:
     known = _SUB_TOTALS.get(id(jaxpr))
-    if known is not None and known[0]() is jaxpr:
-        return known[1]
+    if known is not None and known.jaxpr() is jaxpr:
+        return known.total
     total = count_equations(jaxpr, memo)
     try:
         ref = weakref.ref(jaxpr)
     except TypeError:
         return total
-    if len(_SUB_TOTALS) >= _MAX_SUB_TOTALS:
-        _SUB_TOTALS.clear()
-    _SUB_TOTALS[id(jaxpr)] = (ref, total)
+    _SUB_TOTALS.put(id(jaxpr), _SubTotal(ref, total))
     return total
 
 

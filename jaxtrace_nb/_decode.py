@@ -10,53 +10,59 @@ tokens, summaries are bounded (`_values`).
 
 from __future__ import annotations
 
-import os
-import re
 import sys
+import types
 import weakref
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple
 
 from . import _adapters
+from ._bounded import Bounded
+from ._calls import SRC_INFO, DecodedCall, TreeArg, arg_name, argument, parameters, raw_identity
+from ._deferred import DeferredSignature, PlannedArgument, key_hashes, key_parts
 from ._jax_internals import Internals, all_abstract, trace_context_function, trace_context_names
-from ._jax_layouts import KEY_PARTS, PlainCall, TraceStart, cache_key
-from ._records import FunctionIdentity, LoweringRecord, TraceRecord
-from ._signature import DERIVED_LOWERING, Origin, Signature
-from ._values import clip, printable, summarize_static
-from ._arguments import (_SRC_INFO, DecodedCall, TreeArg, Walker, arg_name, argument, aval_leaf, parameters,
-                         argument_plan, call_plan, keys_are_str, raw_identity)
+from ._jax_layouts import PlainCall, TraceStart, cache_key
 from ._jax_tree import handle as tree_handle
-from ._witness import Witness
+from ._lowering import lowering_signature
+from ._plans import CallPlan, argument_plan, call_plan, keys_are_str
+from ._records import FunctionIdentity, LoweringRecord, TraceRecord
+from ._signature import Signature
+from ._sites import CELL_FILE, MAX_CALL_SITE_DEPTH, CallSites
+from ._values import clip, printable, summarize_static
+from ._vocabulary import JitKind, Origin
+from ._walker import Walker
 
-LIBRARY_PACKAGES = ("jax", "jaxlib", "equinox", "optax", "chex", "flax", "jaxtyping", "jaxtrace_nb")
-_CELL_FILE = re.compile(r"^<ipython-input-\d+-[0-9a-f]+>$|ipykernel_\d+[/\\]\d+\.py$")
-_MAX_CALL_SITE_DEPTH = 64
-_MAX_IDENTITIES = 4096
-
-
-# ------------------------------------------------------------------ identity
-def _library_dirs() -> tuple[str, ...]:
-    """The folders of the libraries whose frames and functions are not the user's, whether or
-    not they are imported yet (found without importing them)."""
-    return tuple(d for name in LIBRARY_PACKAGES for d in _package_dirs(name))
+_MAX_KEPT = 4096  # functions whose identity and last plain call are kept
 
 
-def _package_dirs(name: str) -> tuple[str, ...]:
-    """The folders of one package (found without importing it)."""
-    import importlib.util
+class KnownFunction(NamedTuple):
+    """What the decoder keeps of a traced function object, by its id."""
 
-    try:
-        spec = importlib.util.find_spec(name)
-    except Exception:
-        spec = None
-    locations = (spec.submodule_search_locations or ()) if spec is not None else ()
-    return tuple(os.path.abspath(location) + os.sep for location in locations)
+    ref: weakref.ref  # the function object (weakly)
+    identity: FunctionIdentity | None
+    params: tuple | None  # `parameters(fun)`: (positional names, the *args name)
+
+
+class NamedPlan(NamedTuple):
+    """A function's last plain call (`Decoder.plain_jit_record`), ready for its next retrace."""
+
+    plan: CallPlan
+    known: KnownFunction  # the function's entry when this was made (a new entry makes it stale)
+    arguments: tuple  # `PlannedArgument`s under the function's parameter names
+    call: tuple  # ((name, "position" | "keyword"), ...)
+    tree: Any  # the call's treedef when it holds node kinds and str keys only (else None)
+    tree_hash: int | None
+
+
+class TraceContext(NamedTuple):
+    """JAX's trace-context values (its config values, compared with JAX's ``==``) and their texts."""
+
+    values: tuple
+    texts: tuple  # ((name, value text), ...)
 
 
 def _jitted_where_defined(fun: Any, is_library: Callable[[str], bool]) -> bool:
     """Whether `fun`, a plain function of a library's, is wrapped where its module defines it (a
     ``@jax.jit`` at its definition): its module's attribute of its name is not `fun` itself."""
-    import types
-
     if type(fun) is not types.FunctionType:
         return False
     code = getattr(fun, "__code__", None)
@@ -70,129 +76,16 @@ def _jitted_where_defined(fun: Any, is_library: Callable[[str], bool]) -> bool:
     return target is not None and target is not fun
 
 
-def _dead_ref() -> None:
-    return None
-
-
-class Decoder:
+class Decoder(CallSites):
     """Turns what the probe reads of JAX into `TraceRecord`s and `LoweringRecord`s."""
 
     def __init__(self, internals: Internals):
+        super().__init__(_adapters.library_packages())
         self.internals = internals
-        self.library_dirs = _library_dirs()
-        self.cell_label: Callable[[str], str | None] | None = None  # set by the IPython glue
-        self._identities: dict[int, tuple] = {}  # id(function) -> (weakref, identity, parameters)
-        # id(function) -> (its last `CallPlan`, its `_identities` entry, ((name, plan, start), ...), call,
-        # the treedef of that call when it holds no object but str keys (else None), the treedef's hash)
-        self._named_plans: dict[int, tuple] = {}
-        self._context: tuple = ((), ())  # JAX's last trace-context values, and their texts
-        self._library_files: dict[str, bool] = {}  # file name -> in a library's folder
-        self._locations: dict[tuple, str] = {}  # (file name, line) -> its location text, outside cells
-        self._lines: dict[tuple, tuple] = {}  # (id(code), offset) -> (weak reference to the code, line)
-        self._call_path: tuple | None = None  # the stack of the last `call_site`, as it keeps it
-        self._last_site: tuple = (_dead_ref, -1, "")  # (weak reference to a code object, instruction, text)
+        self._identities = Bounded(_MAX_KEPT)  # id(function) -> KnownFunction
+        self._named_plans = Bounded(_MAX_KEPT)  # id(function) -> NamedPlan
+        self._context = TraceContext((), ())  # JAX's last trace-context values, and their texts
         self._trace_context = trace_context_function()  # JAX's: every config value its caches key on
-        self._package_dirs: dict[str, tuple] = {}  # a library's package name -> its folders
-
-    # ---------------------------------------------------------- locations
-    def location(self, filename: str, line: int) -> str:
-        """"file:line", or "In[5]:3" for a notebook cell (asked each time; other files' texts are kept)."""
-        text = self._locations.get((filename, line))
-        if text is not None:
-            return text
-        if _CELL_FILE.search(filename):
-            label = None
-            if self.cell_label is not None:
-                try:
-                    label = self.cell_label(filename)
-                except Exception:
-                    label = None
-            return printable(f"{label or filename}:{line}", 400)
-        if len(self._locations) >= _MAX_IDENTITIES:
-            self._locations.clear()
-        text = self._locations[(filename, line)] = printable(f"{filename}:{line}", 400)
-        return text
-
-    def is_library(self, filename: str) -> bool:
-        known = self._library_files.get(filename)
-        if known is None:
-            if len(self._library_files) >= _MAX_IDENTITIES:
-                self._library_files.clear()
-            known = self._library_files[filename] = bool(self.library_dirs) and filename.startswith(self.library_dirs)
-        return known
-
-    def call_site(self, frame=None) -> str | None:
-        """The innermost frame of the user's own code on the stack, from `frame` (by default the
-        caller's) outwards.
-
-        The library frames' code objects up to it are remembered: where the same code objects
-        are on the stack again, so is the same answer (each frame's verdict depends on its code
-        alone), and no frame is asked again. Its line is kept per code object (weakly) and
-        instruction: finding a line scans the code's line table."""
-        if frame is None:
-            frame = sys._getframe(1)
-        path = self._call_path  # (the library frames' code objects, a weak reference to the user frame's)
-        if path is not None:
-            f = frame
-            try:
-                for code in path[0]:
-                    if f.f_code is not code:
-                        break
-                    f = f.f_back
-                else:
-                    if f.f_code is path[1]():
-                        return self._site(f)
-            except AttributeError:  # a shorter stack (`f` is None)
-                pass
-        library, codes = self._library_files, []
-        for _ in range(_MAX_CALL_SITE_DEPTH):
-            if frame is None:
-                return None
-            code = frame.f_code
-            filename = code.co_filename
-            known = library.get(filename)
-            if known is None:
-                known = self.is_library(filename)
-            if not known and not filename.startswith("<frozen"):
-                try:
-                    self._call_path = (tuple(codes), weakref.ref(code))
-                except TypeError:
-                    self._call_path = None
-                return self._site(frame)
-            codes.append(code)
-            frame = frame.f_back
-        return None
-
-    def _site(self, frame) -> str:
-        """`frame`'s location text, its line found per code object and instruction (the last
-        answer outside a cell is kept: a loop that retraces calls from one place)."""
-        code = frame.f_code
-        lasti = frame.f_lasti
-        last = self._last_site
-        if last[1] == lasti and last[0]() is code:
-            return last[2]
-        key = (id(code), lasti)
-        seen = self._lines.get(key)
-        line = seen[1] if seen is not None and seen[0]() is code else self._line(key, code, frame.f_lineno)
-        filename = code.co_filename
-        text = self._locations.get((filename, line))
-        if text is None:
-            return self.location(filename, line)
-        seen = self._lines.get(key)
-        if seen is not None:  # (`_line` keeps the weak reference to the code)
-            self._last_site = (seen[0], lasti, text)
-        return text
-
-    def _line(self, key: tuple, code: Any, line: int) -> int:
-        """Keep `line` for `key` (`call_site`), with a weak reference to `code`, which `key` names by id."""
-        try:
-            ref = weakref.ref(code)
-        except TypeError:
-            return line
-        if len(self._lines) >= _MAX_IDENTITIES:
-            self._lines.clear()
-        self._lines[key] = (ref, line)
-        return line
 
     # ------------------------------------------------------------- traces
     def trace_record(self, start: TraceStart, *, nested: bool, thread: int, cache_generation: int,
@@ -204,7 +97,7 @@ class Decoder:
         signature, arg_names = None, None
         try:
             signature, flat_paths = self._signature(start, call, adapters)
-            if call.jit_kind != "jit":
+            if call.jit_kind != JitKind.JIT:
                 arg_names = _arg_names(start.debug_info, flat_paths)
         except Exception as e:  # the trace is still recorded, by name, without a cause
             on_fault("signature", e)
@@ -232,63 +125,72 @@ class Decoder:
         shape, the common case) finds its plan by one comparison."""
         fun = call.fun
         known = self._identities.get(id(fun))
-        if known is None or known[0]() is not fun:
+        if known is None or known.ref() is not fun:
             return None
         tree = call.tree
         named = self._named_plans.get(id(fun))
-        if named is None or named[1] is not known or named[4] is None or named[4] != tree:
-            plan = call_plan(tree, call.names)
-            if plan is None:
+        if named is None or named.known is not known or named.tree is None or named.tree != tree:
+            named = self._named_plan(fun, known, tree, call.names)
+            if named is None:
                 return None
-            if known[1] is None or known[2] is None or known[1].jit_kind != "jit":
-                return None
-            if len(self._named_plans) >= _MAX_IDENTITIES:
-                self._named_plans.clear()
-            try:
-                tree_hash = hash(tree)
-            except Exception:
-                tree_hash = None
-            kept = tree if keys_are_str(tree) else None  # (a str subclass key would be a user object)
-            named = self._named_plans[id(fun)] = (plan, known, *_named_arguments(plan, *known[2]), kept, tree_hash)
         vals = call.vals
         if not all_abstract(vals):
             return None  # (only abstract values are kept until the leaves are read)
         try:
-            hashes = (hash(fun), named[5], hash(call.debug_info))  # (`cache_key`'s parts)
+            hashes = (hash(fun), named.tree_hash, hash(call.debug_info))  # (`cache_key`'s parts)
         except Exception:
-            hashes = _key_hashes(cache_key(fun, tree, call.debug_info))
-        signature = DeferredSignature((id(fun), self._trace_context_now(), named[3], hashes), named[2], vals,
-                                      named[0].n_leaves)
+            hashes = key_hashes(cache_key(fun, tree, call.debug_info))
+        signature = DeferredSignature(id(fun), self._trace_context_now(), named.call, hashes, named.arguments, vals,
+                                      named.plan.n_leaves)
         # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this runs at every retrace.
-        return tuple.__new__(TraceRecord, (known[1], nested, signature, known[0], thread, self.call_site(frame),
-                                           cache_generation, None))
+        return tuple.__new__(TraceRecord, (known.identity, nested, signature, known.ref, thread,
+                                           self.call_site(frame), cache_generation, None))
+
+    def _named_plan(self, fun: Any, known: KnownFunction, tree: Any, names: Any) -> NamedPlan | None:
+        """The `NamedPlan` of a plain ``jax.jit`` function's call with `tree`, kept for its next
+        retrace; None for any other call or function."""
+        plan = call_plan(tree, names)
+        if plan is None:
+            return None
+        if known.identity is None or known.params is None or known.identity.jit_kind != JitKind.JIT:
+            return None
+        try:
+            tree_hash = hash(tree)
+        except Exception:
+            tree_hash = None
+        kept = tree if keys_are_str(tree) else None  # (a str subclass key would be a user object)
+        arguments, how = _named_arguments(plan, *known.params)
+        return self._named_plans.put(id(fun), NamedPlan(plan, known, arguments, how, kept, tree_hash))
 
     def is_wrapper(self, fun: Any) -> bool:
         """Whether `fun` is a library's jit wrapper around a user function (e.g. eqx.filter_jit's)."""
         return any(adapter.wraps(fun) for adapter in _adapters.active())
 
     def decode_call(self, start: TraceStart, adapters: tuple | None = None) -> DecodedCall:
+        """The call in the user's terms: the first adapter's reading that claims it, else `plain_call`."""
         for adapter in _adapters.active() if adapters is None else adapters:
-            decoded = adapter.decode_call(start, getattr(self.internals.layout, "static_type", None), self)
+            decoded = adapter.decode_call(start, self)
             if decoded is not None:
                 return decoded
-        return self._jit_call(start)
+        return self.plain_call(start)
 
-    def _jit_call(self, start: TraceStart) -> DecodedCall:
+    def plain_call(self, start: TraceStart) -> DecodedCall:
+        """The call read as a plain ``jax.jit`` call: the traced function's parameter names, each
+        static argument a `StaticArg` of `Origin.STATIC_ARGNUMS`, each other a `TreeArg`."""
         positional, var = self.parameters(start.fun)
         named = [(arg_name(i, positional, var), part, "position") for i, part in enumerate(start.positional)]
         named += [(name, part, "keyword") for name, part in start.keyword]
         arguments = [(name, argument(part, start.vals, Origin.STATIC_ARGNUMS)) for name, part, _ in named]
-        return DecodedCall("jit", start.fun, None, arguments, None, tuple((name, how) for name, _, how in named))
+        return DecodedCall(JitKind.JIT, start.fun, None, arguments, None, tuple((name, how) for name, _, how in named))
 
     def parameters(self, fun: Any) -> tuple[list[str], str | None]:
         """`parameters(fun)`, remembered per function object (inspect.signature is slow)."""
         cached = self._identities.get(id(fun))
-        if cached is not None and cached[0]() is fun and cached[2] is not None:
-            return cached[2]
+        if cached is not None and cached.ref() is fun and cached.params is not None:
+            return cached.params
         found = parameters(fun)
-        if cached is not None and cached[0]() is fun:
-            self._identities[id(fun)] = cached[:2] + (found,)
+        if cached is not None and cached.ref() is fun:
+            self._identities.put(id(fun), cached._replace(params=found))
         else:
             self._remember(fun, None, found)
         return found
@@ -296,19 +198,19 @@ class Decoder:
     def identity(self, start: TraceStart, call: DecodedCall, frame=None) -> FunctionIdentity:
         fun = call.user_fun
         cached = self._identities.get(id(fun)) if fun is not None and call.identity is None else None
-        if cached is not None and cached[0]() is fun and cached[1] is not None:
-            return cached[1]
+        if cached is not None and cached.ref() is fun and cached.identity is not None:
+            return cached.identity
         name, filename, line = call.identity or raw_identity(fun, start.debug_info)
         name = printable(name)
-        in_cell = bool(_CELL_FILE.search(filename))
+        in_cell = bool(CELL_FILE.search(filename))
         identity = FunctionIdentity(
             name=name, filename=filename, line=line, location=self.location(filename, line),
             key=f"{'<cell>' if in_cell else filename}::{name}", in_cell=in_cell,
-            internal=self._jitted_by_library(frame, call, filename), jit_kind=call.jit_kind,
+            internal=self._jitted_by_library(frame, call, filename), jit_kind=str(call.jit_kind),
             jax_name=str(self.internals.fun_name(start.fun)),
             src_info=str(getattr(start.debug_info, "func_src_info", "") or ""))
         if fun is not None and call.identity is None:
-            self._remember(fun, identity, cached[2] if cached is not None and cached[0]() is fun else None)
+            self._remember(fun, identity, cached.params if cached is not None and cached.ref() is fun else None)
         return identity
 
     def _jitted_by_library(self, frame, call: DecodedCall, filename: str) -> bool:
@@ -324,30 +226,22 @@ class Decoder:
         machinery = getattr(self.internals.layout, "machinery", ())
         wrapper = _adapters.wrapper_package(call.jit_kind)
         f, depth = frame, 0
-        while f is not None and depth < _MAX_CALL_SITE_DEPTH:
+        while f is not None and depth < MAX_CALL_SITE_DEPTH:
             name = f.f_code.co_filename.replace("\\", "/")
-            if not (name.endswith(machinery) or (wrapper and self._in_package(name, wrapper))):
+            if not (name.endswith(machinery) or (wrapper and self.in_package(name, wrapper))):
                 break
             f, depth = f.f_back, depth + 1
-        if f is None or depth >= _MAX_CALL_SITE_DEPTH:
+        if f is None or depth >= MAX_CALL_SITE_DEPTH:
             return self.is_library(filename)
         caller = f.f_code.co_filename
         if self.is_library(caller) and not caller.startswith("<frozen"):
             return True
-        return _jitted_where_defined(call.user_fun if call.jit_kind == "jit" else None, self.is_library)
-
-    def _in_package(self, filename: str, package: str) -> bool:
-        dirs = self._package_dirs.get(package)
-        if dirs is None:
-            dirs = self._package_dirs[package] = _package_dirs(package)
-        return bool(dirs) and filename.startswith(dirs)
+        return _jitted_where_defined(call.user_fun if call.jit_kind == JitKind.JIT else None, self.is_library)
 
     def _remember(self, fun: Any, identity: FunctionIdentity | None, params: tuple | None) -> None:
         """Keep `fun`'s identity and parameters, by the object (a weak reference to it)."""
         try:
-            if len(self._identities) >= _MAX_IDENTITIES:
-                self._identities.clear()
-            self._identities[id(fun)] = (weakref.ref(fun), identity, params)
+            self._identities.put(id(fun), KnownFunction(weakref.ref(fun), identity, params))
         except TypeError:  # an object without weak references: asked again next time
             pass
 
@@ -359,7 +253,7 @@ class Decoder:
         function_path = None
         if call.function_leaf is not None:
             function_path, leaf = call.function_leaf
-            walker.leaves[function_path] = leaf
+            walker.set(function_path, leaf)
         for name, part in call.arguments:
             part.emit(walker, name)
         values, texts = self._trace_context_now()
@@ -367,124 +261,70 @@ class Decoder:
             function_token=("id", id(call.user_fun)),
             context=texts,
             leaves=walker.leaves, function_path=function_path, jit_kind=call.jit_kind, call=call.call,
-            owners=walker.owners or None, key_parts=_key_parts(start.key), context_values=values,
+            owners=walker.owners or None, key_parts=key_parts(start.key), context_values=values,
             tree_ref=tree_handle(start.in_avals)), walker.flat_paths
 
     def _deferred_signature(self, start: TraceStart, call: DecodedCall) -> DeferredSignature | None:
         """A plain ``jax.jit`` call whose every argument is a tree of dicts with string keys, lists,
-        tuples and None, with its leaves read later; None for any other call."""
-        if call.jit_kind != "jit" or call.function_leaf is not None:
+        tuples and None, with its leaves read later (only abstract values are kept until then);
+        None for any other call."""
+        if call.jit_kind != JitKind.JIT or call.function_leaf is not None:
             return None
         plans = []
         n_leaves = 0
         for name, part in call.arguments:
-            found = argument_plan(part.td) if type(part) is TreeArg else None
-            if found is None:
+            plan = argument_plan(part.td) if type(part) is TreeArg else None
+            if plan is None:
                 return None
-            plans.append((name, found[0], part.start))
-            n_leaves += found[1]
-        return self._deferred(call.user_fun, call.call, _key_hashes(start.key), tuple(plans), start.vals, n_leaves)
-
-    def _deferred(self, fun: Any, call: tuple, key_hashes: tuple, plans: tuple, vals: Sequence,
-                  n_leaves: int) -> DeferredSignature | None:
-        """The `DeferredSignature` of a plain ``jax.jit`` call read through `plans`; None unless
-        every value is abstract (only those are kept until the leaves are read). `key_hashes`: of
-        `cache_key`'s parts, in the order of `KEY_PARTS`."""
-        if not all_abstract(vals):
+            # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this may run per retrace.
+            plans.append(tuple.__new__(PlannedArgument, (name, plan, part.start)))
+            n_leaves += len(plan)
+        if not all_abstract(start.vals):
             return None
-        return DeferredSignature((id(fun), self._trace_context_now(), call, key_hashes), plans, vals, n_leaves)
+        return DeferredSignature(id(call.user_fun), self._trace_context_now(), call.call, key_hashes(start.key),
+                                 tuple(plans), start.vals, n_leaves)
 
-    def _trace_context_now(self) -> tuple:
-        """(JAX's trace-context values, ((name, value text), ...)): the values are JAX's config
-        values, kept to be compared with JAX's ``==``; texts remade only when values change."""
+    def _trace_context_now(self) -> TraceContext:
+        """JAX's trace-context values and their texts: the values are JAX's config values, kept to
+        be compared with JAX's ``==``; texts remade only when values change."""
         try:
             values = tuple(self._trace_context())
         except Exception:
             values = ()
         kept = self._context
-        if values is not kept[0] and not _same_values(values, kept[0]):
+        if values is not kept.values and not _same_values(values, kept.values):
             names = trace_context_names(len(values))
-            kept = self._context = (values, tuple((str(n), context_text(v)) for n, v in zip(names, values)))
+            kept = self._context = TraceContext(values, tuple((str(n), context_text(v)) for n, v in zip(names, values)))
         return kept
 
     # ---------------------------------------------------------- lowerings
     def lowering_record(self, local: dict | None, jax_name: str, thread: int) -> LoweringRecord:
         """What a lowering received (read from the lowering function's `local`s), as a signature
         with one leaf per argument under JAX's argument names."""
-        closed = local.get("closed_jaxpr") if local else None
-        in_avals = local.get("in_avals") if local else None
-        if closed is None or in_avals is None:
+        read = lowering_signature(local)
+        if read is None:
             return LoweringRecord(jax_name, "", None, thread, None)
-        debug = getattr(getattr(closed, "jaxpr", None), "debug_info", None)
-        n_const = int(local.get("num_const_args") or 0)
-        avals = list(in_avals)[n_const:]
-        names = list(getattr(debug, "arg_names", None) or ())
-        shardings = list(getattr(local.get("semantic_in_shardings"), "shardings", ()) or ())[n_const:]
-        layouts = list(local.get("in_layouts") or ())[n_const:]
-        donated = list(local.get("donated_invars") or ())[n_const:]
-        leaves = {}
-        for i, aval in enumerate(avals):
-            name = names[i] if i < len(names) and names[i] else f"args[{i}]"
-            sharding, layout, donate = _at(shardings, i), _at(layouts, i), bool(_at(donated, i))
-            text, _ = _placement(sharding, layout, donate)
-            leaf = aval_leaf(aval)
-            # JAX's compile cache keys on the program and each argument's type and placement: JAX's
-            # own objects, compared with its ``==``
-            leaves[name] = leaf._replace(detail=text, witness=(aval, sharding, layout, donate))
-        src_info = str(getattr(debug, "func_src_info", "") or "")
-        # The program: JAX's compile cache keys on the traced program object itself (by identity). A
-        # program JAX derived from a jitted function (its JVP or transpose under `jax.grad`) keeps no
-        # argument names.
-        kind = "lowering" if getattr(debug, "arg_names", None) is not None else DERIVED_LOWERING
-        signature = Signature(("program", Witness(closed)), (), leaves, jit_kind=kind)
+        signature, src_info = read
         return LoweringRecord(jax_name, src_info, signature, thread, self._identity_from_debug(jax_name, src_info))
 
     def _identity_from_debug(self, jax_name: str, src_info: str) -> FunctionIdentity:
         """A function known only from JAX's debug info (traced before recording started)."""
-        match = _SRC_INFO.match(src_info)
+        match = SRC_INFO.match(src_info)
         filename, line = (match["file"], int(match["line"])) if match else ("?", 0)
         name = printable(jax_name)
-        in_cell = bool(_CELL_FILE.search(filename))
+        in_cell = bool(CELL_FILE.search(filename))
         return FunctionIdentity(name, filename, line, self.location(filename, line) if match else "?",
                                 f"{'<cell>' if in_cell else filename}::{name}", in_cell, self.is_library(filename),
-                                "jit", jax_name, src_info)
+                                str(JitKind.JIT), jax_name, src_info)
 
 
-class DeferredSignature:
-    """A trace's signature whose leaves are read when first asked for (`get`), from the plans
-    of its arguments' treedefs and their abstract values (never a user object)."""
-
-    __slots__ = ("_parts", "_plans", "_vals", "_built", "n_leaves")
-
-    def __init__(self, parts: tuple, plans: tuple, vals: Sequence, n_leaves: int):
-        # parts: the id of the function, the `Signature`'s context and call, the hashes of JAX's key's parts
-        self._parts, self._plans, self._vals, self._built = parts, plans, vals, None
-        self.n_leaves = n_leaves
-
-    def get(self) -> Signature:
-        built = self._built
-        if built is not None:
-            return built
-        plans, vals, parts = self._plans, self._vals, self._parts
-        if plans is None:  # another thread built it meanwhile (it sets `_built` before clearing these)
-            return self._built
-        walker = Walker(())
-        for name, plan, start in plans:
-            walker.apply_plan(name, plan, vals, start)
-        function_id, (values, texts), call, hashes = parts
-        built = self._built = Signature(("id", function_id), texts, walker.leaves, None, "jit", call, None,
-                                        tuple(zip(KEY_PARTS, hashes)), values)
-        self._plans = self._vals = self._parts = None
-        return built
-
-
-def _named_arguments(plan: Any, positional: list, var: str | None) -> tuple[tuple, tuple]:
-    """A `CallPlan`'s arguments under the function's parameter names: ((name, plan, first leaf),
-    ...), and the call ((name, "position" | "keyword"), ...)."""
+def _named_arguments(plan: CallPlan, positional: list, var: str | None) -> tuple[tuple, tuple]:
+    """A `CallPlan`'s arguments under the function's parameter names (`PlannedArgument`s), and the
+    call ((name, "position" | "keyword"), ...)."""
     plans, call = [], []
     for where, tree, start in plan.arguments:
         name = arg_name(where, positional, var) if type(where) is int else where
-        plans.append((name, tree, start))
+        plans.append(PlannedArgument(name, tree, start))
         call.append((name, "position" if type(where) is int else "keyword"))
     return tuple(plans), tuple(call)
 
@@ -504,28 +344,6 @@ def _arg_names(debug_info: Any, flat_paths: dict) -> dict | None:
     return mapping or None
 
 
-def _at(items: list, i: int) -> Any:
-    return items[i] if i < len(items) else None
-
-
-def _placement(sharding: Any, layout: Any, donated: bool) -> tuple:
-    """(text, token) of an argument's placement at a compile: device, sharding, layout, donation."""
-    kind = type(sharding).__name__
-    if sharding is None or kind == "UnspecifiedValue":
-        text = "uncommitted"
-    elif kind == "SingleDeviceSharding":
-        device = getattr(sharding, "_device", None) or next(iter(getattr(sharding, "device_set", ()) or ()), None)
-        text = f"committed to {summarize_static(device).text}" if device is not None else "committed"
-    else:
-        spec = getattr(sharding, "spec", None)
-        text = f"sharded {clip(str(spec), 60)}" if spec is not None else clip(kind, 60)
-    if layout is not None:
-        text += f", layout {clip(str(layout), 60)}"
-    if donated:
-        text += ", donated"
-    return text, text
-
-
 def context_text(value: Any) -> str:
     """A trace-context value as text: plain values as such, devices as ``cpu:0``, other
     objects by type and hash, as JAX's cache key compares them."""
@@ -539,19 +357,3 @@ def context_text(value: Any) -> str:
     except Exception:
         token = "unhashable"
     return f"<{type(value).__name__} {token}>"
-
-
-def _key_parts(key: tuple) -> tuple:
-    """((part, hash), ...) of JAX's tracing-cache key (`cache_key`; JAX hashed its parts already)."""
-    return tuple(zip((name for name, _ in key), _key_hashes(key)))
-
-
-def _key_hashes(key: tuple) -> tuple:
-    """The hash of each part of `key` (`cache_key`), None where one cannot be hashed."""
-    hashes = []
-    for _, value in key:
-        try:
-            hashes.append(hash(value))
-        except Exception:
-            hashes.append(None)
-    return tuple(hashes)

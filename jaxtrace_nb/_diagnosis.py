@@ -1,11 +1,12 @@
-"""The cause vocabulary, and every explanation and hint, in one place (pure, no JAX).
+"""The causes of a trace, and every explanation, in one place (pure, no JAX).
 
 `diagnose` explains a trace from its signature and the function's earlier ones;
 `diagnose_compile` explains a compile that followed no new trace from the lowering
 signatures; `unrolled_loop_hint` and the fixed texts cover the rest. A hint names a
 library or a mechanism only when the evidence in the signature says so: the changed
 leaf's origin (what made a value static), the type of the object it lives in, the
-kind of value.
+kind of value. A `Diagnosis` carries its cause as a plain string, a `Cause`'s value: the log
+holds exactly the strings it always did.
 """
 
 from __future__ import annotations
@@ -13,35 +14,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ._records import Unrolled
-from ._signature import (DERIVED_LOWERING, NODE_SUFFIX, TRANSFORMED_LOWERING, ArrayToken, Change, Leaf, Origin,
-                         Signature, call_changes, closest, context_changes, diff_leaves, owners_of, same_for_jax)
 from . import _hints as hints
+from ._changes import classify, collapse, describe, under
+from ._records import Unrolled
+from ._signature import (NODE_SUFFIX, Change, Signature, call_changes, closest, context_changes, diff_leaves,
+                         same_for_jax)
+from ._vocabulary import Cause, LoweringKind
 from ._witness import Witness
-from ._values import clip
 
-CAUSES = (
-    "first",
-    "shape",
-    "dtype",
-    "weak_type",
-    "static",
-    "structure",
-    "new_function",
-    "context",
-    "sharding",
-    "unknown",
-)
+CAUSES = tuple(cause.value for cause in Cause)  # the DataFrame's categories, in this order
 
 _MAX_LISTED = 5
 _WHAT = {
-    "shape": "shape", "dtype": "dtype", "weak_type": "weak type", "static": "static value",
-    "structure": "structure", "sharding": "placement", "new_function": "function",
+    Cause.SHAPE: "shape", Cause.DTYPE: "dtype", Cause.WEAK_TYPE: "weak type", Cause.STATIC: "static value",
+    Cause.STRUCTURE: "structure", Cause.SHARDING: "placement", Cause.NEW_FUNCTION: "function",
 }
 
 
 class Diagnosis(NamedTuple):
-    cause: str | None  # None: not diagnosed (reduced mode)
+    cause: str | None  # a `Cause`'s value; None: not diagnosed (reduced mode)
     leaf: str | None
     before: str | None
     after: str | None
@@ -51,7 +42,7 @@ class Diagnosis(NamedTuple):
     hint_id: str | None = None  # the hint's id in `_hints.HINTS` (None: no hint)
 
 
-FIRST = Diagnosis("first", None, None, None, "First trace of this function.", "")
+FIRST = Diagnosis(Cause.FIRST.value, None, None, None, "First trace of this function.", "")
 def first_after_failures(failed: int) -> Diagnosis:
     """The first completed trace of a function, after `failed` attempts that raised."""
     if not failed:
@@ -77,104 +68,6 @@ def _q(path: str) -> str:
     return f"`{path}`"
 
 
-_is_argument = hints.is_argument
-
-
-def _root(path: str) -> str:
-    return path.split("[")[0].split(".")[0]
-
-
-# ------------------------------------------------------------------ classify
-def classify(change: Change, function_path: str | None = None) -> str:
-    """The cause a change JAX's comparison found at one leaf stands for."""
-    path, old, new = change
-    if old is None or new is None:
-        return "structure"
-    if old.kind != new.kind:
-        if "static" in (old.kind, new.kind) and "none" not in (old.kind, new.kind) \
-                and "node" not in (old.kind, new.kind):
-            return "static"
-        return "structure"
-    if new.kind == "array":
-        a, b = old.token, new.token
-        if type(a) is not ArrayToken or type(b) is not ArrayToken:
-            return "shape" if a != b else "sharding"
-        if a.dtype != b.dtype and (is_key_dtype(a.dtype) or is_key_dtype(b.dtype)):
-            return "dtype"  # a PRNG key of another kind (a raw uint32 key, a typed key): not a shape to pad
-        if a.shape != b.shape:
-            return "shape"
-        if a.dtype != b.dtype:
-            return "dtype"
-        if a.weak != b.weak:
-            return "weak_type"
-        return "sharding"  # the placement part of the type: mesh axes, varying axes, memory space
-    if new.kind == "static":
-        return "new_function" if path == function_path else "static"
-    return "structure"
-
-
-def is_key_dtype(dtype: str) -> bool:
-    """Whether a dtype name is one of JAX's typed PRNG key dtypes (``key<fry>``)."""
-    return dtype.startswith("key<")
-
-
-def _describe(change: Change, cause: str) -> tuple[str, str]:
-    path, old, new = change
-    absent = "(not passed)" if _is_argument(path) else "(absent)"
-    if old is None or new is None:
-        return (clip(old.text) if old is not None else absent), (clip(new.text) if new is not None else absent)
-    if old.detail == new.detail:  # the placement (a compile's) did not change: show the types
-        return clip(old.text), clip(new.text)
-    if cause == "sharding":
-        return old.detail or old.text, new.detail or new.text
-    return clip(f"{old.text}, {old.detail}"), clip(f"{new.text}, {new.detail}")
-
-
-def _collapse(changes: list[Change]) -> list[Change]:
-    """One change per path, the most telling first.
-
-    A path that changed kind (an array replaced by a list, a value by None), or a container
-    added or removed as a whole, is one change, reported before and instead of the changes
-    of its elements; a container's own change
-    (its kind, length or keys) is dropped when its elements' changes already show it.
-    """
-    merged: dict[str, list] = {}
-    for path, old, new in changes:
-        if path in merged:
-            entry = merged[path]
-            entry[0] = entry[0] if entry[0] is not None else old
-            entry[1] = entry[1] if entry[1] is not None else new
-        else:
-            merged[path] = [old, new]
-    replaced = [path for path, (old, new) in merged.items()
-                if (old is not None and new is not None and (old.kind != new.kind or _other_container(old, new)))
-                or ((old is None) != (new is None) and (old or new).kind == "node")]
-    out = []
-    for path, (old, new) in merged.items():
-        if any(_under(path, p) for p in replaced):
-            continue
-        both_nodes = old is not None and new is not None and old.kind == new.kind == "node"
-        if both_nodes and path not in replaced and any(_under(other, path) for other in merged):
-            continue
-        out.append((path, old, new))
-    out.sort(key=lambda c: c[0] not in replaced)
-    return out
-
-
-def _other_container(old: Leaf, new: Leaf) -> bool:
-    """Two node leaves of different container types (a ``dict`` and a ``FrozenDict``, a ``list`` and
-    a ``tuple``, two classes of one name): one container replaced by another, not changed."""
-    return old.kind == new.kind == "node" and old.type_name != new.type_name or (
-        old.kind == new.kind == "node" and old.token[1][:1] == ("custom",) and new.token[1][:1] == ("custom",)
-        and old.witness is not None and new.witness is not None and not same_for_jax(old, new))
-
-
-def _under(path: str, prefix: str) -> bool:
-    """Whether `path` lies inside the value at `prefix` (an element, a field, its metadata)."""
-    return path != prefix and path.startswith(prefix) and (path[len(prefix)] in ".[" or
-                                                          path[len(prefix):].startswith(" ("))
-
-
 # --------------------------------------------------------------------- hints
 NEW_FUNCTION_HINT = hints.text("new_function")
 SHARDING_HINT = hints.text("sharding")
@@ -192,12 +85,12 @@ def diagnose(new: Signature, previous: Sequence[Signature], *, new_object: bool 
     if not previous:
         return FIRST
     old, changes, ctx = closest(new, previous)
-    return checked(_diagnose(new, old, _collapse(changes), ctx, new_object, rerun_note, cache_cleared), new, old)
+    return checked(_diagnose(new, old, collapse(changes), ctx, new_object, rerun_note, cache_cleared), new, old)
 
 
 def _diagnose(new: Signature, old: Signature, changes: list[Change], ctx: list[str], new_object: bool,
               rerun_note: str | None, cache_cleared: bool) -> Diagnosis:
-    function_change = [c for c in changes if c[0] == new.function_path]
+    function_change = [c for c in changes if c.path == new.function_path]
     if new_object or function_change:
         return _new_function(new, changes, function_change, rerun_note)
     if ctx:
@@ -208,21 +101,21 @@ def _diagnose(new: Signature, old: Signature, changes: list[Change], ctx: list[s
     if moved:
         name, was, now = moved[0]
         return Diagnosis(
-            "structure", name, f"by {was}", f"by {now}",
+            Cause.STRUCTURE.value, name, f"by {was}", f"by {now}",
             f"{_q(name)} was passed by {was} and is now passed by {now}: JAX's cache key keeps positional and "
             "keyword arguments apart, so the call has a new input structure.",
             hints.text("structure.call", name), len(moved), "structure.call")
     return _same_key(new, old, cache_cleared)
 
 
-_NAMED_CAUSES = ("shape", "dtype", "weak_type", "static", "structure", "sharding")
+_NAMED_CAUSES = frozenset({Cause.SHAPE, Cause.DTYPE, Cause.WEAK_TYPE, Cause.STATIC, Cause.STRUCTURE, Cause.SHARDING})
 
 
 def checked(d: Diagnosis, new: Signature, old: Signature) -> Diagnosis:
     """`d`, after checking that JAX's comparison backs it: a named leaf differs between `old` and
     `new` by JAX's equality (`same_for_jax`); `unknown` only where no leaf, context value, way of
     passing or part of JAX's key differs. Raises `InvariantError` otherwise."""
-    if d.cause == "unknown":
+    if d.cause == Cause.UNKNOWN:
         if diff_leaves(new, old) or context_changes(new, old) or call_changes(new, old) or \
                 [a for a, b in zip(new_parts(new), new_parts(old)) if a != b]:
             raise InvariantError("`unknown` said where JAX's key differs from the earlier one")
@@ -245,17 +138,17 @@ def _differs_at(new: Signature, old: Signature, path: str) -> bool:
 def _changed_inside(new: Signature, old: Signature, path: str) -> bool:
     """Whether some leaf inside `path` (an element, a field, its metadata) differs (a container
     whose contents changed is named by its own path)."""
-    return any(_under(p.removesuffix(NODE_SUFFIX), path) for p, _, _ in diff_leaves(new, old))
+    return any(under(change.path.removesuffix(NODE_SUFFIX), path) for change in diff_leaves(new, old))
 
 
 def _new_function(new: Signature, changes, function_change, rerun_note) -> Diagnosis:
     why = f" ({rerun_note})" if rerun_note else " (created again at the same place)"
-    before, after = _describe(function_change[0], "new_function") if function_change else (None, None)
+    before, after = describe(function_change[0], Cause.NEW_FUNCTION) if function_change else (None, None)
     explanation = f"A new function object{why}: JAX caches traces per object, so it traced again."
-    others = [c for c in changes if c[0] != new.function_path]
+    others = [c for c in changes if c.path != new.function_path]
     if others:
-        explanation += " Inputs also changed: " + ", ".join(_q(c[0]) for c in others[:_MAX_LISTED]) + "."
-    return Diagnosis("new_function", function_change[0][0] if function_change else None, before, after,
+        explanation += " Inputs also changed: " + ", ".join(_q(c.path) for c in others[:_MAX_LISTED]) + "."
+    return Diagnosis(Cause.NEW_FUNCTION.value, function_change[0].path if function_change else None, before, after,
                      explanation, NEW_FUNCTION_HINT, len(changes), "new_function")
 
 
@@ -263,7 +156,7 @@ def _context(new: Signature, old: Signature, ctx: list[str], n_changes: int) -> 
     names = ", ".join(ctx[:_MAX_LISTED])
     before, after = dict(old.context).get(ctx[0]), dict(new.context).get(ctx[0])
     return Diagnosis(
-        "context", None, f"{ctx[0]}={before}" if before is not None else None,
+        Cause.CONTEXT.value, None, f"{ctx[0]}={before}" if before is not None else None,
         f"{ctx[0]}={after}" if after is not None else None,
         f"Same inputs, but JAX's trace context changed ({names}).",
         hints.text("context"), n_changes + len(ctx), "context")
@@ -272,21 +165,21 @@ def _context(new: Signature, old: Signature, ctx: list[str], n_changes: int) -> 
 def _leaf_change(new: Signature, changes: list[Change]) -> Diagnosis:
     first = changes[0]
     cause = classify(first, new.function_path)
-    before, after = _describe(first, cause)
-    explanation = f"{_q(first[0])} changed {_WHAT[cause]}: {before} → {after}."
-    old_leaf, new_leaf = first[1], first[2]
-    if cause == "static" and old_leaf is not None and new_leaf is not None and new_leaf.by_identity:
+    before, after = describe(first, cause)
+    explanation = f"{_q(first.path)} changed {_WHAT[cause]}: {before} → {after}."
+    old_leaf, new_leaf = first.old, first.new
+    if cause == Cause.STATIC and old_leaf is not None and new_leaf is not None and new_leaf.by_identity:
         if old_leaf.name is not None and old_leaf.name == new_leaf.name:
-            explanation = f"{_q(first[0])} changed: a new object with the same name ({new_leaf.name})."
+            explanation = f"{_q(first.path)} changed: a new object with the same name ({new_leaf.name})."
         elif old_leaf.type_name == new_leaf.type_name:
             kind = new_leaf.type_name.rsplit(".", 1)[-1]
-            explanation = f"{_q(first[0])} changed: a new `{kind}` object, compared by identity."
+            explanation = f"{_q(first.path)} changed: a new `{kind}` object, compared by identity."
     if len(changes) > 1:
-        listed = ", ".join(f"{_q(c[0])} ({classify(c, new.function_path)})" for c in changes[1:_MAX_LISTED])
+        listed = ", ".join(f"{_q(c.path)} ({classify(c, new.function_path)})" for c in changes[1:_MAX_LISTED])
         more = len(changes) - _MAX_LISTED
         explanation += f" Also changed: {listed}" + (f" and {more} more." if more > 0 else ".")
     hint_id, hint = hints.for_change(cause, first, new)
-    return Diagnosis(cause, first[0], before, after, explanation, hint, len(changes), hint_id)
+    return Diagnosis(cause.value, first.path, before, after, explanation, hint, len(changes), hint_id)
 
 
 def _same_key(new: Signature, old: Signature, cache_cleared: bool) -> Diagnosis:
@@ -298,27 +191,27 @@ def _same_key(new: Signature, old: Signature, cache_cleared: bool) -> Diagnosis:
     if found is not None or "inputs" in parts:
         if found is not None:
             where = found.sentence()
-            cause = "static" if found.static or found.what == "node data" else "structure"
+            cause = Cause.STATIC if found.static or found.what == "node data" else Cause.STRUCTURE
             before, after = found.before, found.after
         else:
             where = "its hash differs, and JAX no longer holds the earlier key to say where"
-            cause, before, after = "structure", None, None
+            cause, before, after = Cause.STRUCTURE, None, None
         return Diagnosis(
-            cause, None, before, after,
+            cause.value, None, before, after,
             "JAX's cache key differs in its input pytree where jaxtrace_nb's reading of the arguments shows no "
             f"difference: {where}.", "", 0)
     if parts:
         what = ", ".join(parts)
-        cause = "new_function" if parts[0] == "function" else "structure"
-        return Diagnosis(cause, None, None, None,
+        cause = Cause.NEW_FUNCTION if parts[0] == "function" else Cause.STRUCTURE
+        return Diagnosis(cause.value, None, None, None,
                          f"The decoded arguments match an earlier trace, but JAX's cache key differs in: {what}"
                          + (" (the function's name, source location or argument names)" if parts[0] == "debug info"
-                            else "") + ".", NEW_FUNCTION_HINT if cause == "new_function" else "", 0,
-                         "new_function" if cause == "new_function" else None)
+                            else "") + ".", NEW_FUNCTION_HINT if cause == Cause.NEW_FUNCTION else "", 0,
+                         "new_function" if cause == Cause.NEW_FUNCTION else None)
     seen = "JAX's caches were cleared (`jax.clear_caches()`) since then" if cache_cleared else \
         "JAX's trace cache no longer held that entry"
     return Diagnosis(
-        "unknown", None, None, None,
+        Cause.UNKNOWN.value, None, None, None,
         f"Traced again with a cache key identical to an earlier trace of this function: {seen}"
         + ("." if cache_cleared else " (an entry leaves it when its function object is garbage-collected, or "
            "with `f.clear_cache()` or `jax.clear_caches()`)."), "", 0)
@@ -351,26 +244,27 @@ def diagnose_compile(new: Signature, previous: Sequence[Signature], *, traced: b
     if not same_program:
         return _other_program(new, previous, traced)
     old, changes, ctx = closest(new, same_program)
-    changes = _collapse(changes)
+    changes = collapse(changes)
     if not changes and not ctx:
-        return Diagnosis("unknown", None, None, None,
+        return Diagnosis(Cause.UNKNOWN.value, None, None, None,
                          "Compiled again for the same program and arguments as an earlier compile of this function: "
                          "JAX's compile cache no longer held it.", "")
     if ctx:
         return _context(new, old, ctx, len(changes))
     first = changes[0]
     cause = classify(first)
-    before, after = _describe(first, cause)
-    if cause == "sharding":
-        explanation = (f"Compiled again without a new trace: {_q(first[0])} changed placement: {before} → {after} "
+    before, after = describe(first, cause)
+    sharding = cause == Cause.SHARDING
+    if sharding:
+        explanation = (f"Compiled again without a new trace: {_q(first.path)} changed placement: {before} → {after} "
                        "(committed device, sharding or layout are part of the compile's key).")
     else:
-        explanation = f"Compiled again without a new trace: {_q(first[0])} changed {_WHAT[cause]}: {before} → {after}."
+        explanation = (f"Compiled again without a new trace: {_q(first.path)} changed {_WHAT[cause]}: "
+                       f"{before} → {after}.")
     if len(changes) > 1:
-        explanation += " Also changed: " + ", ".join(_q(c[0]) for c in changes[1:_MAX_LISTED]) + "."
-    sharding = cause == "sharding"
-    return Diagnosis(cause, first[0], before, after, explanation, SHARDING_HINT if sharding else "", len(changes),
-                     "sharding" if sharding else None)
+        explanation += " Also changed: " + ", ".join(_q(c.path) for c in changes[1:_MAX_LISTED]) + "."
+    return Diagnosis(cause.value, first.path, before, after, explanation, SHARDING_HINT if sharding else "",
+                     len(changes), "sharding" if sharding else None)
 
 
 def _same_program(old: Signature, new: Signature) -> bool:
@@ -382,33 +276,34 @@ def _same_program(old: Signature, new: Signature) -> bool:
 
 def _other_program(new: Signature, previous: Sequence[Signature], traced: bool) -> Diagnosis:
     """A program not compiled before under this function's name: one JAX derived from it."""
-    if new.jit_kind == DERIVED_LOWERING:
+    if new.jit_kind == LoweringKind.DERIVED:
         return Diagnosis(
-            "first", None, None, None,
+            Cause.FIRST.value, None, None, None,
             "First compile of a program JAX derived from this function by differentiation (`jax.grad`, "
             "`jax.value_and_grad`, `jax.vjp`, `jax.jvp` of it: its forward and backward programs, whose arguments "
             "are not the function's own). JAX compiles each derived program once for each trace of the "
             "function; it is not a change of the function's arguments.", "")
-    alike = [old for old in previous if old.jit_kind != DERIVED_LOWERING and old.leaves.keys() == new.leaves.keys()]
+    alike = [old for old in previous
+             if old.jit_kind != LoweringKind.DERIVED and old.leaves.keys() == new.leaves.keys()]
     if alike:  # another program derived the same way (e.g. `jax.vmap` of it at another batch size)
         old, changes, ctx = closest(new, alike)
-        changes = _collapse(changes)
+        changes = collapse(changes)
         if changes and not ctx:
             first = changes[0]
             cause = classify(first)
-            before, after = _describe(first, cause)
+            before, after = describe(first, cause)
             return Diagnosis(
-                cause, first[0], before, after,
+                cause.value, first.path, before, after,
                 f"Compiled a new program JAX derived from this function (e.g. batched by `jax.vmap`) for new "
-                f"argument types: {_q(first[0])} changed {_WHAT[cause]}: {before} → {after}.", "", len(changes))
+                f"argument types: {_q(first.path)} changed {_WHAT[cause]}: {before} → {after}.", "", len(changes))
     if previous or traced:
         return Diagnosis(
-            "first", None, None, None,
+            Cause.FIRST.value, None, None, None,
             "First compile of another program under this function's name: one JAX derived from it (e.g. batched "
             "by `jax.vmap`) for arguments of other types. JAX compiles each such program once; it is not a change "
             "of the function's own arguments.", "")
     return Diagnosis(
-        "first", None, None, None,
+        Cause.FIRST.value, None, None, None,
         "Compiled without a new trace: the function was traced before recording started, "
         "or its trace was served from JAX's cache.", "")
 
@@ -416,8 +311,8 @@ def _other_program(new: Signature, previous: Sequence[Signature], traced: bool) 
 def kept_lowering(new: Signature, previous: Sequence[Signature]) -> Signature:
     """`new` as the function's lowerings keep it: a program under the function's name that none of its
     earlier compiles had is marked as derived from it (compared with its like at the next one)."""
-    if new.jit_kind == "lowering" and previous and not any(_same_program(old, new) for old in previous):
-        return new._replace(jit_kind=TRANSFORMED_LOWERING)
+    if new.jit_kind == LoweringKind.LOWERING and previous and not any(_same_program(old, new) for old in previous):
+        return new._replace(jit_kind=LoweringKind.TRANSFORMED)
     return new
 
 

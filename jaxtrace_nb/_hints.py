@@ -6,21 +6,18 @@ that the function traced once and its outputs stayed the same; that test fails f
 instruction without such a proof. A situation without a proven fix gets an explanation only.
 
 Which hint fits is read from the evidence in the signature: the changed leaf's origin (what made
-a value static), its kind and dtype, the type of the container it lives in. Pure, no JAX.
+a value static), its kind and dtype, the type of the container it lives in. The generic hints
+are here; a library's own come with its adapter (`_adapters`), and `HINTS` holds them all. Pure,
+no JAX.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
-from ._signature import Change, Leaf, Origin, Signature, owners_of
-
-
-class Hint(NamedTuple):
-    id: str
-    template: str  # str.format fields: p (the quoted path), path, and those `text` is given
-    instruction: bool  # tells the user what to change (proven by tests/test_hints_proven.py)
-
+from . import _adapters
+from ._adapters import Evidence, Hint
+from ._changes import is_argument
+from ._signature import Change, Leaf, Signature, owners_of
+from ._vocabulary import Cause
 
 _HINTS = (
     Hint("weak_type.argument",
@@ -29,9 +26,6 @@ _HINTS = (
     Hint("weak_type.inner",
          "{p} was {then} and is now {now}: give it one kind everywhere it is set, e.g. create it with "
          "`jnp.asarray(value, jnp.float32)`.", True),
-    Hint("dtype.optax",
-         "{p} lives in optax's `{owner}`, created by the optimizer's `init`: its dtype follows the parameters "
-         "given to `init`. Initialise the optimizer with parameters of the dtype you train with.", True),
     Hint("dtype.x64",
          "{p} switched between float32 and float64 (a NumPy float64 array, or `jax_enable_x64`): cast it to one "
          "dtype {where}, e.g. `jnp.asarray(..., jnp.float32)`.", True),
@@ -55,9 +49,6 @@ _HINTS = (
     Hint("identity.jit",
          "{p} holds a `jax.jit(...)` created anew (e.g. in `__init__`); jitted callables compare by identity: "
          "create it once at module level and reuse it, or store the plain function.", True),
-    Hint("identity.optax",
-         "{p} is part of an optax transformation re-created with the same name; it compares by identity: build "
-         "the optimizer once and reuse the same object.", True),
     Hint("identity.same_name",
          "{p} is compared by identity and was re-created with the same name: create it once and reuse it.", True),
     Hint("identity.instance",
@@ -68,25 +59,6 @@ _HINTS = (
     Hint("static.value",
          "{p} is static{mechanism}: JAX compiles once for each distinct value, which is expected for a flag or a "
          "mode that Python code branches on, and costs when the value changes often.", False),
-    Hint("static.filter_jit_number",
-         "`eqx.filter_jit` treats a Python {type} as static, so every new value of {p} compiles again: pass "
-         "`jnp.asarray(...)` to make it a traced array.", True),
-    Hint("static.eqx_field",
-         "{p} is an `eqx.field(static=True)`: every new value compiles again. If it changes, make it an ordinary "
-         "field holding an array.", True),
-    Hint("static.dataclass_meta",
-         "{p} is a meta field of a `jax.tree_util.register_dataclass` pytree, part of the tree's structure: every "
-         "new value compiles again. Declare it a data field holding an array to trace it.", True),
-    Hint("static.nnx_optax",
-         "{p} holds an optax transformation, kept in the NNX graph's static part. One built again (e.g. a new "
-         "`nnx.Optimizer` each epoch) compares unequal even when built alike: its functions compare by identity. "
-         "Create the optimizer once and reuse it.", True),
-    Hint("static.nnx_identity",
-         "{p} is a plain Python attribute of an NNX module, kept in its static graph, and now holds a new object "
-         "that looks the same but compares unequal (by identity): create it once and reuse it.", True),
-    Hint("static.nnx_attribute",
-         "{p} is a plain Python attribute of an NNX module, kept in its static graph: every new value compiles "
-         "again. Hold it in an `nnx.Variable` to trace it instead.", True),
     Hint("kind.static_to_array",
          "{p} was a static Python value and is now an array: pass the same kind every call (e.g. always "
          "`jnp.asarray(...)`).", True),
@@ -96,10 +68,6 @@ _HINTS = (
     Hint("structure.not_passed",
          "{p} was passed in one call and not in the other: a keyword left to its default and one given explicitly "
          "are different call structures. Pass it always, or never.", True),
-    Hint("structure.optax_none",
-         "{p} in optax's `{owner}` switched between an array and None: the optimizer state changes structure when "
-         "gradients are None for some leaves (frozen parameters). Initialise the optimizer state with the same "
-         "filter that selects the trainable leaves, e.g. `optim.init(eqx.filter(model, filter_spec))`.", True),
     Hint("structure.none",
          "{p} switched between an array and None: pass the same structure every call (e.g. zeros of the same "
          "shape and dtype, `jnp.zeros_like(...)`, instead of None, or None always).", True),
@@ -126,7 +94,21 @@ _HINTS = (
          "top-level equations repeat a block of {period}. `jax.lax.scan` or `jax.lax.fori_loop` would trace and "
          "compile the body once.", True),
 )
-HINTS: dict[str, Hint] = {h.id: h for h in _HINTS}
+
+
+def _registry(*groups) -> dict[str, Hint]:
+    hints: dict[str, Hint] = {}
+    for hint in (h for group in groups for h in group):
+        if hint.id in hints:
+            raise ValueError(f"two hints with the id {hint.id!r}")
+        hints[hint.id] = hint
+    return hints
+
+
+HINTS: dict[str, Hint] = _registry(_HINTS, _adapters.hints())  # the generic hints, then the libraries'
+_MECHANISM = _adapters.origins()  # each origin of a static value -> how `static.value` names it
+_WEAK = "weakly typed (a Python scalar, or an array made from one without a dtype)"
+_STRONG = "strongly typed (an array with its own dtype)"
 
 
 def text(hint_id: str, path: str = "", **fields) -> str:
@@ -134,91 +116,80 @@ def text(hint_id: str, path: str = "", **fields) -> str:
     return HINTS[hint_id].template.format(p=f"`{path}`", path=path, **fields)
 
 
-_MECHANISM = {
-    Origin.STATIC_ARGNUMS: " (`static_argnums`/`static_argnames`)",
-    Origin.FILTER_JIT: " (a non-array argument under `eqx.filter_jit`)",
-    Origin.EQX_STATIC_FIELD: " (`eqx.field(static=True)`)",
-    Origin.DATACLASS_META: " (a `register_dataclass` meta field)",
-    Origin.NNX_ATTRIBUTE: " (a Python attribute of an NNX module)",
-    Origin.NODE_METADATA: " (a custom pytree node's metadata)",
-    Origin.PARTIAL_FUNC: " (the function of a `jax.tree_util.Partial`)",
-}
-_WEAK = "weakly typed (a Python scalar, or an array made from one without a dtype)"
-_STRONG = "strongly typed (an array with its own dtype)"
-
-
-def is_argument(path: str) -> bool:
-    return path.isidentifier()
-
-
 def for_change(cause: str, change: Change, sig: Signature) -> tuple[str | None, str]:
-    """(hint id, text) for the change JAX's comparison found at one leaf; (None, "") for none."""
-    path, old, new = change
-    owners = owners_of(sig, path)
-    owner = next((o for o in owners if o.startswith("optax")), owners[0] if owners else "")
-    found = _choose(cause, path, old, new, owner)
+    """(hint id, text) for the change JAX's comparison found at one leaf; (None, "") for none.
+
+    The generic checks that always win come first (a kind of value replaced by another, a named
+    callable re-created, a PRNG key, an argument not passed); then the library adapters, in their
+    precedence order (`_adapters.choose_hint`); then the generic hints."""
+    evidence = Evidence(Cause(cause), change.path, change.old, change.new, tuple(owners_of(sig, change.path)))
+    found = _choose(evidence)
     if found is None:
         return None, ""
     hint_id, fields = found
-    return hint_id, text(hint_id, path, **fields)
+    return hint_id, text(hint_id, change.path, **fields)
 
 
-def _choose(cause: str, path: str, old: Leaf | None, new: Leaf | None, owner: str) -> tuple[str, dict] | None:
-    if cause == "weak_type":
-        was_weak = old is not None and getattr(old.token, "weak", False) is True
+def _choose(e: Evidence) -> tuple[str, dict] | None:
+    cause = e.cause
+    if cause == Cause.STATIC:
+        return _static(e)
+    if cause == Cause.DTYPE:
+        return _dtype(e)
+    if cause == Cause.STRUCTURE:
+        return _structure(e)
+    if cause not in (Cause.WEAK_TYPE, Cause.SHAPE, Cause.NEW_FUNCTION, Cause.SHARDING):
+        return None
+    found = _adapters.choose_hint(e)
+    if found is not None:
+        return found
+    if cause == Cause.WEAK_TYPE:
+        was_weak = e.old is not None and getattr(e.old.token, "weak", False) is True
         then, now = (_WEAK, _STRONG) if was_weak else (_STRONG, _WEAK)
-        return ("weak_type.argument" if is_argument(path) else "weak_type.inner"), {"then": then, "now": now}
-    if cause == "dtype":
-        return _dtype(path, old, new, owner)
-    if cause == "shape":
+        return ("weak_type.argument" if is_argument(e.path) else "weak_type.inner"), {"then": then, "now": now}
+    if cause == Cause.SHAPE:
         return "shape", {}
-    if cause == "new_function":
+    if cause == Cause.NEW_FUNCTION:
         return "new_function", {}
-    if cause == "static":
-        return _static(old, new, owner)
-    if cause == "structure":
-        return _structure(path, old, new, owner)
-    if cause == "sharding":
-        return "sharding", {}
-    return None
+    return "sharding", {}
 
 
-def _dtype(path: str, old: Leaf | None, new: Leaf | None, owner: str) -> tuple[str, dict]:
+def _dtype(e: Evidence) -> tuple[str, dict]:
+    old, new, owner = e.old, e.new, e.owner
     dtypes = {old.type_name, new.type_name} if old and new else set()
     if any(d.startswith("key<") for d in dtypes):
         return "dtype.key", {}
-    if owner.startswith("optax"):
-        return "dtype.optax", {"owner": owner.rsplit(".", 1)[-1]}
-    where = ("at the call site" if is_argument(path)
-             else "where it is created" + (f" (it lives in a `{owner.rsplit('.', 1)[-1]}`)" if owner else ""))
+    found = _adapters.choose_hint(e)
+    if found is not None:
+        return found
+    where = ("at the call site" if is_argument(e.path)
+             else "where it is created" + (f" (it lives in a `{_short(owner)}`)" if owner else ""))
     if dtypes == {"float32", "float64"}:
         return "dtype.x64", {"where": where}
     return "dtype.cast", {"where": where}
 
 
-def _static(old: Leaf | None, new: Leaf | None, owner: str) -> tuple[str, dict]:
+def _static(e: Evidence) -> tuple[str, dict]:
+    old, new = e.old, e.new
     if old is not None and new is not None and old.kind != new.kind:
         return ("kind.static_to_array" if old.kind == "static" else "kind.array_to_static"), {}
     assert new is not None
     if new.by_identity:
-        return _identity(old, new, owner)
-    if old is not None and old.text == new.text and (new.type_name.startswith("optax") or owner.startswith("optax")):
-        return "identity.optax", {}  # alike, yet unequal: its functions inside compare by identity
-    mechanism = _MECHANISM.get(new.origin, "")
-    if new.origin == Origin.NNX_ATTRIBUTE:
-        if old is not None and old.text == new.text:  # alike, yet unequal: a new object compared by identity inside
-            return ("static.nnx_optax" if new.type_name.startswith("optax") else "static.nnx_identity"), {}
-        return "static.nnx_attribute", {}
-    if new.origin == Origin.FILTER_JIT and new.type_name in ("int", "float", "complex"):
-        return "static.filter_jit_number", {"type": new.type_name}
-    if new.origin == Origin.EQX_STATIC_FIELD:
-        return "static.eqx_field", {}
-    if new.origin == Origin.DATACLASS_META:
-        return "static.dataclass_meta", {}
-    return "static.value", {"mechanism": mechanism}
+        found = _named_identity(old, new)
+        if found is not None:
+            return found
+    found = _adapters.choose_hint(e)
+    if found is not None:
+        return found
+    if new.by_identity:
+        return ("identity.same_name", {}) if new.name else \
+            ("identity.instance", {"kind": _short(new.type_name)})
+    return "static.value", {"mechanism": _MECHANISM.get(new.origin, "")}
 
 
-def _identity(old: Leaf | None, new: Leaf, owner: str) -> tuple[str, dict]:
+def _named_identity(old: Leaf | None, new: Leaf) -> tuple[str, dict] | None:
+    """The hint for a value compared by identity that is not the same object, when its kind says
+    it all: another object altogether, or a lambda, partial or jitted function created anew."""
     same_name = old is not None and old.name is not None and old.name == new.name
     name = new.name or ""
     same_type = old is not None and old.type_name == new.type_name
@@ -230,20 +201,18 @@ def _identity(old: Leaf | None, new: Leaf, owner: str) -> tuple[str, dict]:
         return "identity.partial", {}
     if name.startswith("jit("):
         return "identity.jit", {}
-    if new.type_name.startswith("optax") or owner.startswith("optax"):
-        return "identity.optax", {}
-    if name:
-        return "identity.same_name", {}
-    return "identity.instance", {"kind": new.type_name.rsplit(".", 1)[-1]}
+    return None
 
 
-def _structure(path: str, old: Leaf | None, new: Leaf | None, owner: str) -> tuple[str, dict]:
-    if (old is None or new is None) and is_argument(path):
+def _structure(e: Evidence) -> tuple[str, dict]:
+    old, new = e.old, e.new
+    if (old is None or new is None) and is_argument(e.path):
         return "structure.not_passed", {}
+    found = _adapters.choose_hint(e)
+    if found is not None:
+        return found
     kinds = {old.kind if old else None, new.kind if new else None}
     if "none" in kinds and kinds & {"array", "node"}:
-        if owner.startswith("optax"):
-            return "structure.optax_none", {"owner": owner.rsplit(".", 1)[-1]}
         return "structure.none", {}
     if "node" in kinds and len(kinds - {None}) == 2:
         return "structure.container_kind", {}

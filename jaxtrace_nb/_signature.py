@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from ._values import StaticInfo
+from ._vocabulary import JitKind, Origin
 from ._witness import Witness, values_equal
 
 
@@ -24,7 +25,7 @@ class Leaf(NamedTuple):
     type_name: str = ""  # static: the value's type; array: the dtype; node: the container type
     name: str | None = None  # static callables: stable name without an address
     by_identity: bool = False  # static values compared (hashed) by object identity
-    origin: str = ""  # what made a static value static ("static_argnums", "eqx.field(static=True)", ...)
+    origin: str = ""  # what made a static value static: an `Origin`, or a library adapter's own
     detail: str = ""  # an array's placement at a compile ("uncommitted", "committed to cpu:0")
     # What JAX's cache key compares at this leaf, compared as JAX compares it (`same_for_jax`): an
     # array's abstract value, a static value's `Witness`; None where `token` is exactly that (a
@@ -45,19 +46,6 @@ def short_dtype(dtype: str) -> str:
 
 
 _NO_VALUE = object()
-
-
-class Origin:
-    """What made a static leaf static: the mechanism a hint names."""
-
-    STATIC_ARGNUMS = "static_argnums"  # jax.jit's static_argnums / static_argnames
-    FILTER_JIT = "filter_jit"  # a non-array argument leaf under eqx.filter_jit
-    EQX_STATIC_FIELD = "eqx.field(static=True)"
-    DATACLASS_META = "register_dataclass meta field"
-    NNX_ATTRIBUTE = "nnx attribute"  # a Python attribute in an NNX module's GraphDef
-    NODE_METADATA = "pytree metadata"  # a custom node's auxiliary data
-    PARTIAL_FUNC = "Partial func"  # the function inside a jax.tree_util.Partial
-    FUNCTION = "function"  # the jitted function itself (eqx.filter_jit's static function)
 
 
 class ArrayToken(NamedTuple):
@@ -114,21 +102,37 @@ def same_for_jax(old: Leaf, new: Leaf) -> bool:
 
 NONE_LEAF = Leaf("none", "None", ("none",))
 
-# The jit kind of a lowering signature whose program keeps no argument names: one JAX derived from a
-# jitted function's traced program (a JVP or a transpose, under `jax.grad`, `jax.vjp`, `jax.jvp`).
-DERIVED_LOWERING = "lowering (derived)"
-# A lowering signature of another program with the function's argument names, kept as derived from it
-# (batched by `jax.vmap`): `_diagnosis.kept_lowering`.
-TRANSFORMED_LOWERING = "lowering (transformed)"
-
 # Paths of node leaves: the node's path plus this suffix (shown without it).
 NODE_SUFFIX = " (structure)"
+
+CUSTOM_NODE = "custom"  # the first part of a custom node's `NodeToken.node`: ("custom", qualified type)
+
+
+class NodeToken(NamedTuple):
+    """A node leaf's token: what JAX's treedef compares of the node, besides its children."""
+
+    kind: str  # "node"
+    # ("dict", keys), (list or tuple name, length), (`CUSTOM_NODE`, qualified type), or an adapter's own
+    node: object
+
+    @property
+    def custom(self) -> bool:
+        """Whether the node is a custom pytree node (compared by its type, which JAX holds)."""
+        node = self.node
+        return type(node) is tuple and len(node) == 2 and node[0] == CUSTOM_NODE
 
 
 def node_leaf(token: object, what: str, type_name: str = "", witness: object = None) -> Leaf:
     """A pytree node: a container's kind and size, or a node's metadata (aux data). `witness`:
     what JAX compares of it where the token is not exactly that (a custom node's type)."""
-    return Leaf("node", what, ("node", token), type_name, witness=witness)
+    # tuple.__new__: a NamedTuple's own __new__ is a Python function, and plans make these per trace.
+    return Leaf("node", what, tuple.__new__(NodeToken, ("node", token)), type_name, witness=witness)
+
+
+def is_custom_node(leaf: Leaf) -> bool:
+    """Whether `leaf` is the node leaf of a custom pytree node (a module, a dataclass, ...)."""
+    token = leaf.token
+    return leaf.kind == "node" and type(token) is NodeToken and token.custom
 
 
 class Signature(NamedTuple):
@@ -136,7 +140,7 @@ class Signature(NamedTuple):
     context: tuple  # ((name, value text), ...) of JAX's trace context
     leaves: dict  # path -> Leaf, in argument order
     function_path: str | None = None  # the leaf that *is* the user's function (Equinox)
-    jit_kind: str = "jit"  # "jit" | "equinox" | "nnx"
+    jit_kind: str = JitKind.JIT  # a `JitKind`, or a `LoweringKind` for a lowering's signature
     call: tuple = ()  # ((argument, "position" | "keyword"), ...): how each argument was passed
     owners: dict | None = None  # path -> qualified type of the custom container at that path
     key_parts: tuple = ()  # ((component, hash), ...) of JAX's own cache key: equal keys hash equal
@@ -155,12 +159,17 @@ class Signature(NamedTuple):
         return self
 
 
-Change = tuple  # (path, old Leaf | None, new Leaf | None)
+class Change(NamedTuple):
+    """One leaf that JAX's comparison finds different between two signatures."""
+
+    path: str  # the user's path (a node's without `NODE_SUFFIX`)
+    old: Leaf | None  # None: not in the earlier signature
+    new: Leaf | None  # None: not in the new one
 
 
 def diff_leaves(new: Signature, old: Signature) -> list[Change]:
     """Leaves that differ between two signatures, in argument order, leaves before nodes."""
-    changes: list[Change] = []
+    changes: list[tuple] = []
     old_leaves = old.leaves
     for path, leaf in new.leaves.items():
         prev = old_leaves.get(path)
@@ -173,7 +182,7 @@ def diff_leaves(new: Signature, old: Signature) -> list[Change]:
                 changes.append((path, prev, None))
     # A node's metadata change is the least specific explanation: list leaves first.
     changes.sort(key=lambda c: (c[2] or c[1]).kind == "node")
-    return [(path.removesuffix(NODE_SUFFIX), old, new) for path, old, new in changes]
+    return [Change(path.removesuffix(NODE_SUFFIX), old, new) for path, old, new in changes]
 
 
 def call_changes(new: Signature, old: Signature) -> list[tuple[str, str, str]]:
@@ -202,18 +211,18 @@ def context_changes(new: Signature, old: Signature) -> list[str]:
 
 def closest(new: Signature, previous: Sequence[Signature]) -> tuple[Signature, list[Change], list[str]]:
     """The earlier signature with the fewest differences from `new`: (it, leaf changes, context changes)."""
-    best = None
+    best = best_score = None
     for old in reversed(previous):  # newest first: ties go to the most recent trace
         changes = diff_leaves(new, old)
         ctx = context_changes(new, old)
         fun_changed = new.function_token != old.function_token and new.function_path is None
         score = len(changes) + len(ctx) + int(fun_changed) + len(call_changes(new, old))
-        if best is None or score < best[0]:
-            best = (score, old, changes, ctx)
+        if best is None or score < best_score:
+            best, best_score = (old, changes, ctx), score
             if score <= 1:
                 break
     assert best is not None
-    return best[1], best[2], best[3]
+    return best
 
 
 def owners_of(signature: Signature, path: str) -> list[str]:

@@ -1,7 +1,8 @@
 """The diff on plain data, without JAX."""
 
 from jaxtrace_nb._diagnosis import diagnose
-from jaxtrace_nb._signature import NONE_LEAF, Origin, Signature, array_leaf, static_leaf
+from jaxtrace_nb._adapters.equinox import EqxOrigin
+from jaxtrace_nb._signature import NONE_LEAF, Signature, array_leaf, static_leaf
 from jaxtrace_nb._values import summarize_static
 
 
@@ -54,8 +55,8 @@ def test_static_same_name_new_object():
 
 
 def test_static_python_int_under_equinox_hint():
-    old = sig({"s": static_leaf(summarize_static(1), Origin.FILTER_JIT)}, jit_kind="equinox")
-    new = sig({"s": static_leaf(summarize_static(2), Origin.FILTER_JIT)}, jit_kind="equinox")
+    old = sig({"s": static_leaf(summarize_static(1), EqxOrigin.FILTER_JIT)}, jit_kind="equinox")
+    new = sig({"s": static_leaf(summarize_static(2), EqxOrigin.FILTER_JIT)}, jit_kind="equinox")
     d = diagnose(new, [old])
     assert (d.cause, d.leaf, d.before, d.after) == ("static", "s", "1", "2")
     assert "filter_jit" in d.hint

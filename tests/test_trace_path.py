@@ -18,15 +18,20 @@ import numpy as np
 import pytest
 
 from jaxtrace_nb import _jax_internals
+from jaxtrace_nb._bounded import Bounded
 from jaxtrace_nb._decode import Decoder
 from jaxtrace_nb._jax_layouts import FlatTreeLayout
 from jaxtrace_nb._session import get_session
 
 
-class _CountingDict(dict):
-    """A dict that counts its `get` calls."""
+class _CountingDict(Bounded):
+    """A copy of a `Bounded` cache that counts its `get` calls."""
 
     gets = 0
+
+    def __init__(self, kept: Bounded):
+        super().__init__(kept.limit)
+        self.update(kept)
 
     def get(self, *args):
         self.gets += 1

@@ -16,8 +16,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxtrace_nb import _arguments
-from jaxtrace_nb._arguments import Placeholder, Walker, aval_leaf, tree_plan
+from jaxtrace_nb import _plans
+from jaxtrace_nb._leaves import Placeholder, aval_leaf
+from jaxtrace_nb._plans import tree_plan
+from jaxtrace_nb._walker import Walker
 
 SEEDS = range(300)
 
@@ -85,7 +87,7 @@ def test_only_plain_containers_are_planned_and_no_treedef_is_kept():
     assert tree_plan(plain) is not None
     for other in ({"w": Box(1)}, [Pair(1, 2)], [Empty()], {(1, 2): 1}, {"w": {1.5: 2}}, {1: 2}):
         assert tree_plan(jax.tree_util.tree_structure(other)) is None
-    assert all(type(key) is bytes for key in _arguments._PLANS)  # JAX's serialization, not the treedef
+    assert all(type(key) is bytes for key in _plans._PLANS)  # JAX's serialization, not the treedef
 
 
 def _retraces(tag: str) -> None:
@@ -102,7 +104,7 @@ def _retraces(tag: str) -> None:
 
 
 def test_a_deferred_diagnosis_is_the_one_made_at_the_trace(jt):
-    from jaxtrace_nb._decode import DeferredSignature
+    from jaxtrace_nb._deferred import DeferredSignature
     from jaxtrace_nb._session import get_session
 
     fields = ["trace_number", "cause", "leaf", "before", "after", "explanation", "hint"]
@@ -141,10 +143,10 @@ def _read_both_ways(f, calls: list, monkeypatch) -> tuple[list, list, list]:
         if plain is not None:  # the plan found by JAX's names (from the 3rd trace) is the one made afresh
             try:
                 plain.tree.serialize_using_proto()
-                fresh = _arguments._new_call_plan(plain.tree)
+                fresh = _plans._new_call_plan(plain.tree)
             except Exception:
                 fresh = None
-            plans.append((_arguments.call_plan(plain.tree, plain.names), fresh))
+            plans.append((_plans.call_plan(plain.tree, plain.names), fresh))
         fast = decoder.plain_jit_record(plain, nested=False, thread=1, cache_generation=0) if plain else None
         if fast is None:
             fast_none.append(frame.f_code.co_name)
@@ -205,7 +207,7 @@ def test_a_plain_call_read_at_once_is_the_call_read_argument_by_argument(seed, m
             spec[0][-1] = "static"
         calls.append(((*spec[0], marker), spec[1]))
     compared, fast_none, plans = _read_both_ways(f, calls, monkeypatch)
-    plain = not static and all(_arguments._new_plan(jax.tree_util.tree_structure(a, is_leaf=is_aval)) is not None
+    plain = not static and all(_plans._new_plan(jax.tree_util.tree_structure(a, is_leaf=is_aval)) is not None
                                for a in (*args, *kwargs.values()))
     assert len(compared) == (2 if plain and _whole_treedef() else 0), fast_none
     assert len(plans) == (3 if _whole_treedef() else 0) and all(got == fresh for got, fresh in plans), plans
@@ -225,7 +227,7 @@ def test_a_function_whose_tree_changes_between_retraces_is_read_as_each_call_is(
         tree = trees[0] if k < 2 else rng.choice(trees)
         calls.append(((jax.tree.map(_spec, tree, is_leaf=is_aval), jax.ShapeDtypeStruct((k + 1,), jnp.float32)), {}))
     compared, fast_none, plans = _read_both_ways(f, calls, monkeypatch)
-    plain = all(_arguments._new_plan(jax.tree_util.tree_structure(t, is_leaf=is_aval)) is not None for t in trees)
+    plain = all(_plans._new_plan(jax.tree_util.tree_structure(t, is_leaf=is_aval)) is not None for t in trees)
     assert len(compared) == (7 if plain and _whole_treedef() else 0), fast_none
     assert all(got == fresh for got, fresh in plans), plans
 
@@ -257,11 +259,11 @@ def test_a_tree_with_a_str_subclass_key_is_read_but_not_kept(monkeypatch):
     assert len(compared) == (3 if _whole_treedef() else 0), fast_none
     # (The first trace is read argument by argument.) Not kept after the Key-keyed calls; kept after
     # the str-keyed one.
-    assert all(tree is None or _arguments.keys_are_str(tree) for trees in kept for tree in trees)
+    assert all(tree is None or _plans.keys_are_str(tree) for trees in kept for tree in trees)
     if _whole_treedef():
         assert [any(tree is None for tree in trees) for trees in kept[1:]] == [True, True, False]
-    assert _arguments.keys_are_str(jax.tree_util.tree_structure({"a": 1, "b": [{"c": 2}]}))
-    assert not _arguments.keys_are_str(jax.tree_util.tree_structure({"a": [{Key("c"): 2}]}))
+    assert _plans.keys_are_str(jax.tree_util.tree_structure({"a": 1, "b": [{"c": 2}]}))
+    assert not _plans.keys_are_str(jax.tree_util.tree_structure({"a": [{Key("c"): 2}]}))
 
 
 def test_a_plan_found_by_names_needs_every_dict_key_in_a_name():
@@ -273,11 +275,11 @@ def test_a_plan_found_by_names_needs_every_dict_key_in_a_name():
     names = ("p['b']",)
     assert hash(first) == hash(second) and first != second
     for td in (first, second, first, second):
-        assert _arguments.call_plan(td, names) == _arguments._new_call_plan(td)
-    assert _arguments.call_plan(first, names) != _arguments.call_plan(second, names)
+        assert _plans.call_plan(td, names) == _plans._new_call_plan(td)
+    assert _plans.call_plan(first, names) != _plans.call_plan(second, names)
     shown = jax.tree_util.tree_structure((({"a": x, "b": x},), {}))
     renamed = jax.tree_util.tree_structure((({"a": x, "c": x},), {}))
     assert hash(shown) == hash(renamed)
     for td, leaf_names in ((shown, ("p['a']", "p['b']")), (renamed, ("p['a']", "p['c']"))) * 2:
-        assert _arguments.call_plan(td, leaf_names) == _arguments._new_call_plan(td)
-    assert (hash(shown), 2, shown.num_nodes, ("p['a']", "p['b']")) in _arguments._NAMED_CALL_PLANS
+        assert _plans.call_plan(td, leaf_names) == _plans._new_call_plan(td)
+    assert (hash(shown), 2, shown.num_nodes, ("p['a']", "p['b']")) in _plans._NAMED_CALL_PLANS

@@ -176,15 +176,15 @@ def test_newer_jax_records_in_full_after_its_self_check_passes(newer, capsys):
 
 
 def test_newer_jax_with_a_broken_decoder_falls_back_and_says_which_check_failed(newer, monkeypatch, capsys):
-    from jaxtrace_nb import _arguments
+    from jaxtrace_nb import _walker
 
-    real = _arguments.aval_leaf
+    real = _walker.aval_leaf
 
     def wrong_dtype(aval):  # a decoder that misreads a newer JAX's types
         leaf = real(aval)
         return leaf._replace(text=leaf.text.replace("i32", "f32"), token=leaf.token[:2] + ("float32",) + leaf.token[3:])
 
-    monkeypatch.setattr(_arguments, "aval_leaf", wrong_dtype)
+    monkeypatch.setattr(_walker, "aval_leaf", wrong_dtype)
     jaxtrace_nb.start()
     line = capsys.readouterr().err.strip()
     assert "self-check failed (a new dtype: expected ('dtype', 'x', 'f32[3]', 'i32[3]')" in line, line

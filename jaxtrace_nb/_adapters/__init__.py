@@ -1,35 +1,70 @@
-"""Library adapters: each module teaches the decoder one library's jit wrapper or pytree nodes.
+"""Library adapters: each module here teaches jaxtrace_nb one library (`_registry.Adapter`).
 
-An adapter module offers three functions, and is consulted only while its library is
-imported (it never imports the library itself):
-
-* ``available() -> bool``: the library is in ``sys.modules``.
-* ``wraps(fun) -> bool``: `fun` is the library's jit wrapper around a user function.
-* ``decode_call(start, static_type, decoder) -> DecodedCall | None``: when the traced
-  function is the library's own jit wrapper (Equinox's ``filter_jit``, Flax's
-  ``nnx.jit``), the user's function and arguments in the user's names; else None.
-* ``walk_node(walker, path, obj) -> bool``: for a pytree node of the library's (a
-  module, a dataclass, a ``Partial``), emit what the node keeps in its metadata (static
-  fields) with `walker.static`; return True when the node's children were walked too.
-
-A new library is a new module here, listed in `_ADAPTERS`.
+Every module of this package whose name does not start with an underscore is imported here
+and registers its adapter (`_registry.register`); a new library is one new module, plus its
+tests. What the rest of jaxtrace_nb asks of the libraries goes through the functions below:
+which packages are library code, which adapters apply to a trace now, whose jit wrapper made a
+call, how each origin of a static value is named, and the libraries' hints.
 """
 
 from __future__ import annotations
 
-from . import equinox, flax_nnx, pytrees
+import importlib
+import pkgutil
 
-_ADAPTERS = (equinox, flax_nnx, pytrees)  # pytrees last: it handles any other custom node
+from . import _registry
+from ._registry import Adapter, Choice, Evidence, Hint, JitWrapper, Library, register
+
+__all__ = ["Adapter", "Choice", "Evidence", "Hint", "JitWrapper", "Library", "register", "active", "adapters",
+           "choose_hint", "hints", "library_packages", "origins", "wrapper_package"]
 
 
-_WRAPPER_PACKAGES = {"equinox": "equinox", "nnx": "flax"}  # a jit kind -> the package of its jit wrapper
+def _import_adapters() -> None:
+    for module in pkgutil.iter_modules(__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{module.name}")
+
+
+_import_adapters()
+
+
+def adapters() -> tuple:
+    """Every registered adapter, in precedence order."""
+    return _registry.registered()
+
+
+def active() -> tuple:
+    """The adapters whose library is imported in this process, in precedence order."""
+    return tuple(adapter for adapter in _registry.registered() if adapter.available())
+
+
+def library_packages() -> tuple[str, ...]:
+    """The packages whose frames and functions are the libraries', not the user's."""
+    return tuple(dict.fromkeys(package for adapter in _registry.registered() for package in adapter.packages))
 
 
 def wrapper_package(jit_kind: str) -> str | None:
     """The package whose jit wrapper makes calls of `jit_kind` (None for a plain ``jax.jit``)."""
-    return _WRAPPER_PACKAGES.get(jit_kind)
+    for adapter in _registry.registered():
+        if adapter.jit is not None and adapter.jit.kind == jit_kind:
+            return adapter.jit.package
+    return None
 
 
-def active() -> tuple:
-    """The adapters whose library is imported in this process."""
-    return tuple(adapter for adapter in _ADAPTERS if adapter.available())
+def origins() -> dict[str, str]:
+    """Each origin of a static value -> how a hint names its mechanism (" (`static_argnums`/...)")."""
+    return {origin: words for adapter in _registry.registered() for origin, words in adapter.origins.items()}
+
+
+def hints() -> tuple[Hint, ...]:
+    """The libraries' own hints."""
+    return tuple(hint for adapter in _registry.registered() for hint in adapter.hints)
+
+
+def choose_hint(evidence: Evidence) -> Choice | None:
+    """The first library hint that fits `evidence`, asking the adapters in precedence order."""
+    for adapter in _registry.registered():
+        found = adapter.hint(evidence)
+        if found is not None:
+            return found
+    return None

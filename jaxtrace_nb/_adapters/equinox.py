@@ -15,18 +15,63 @@ import dataclasses
 import sys
 from typing import Any
 
-from .._arguments import (DecodedCall, Placeholder, SkeletonArg, TreeArg, arg_name, aval_leaf, parameters,
-                          raw_identity, src_from_debug)
-from .._signature import Origin, static_leaf
+from .._calls import DecodedCall, SkeletonArg, TreeArg, arg_name, parameters, raw_identity, src_from_debug
+from .._leaves import Placeholder, aval_leaf
+from .._signature import static_leaf
 from .._values import printable, summarize_static
+from .._vocabulary import Cause, JitKind, Origin, StrEnum
+from ._registry import Evidence, Hint, JitWrapper, Library, register
 
 
-def available() -> bool:
-    return "equinox" in sys.modules
+class EqxOrigin(StrEnum):
+    """What makes a value static under Equinox."""
+
+    FILTER_JIT = "filter_jit"  # a non-array argument leaf under eqx.filter_jit
+    STATIC_FIELD = "eqx.field(static=True)"
 
 
-def _module_type():
-    return getattr(sys.modules.get("equinox"), "Module", None)
+@register
+class Equinox(Library):
+    name = module = "equinox"
+    jit = JitWrapper(JitKind.EQUINOX, "equinox")
+    precedence = 30
+    origins = {
+        EqxOrigin.FILTER_JIT: " (a non-array argument under `eqx.filter_jit`)",
+        EqxOrigin.STATIC_FIELD: " (`eqx.field(static=True)`)",
+    }
+    hints = (
+        Hint("static.filter_jit_number",
+             "`eqx.filter_jit` treats a Python {type} as static, so every new value of {p} compiles again: pass "
+             "`jnp.asarray(...)` to make it a traced array.", True),
+        Hint("static.eqx_field",
+             "{p} is an `eqx.field(static=True)`: every new value compiles again. If it changes, make it an ordinary "
+             "field holding an array.", True),
+    )
+
+    def wraps(self, fun: Any) -> bool:
+        return _is_filter_jit(fun)
+
+    def decode_call(self, start, decoder) -> DecodedCall | None:
+        return decode_filter_jit(start)
+
+    def walk_node(self, walker, path: str, obj: Any) -> bool:
+        """An `eqx.Module`'s `field(static=True)` values: part of its treedef, shown as leaves."""
+        module = getattr(sys.modules.get("equinox"), "Module", None)
+        if module is None or not isinstance(obj, module):
+            return False
+        static = [f.name for f in dataclasses.fields(obj) if f.metadata.get("static", False)]
+        walker.static_fields(path, obj, static, EqxOrigin.STATIC_FIELD)
+        return False
+
+    def hint(self, evidence: Evidence):
+        new = evidence.new
+        if evidence.cause != Cause.STATIC or new.by_identity:
+            return None
+        if new.origin == EqxOrigin.FILTER_JIT and new.type_name in ("int", "float", "complex"):
+            return "static.filter_jit_number", {"type": new.type_name}
+        if new.origin == EqxOrigin.STATIC_FIELD:
+            return "static.eqx_field", {}
+        return None
 
 
 def _is_filter_jit(fun: Any) -> bool:
@@ -35,12 +80,19 @@ def _is_filter_jit(fun: Any) -> bool:
             and code.co_filename.replace("\\", "/").endswith("equinox/_jit.py"))
 
 
-def wraps(fun: Any) -> bool:
-    return _is_filter_jit(fun)
+def filter_jit_function(start) -> Any:
+    """The function (or module) `eqx.filter_jit` wraps in the traced call `start`, else None."""
+    if not _is_filter_jit(start.fun) or len(start.positional) != 3 or not start.positional[2].static:
+        return None
+    try:
+        (fun_leaves, fun_td), _, _ = start.positional[2].value
+    except (TypeError, ValueError):
+        return None
+    return fun_leaves[0] if fun_td.num_leaves == 1 and fun_td.num_nodes == 1 and fun_leaves else None
 
 
-def decode_call(start, static_type, decoder):
-
+def decode_filter_jit(start) -> DecodedCall | None:
+    """An ``eqx.filter_jit`` call in the user's names (see the module's docstring); None for another call."""
     if not _is_filter_jit(start.fun) or len(start.positional) != 3 or not start.positional[2].static:
         return None
     donate, nodonate, static = start.positional
@@ -50,37 +102,21 @@ def decode_call(start, static_type, decoder):
     dynamic = _dynamic_avals(start.vals, donate, nodonate)
 
     def merge(part: str, static_leaves: list) -> list:
-        avals = dynamic.get(part, [])
-        merged = []
-        for i, static in enumerate(static_leaves):
-            index, aval = avals[i] if i < len(avals) else (-1, None)
-            if aval is not None:
-                merged.append(Placeholder(aval_leaf(aval), index))
-            else:
-                merged.append(Placeholder(static_leaf(summarize_static(static), Origin.FILTER_JIT, static)))
-        return merged
+        return _merged(dynamic.get(part, []), static_leaves)
 
-    fun_is_module = not (fun_td.num_leaves == 1 and fun_td.num_nodes == 1)
     arguments, identity, function_leaf, user_fun = [], None, None, None
-    if fun_is_module:  # eqx.filter_jit(module): the function is the module's __call__
+    if not (fun_td.num_leaves == 1 and fun_td.num_nodes == 1):  # eqx.filter_jit(module): its __call__
         module = fun_td.unflatten(merge("fun", fun_leaves))
         arguments.append(("self", SkeletonArg(module)))
-        call = getattr(type(module), "__call__", None)
-        code = getattr(call, "__code__", None)
-        if code is not None:
-            identity = (call.__qualname__, code.co_filename, code.co_firstlineno)
-        else:
-            name = getattr(start.debug_info, "func_name", None) or "?"
-            identity = (f"{name}.__call__", *src_from_debug(start.debug_info))
-        positional, var = parameters(call, drop_first=True)
+        identity = _module_call_identity(module, start.debug_info)
+        positional, var = parameters(getattr(type(module), "__call__", None), drop_first=True)
     else:
         user_fun = fun_leaves[0]
         positional, var = parameters(user_fun)
-    first = merge("first", first_leaves)
     names = []
     if first_leaves or dynamic.get("first"):
         name = arg_name(0, positional, var)
-        arguments.append((name, TreeArg(first_td, first)))
+        arguments.append((name, TreeArg(first_td, merge("first", first_leaves))))
         names.append(name)
     rest_args, kwargs = rest_td.unflatten(merge("rest", rest_leaves))
     for j, arg in enumerate(rest_args[:-1]):  # the last is Equinox's dummy None
@@ -95,7 +131,29 @@ def decode_call(start, static_type, decoder):
         function_leaf = (qualname, static_leaf(summarize_static(user_fun), Origin.FUNCTION, user_fun))
     # Equinox binds every argument with inspect.signature: how it was passed never matters.
     call_how = tuple((name, "position") for name in names)
-    return DecodedCall("equinox", user_fun, identity, arguments, function_leaf, call_how)
+    return DecodedCall(JitKind.EQUINOX, user_fun, identity, arguments, function_leaf, call_how)
+
+
+def _merged(avals: list, static_leaves: list) -> list:
+    """One part's leaves: a placeholder for each dynamic leaf's aval, a static leaf for each other."""
+    merged = []
+    for i, static in enumerate(static_leaves):
+        index, aval = avals[i] if i < len(avals) else (-1, None)
+        if aval is not None:
+            merged.append(Placeholder(aval_leaf(aval), index))
+        else:
+            merged.append(Placeholder(static_leaf(summarize_static(static), EqxOrigin.FILTER_JIT, static)))
+    return merged
+
+
+def _module_call_identity(module: Any, debug_info: Any) -> tuple:
+    """(qualname, file, line) of an `eqx.Module`'s ``__call__``, the function a jitted module runs."""
+    call = getattr(type(module), "__call__", None)
+    code = getattr(call, "__code__", None)
+    if code is not None:
+        return call.__qualname__, code.co_filename, code.co_firstlineno
+    name = getattr(debug_info, "func_name", None) or "?"
+    return f"{name}.__call__", *src_from_debug(debug_info)
 
 
 def _dynamic_avals(vals: list, donate, nodonate) -> dict[str, list]:
@@ -113,13 +171,3 @@ def _dynamic_avals(vals: list, donate, nodonate) -> dict[str, list]:
                 else:
                     entries.append((-1, None))
     return dynamic
-
-
-def walk_node(walker, prefix: str, obj: Any) -> bool:
-    """An `eqx.Module`'s `field(static=True)` values: part of its treedef, shown as leaves."""
-    module = _module_type()
-    if module is None or not isinstance(obj, module):
-        return False
-    static = [f.name for f in dataclasses.fields(obj) if f.metadata.get("static", False)]
-    walker.static_fields(prefix, obj, static, Origin.EQX_STATIC_FIELD)
-    return False

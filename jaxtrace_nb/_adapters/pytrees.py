@@ -1,9 +1,10 @@
-"""JAX's own pytree kinds: ``jax.tree_util.Partial``, ``register_dataclass`` meta fields, and
-the metadata of any other custom node.
+"""JAX itself, the base entry: its packages, its own pytree kinds, its mechanisms of static values.
 
-A custom node's auxiliary data is part of the treedef, hence of JAX's cache key: a change
-there retraces. It is shown under the node's path: a dataclass's meta fields by name
+The packages of JAX, jaxlib, chex, jaxtyping and jaxtrace_nb are library code. A custom node's
+auxiliary data is part of the treedef, hence of JAX's cache key: a change there retraces. It
+is shown under the node's path: ``jax.tree_util.register_dataclass`` meta fields by name
 (``cfg.depth``), a ``Partial``'s function as ``fn.func``, anything else as ``path (metadata)``.
+This adapter comes last: it reads every custom node no other adapter claimed.
 """
 
 from __future__ import annotations
@@ -11,28 +12,51 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .._signature import Origin
+from .._vocabulary import Cause, Origin, StrEnum
+from ._registry import Evidence, Hint, Library, register
 
 _MAX_METADATA_ITEMS = 16
 
 
-def available() -> bool:
-    return True
+class PytreeOrigin(StrEnum):
+    """What makes a value static in JAX's own pytree kinds."""
+
+    DATACLASS_META = "register_dataclass meta field"
+    PARTIAL_FUNC = "Partial func"  # the function inside a jax.tree_util.Partial
 
 
-def wraps(fun) -> bool:
-    return False
+@register
+class Jax(Library):
+    name = "jax"
+    packages = ("jax", "jaxlib", "jaxtrace_nb", "chex", "jaxtyping")
+    precedence = 100
+    origins = {
+        Origin.STATIC_ARGNUMS: " (`static_argnums`/`static_argnames`)",
+        Origin.NODE_METADATA: " (a custom pytree node's metadata)",
+        PytreeOrigin.DATACLASS_META: " (a `register_dataclass` meta field)",
+        PytreeOrigin.PARTIAL_FUNC: " (the function of a `jax.tree_util.Partial`)",
+    }
+    hints = (
+        Hint("static.dataclass_meta",
+             "{p} is a meta field of a `jax.tree_util.register_dataclass` pytree, part of the tree's structure: every "
+             "new value compiles again. Declare it a data field holding an array to trace it.", True),
+    )
+
+    def walk_node(self, walker, path: str, obj: Any) -> bool:
+        return _walk_node(walker, path, obj)
+
+    def hint(self, evidence: Evidence):
+        new = evidence.new
+        if evidence.cause == Cause.STATIC and not new.by_identity and new.origin == PytreeOrigin.DATACLASS_META:
+            return "static.dataclass_meta", {}
+        return None
 
 
-def decode_call(start, static_type, decoder):
-    return None
-
-
-def walk_node(walker, prefix: str, obj: Any) -> bool:
+def _walk_node(walker, prefix: str, obj: Any) -> bool:
     import jax
 
     if isinstance(obj, jax.tree_util.Partial):
-        walker.static(f"{prefix}.func", obj.func, Origin.PARTIAL_FUNC)
+        walker.static(f"{prefix}.func", obj.func, PytreeOrigin.PARTIAL_FUNC)
         for i, arg in enumerate(obj.args):
             walker.emit(f"{prefix}.args[{i}]", arg)
         for key, arg in obj.keywords.items():
@@ -46,7 +70,7 @@ def walk_node(walker, prefix: str, obj: Any) -> bool:
         return False
     if node is None:
         return False
-    aux = node[1]
+    _, aux = node
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         # Its fields that are not children are its metadata (``meta_fields=[...]``, or declared
         # ``field(metadata={"static": True})``), unless another adapter showed them already
@@ -55,7 +79,7 @@ def walk_node(walker, prefix: str, obj: Any) -> bool:
                     jax.tree_util.tree_flatten_with_path(obj, is_leaf=lambda x: x is not obj)[0]}
         meta = [f.name for f in dataclasses.fields(obj)
                 if f.name not in children and walker.leaf(f"{prefix}.{f.name}") is None]
-        walker.static_fields(prefix, obj, meta, Origin.DATACLASS_META)
+        walker.static_fields(prefix, obj, meta, PytreeOrigin.DATACLASS_META)
         return False
     if aux is None or (type(aux) in (tuple, list) and not aux):
         return False
