@@ -16,21 +16,25 @@ import sys
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "jaxtrace_nb"
 
-# Lower layers know nothing of higher ones: values → signatures and records → diagnosis →
-# the probe (the only layer that reads JAX) → the log → the lifecycle → the session → views → glue.
+# Lower layers know nothing of higher ones: values → signatures and leaves → the argument walk →
+# the library adapters → diagnosis and hints → the probe (JAX's hooks, the decoder) → the log →
+# the lifecycle → the session → views → glue.
 LAYERS = {
-    0: {"_values", "_witness", "_bounded", "_format", "_missing", "_processes"},
-    1: {"_signature", "_records", "_jax_tree"},
-    2: {"_hints", "_diagnosis"},
-    3: {"_jax_layouts", "_jax_internals", "_arguments", "_leaves", "_walker", "_plans", "_calls", "_keys",
-        "_adapters", "_adapters.pytrees", "_adapters.equinox", "_adapters.flax_nnx", "_adapters.diffrax",
-        "_adapters._registry", "_decode", "_cost", "_probe"},
-    4: {"_log", "_frames"},
-    5: {"_functions", "_lifecycle"},
-    6: {"_session", "_self_check", "_persist", "_watch"},
-    7: {"_report", "_rows", "_views", "_widget", "_display", "_standalone"},
-    8: {"_ipython", "_pytest_plugin", "_run", "_cli", "__init__", "__main__"},
+    0: {"_values", "_witness", "_bounded", "_format", "_missing", "_processes", "_vocabulary"},
+    1: {"_signature", "_records", "_jax_tree", "_leaves", "_plans", "_sites"},
+    2: {"_walker", "_calls", "_changes", "_jax_layouts", "_lowering", "_deferred"},
+    3: {"_adapters", "_adapters._registry", "_adapters._nnx_graph", "_adapters.pytrees", "_adapters.equinox",
+        "_adapters.flax_nnx", "_adapters.optax", "_adapters.diffrax"},
+    4: {"_hints", "_diagnosis"},
+    5: {"_jax_internals", "_decode", "_cost", "_probe"},
+    6: {"_log", "_frames"},
+    7: {"_functions", "_lifecycle"},
+    8: {"_session", "_self_check", "_persist", "_watch"},
+    9: {"_report", "_rows", "_views", "_widget", "_display", "_standalone"},
+    10: {"_ipython", "_pytest_plugin", "_run", "_cli", "__init__", "__main__"},
 }
+# The only modules that name JAX's internals (``jax._src``): the probe's.
+READS_JAX_INTERNALS = {"_jax_layouts", "_jax_internals", "_probe"}
 LAYER = {module: layer for layer, modules in LAYERS.items() for module in modules}
 
 
@@ -97,6 +101,6 @@ def test_importing_the_package_imports_no_jax():
     assert out.strip() == "[]"
 
 
-def test_jax_internals_are_named_only_in_the_probe_layer():
-    named = [name for name, path in _modules().items() if "jax._src" in path.read_text()]
-    assert sorted(n for n in named if LAYER.get(n) != 3) == []
+def test_jax_internals_are_named_only_in_the_probe():
+    named = {name for name, path in _modules().items() if "jax._src" in path.read_text()}
+    assert sorted(named - READS_JAX_INTERNALS) == []
