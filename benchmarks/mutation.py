@@ -3,6 +3,7 @@
     pip install -e ".[mutation]"              # mutmut 3.8.1 (and pytest)
     python benchmarks/mutation.py             # every module in [tool.mutmut] only_mutate
     python benchmarks/mutation.py --modules _report,_rows     # a shard: some modules only
+    python benchmarks/mutation.py --sample _diagnosis=40,_values=20   # of these, a seeded sample
     python benchmarks/mutation.py --results-only              # write the report of the last run again
 
 mutmut (configured in pyproject.toml, ``[tool.mutmut]``) copies the package to ``mutants/``, makes
@@ -58,20 +59,42 @@ def _environment() -> dict:
     return env
 
 
-def run(modules: list[str] | None, max_children: int | None) -> tuple[list[str], float]:
-    """Run mutmut from scratch over `modules` (default: all configured); (command, seconds)."""
-    import shutil
-
-    shutil.rmtree(ROOT / "mutants", ignore_errors=True)
-    command = [sys.executable, "-m", "mutmut", "run"]
-    if max_children:
-        command += ["--max-children", str(max_children)]
-    command += [f"jaxtrace_nb.{m}.*" for m in modules or []]
-    start = time.perf_counter()
+def _mutmut(arguments: list[str], max_children: int | None) -> None:
+    command = [sys.executable, "-m", "mutmut", "run", *(["--max-children", str(max_children)] if max_children else []),
+               *arguments]
     done = subprocess.run(command, cwd=ROOT, env=_environment(), stdout=subprocess.DEVNULL)
     if done.returncode != 0:
         sys.exit(f"mutmut run exited with {done.returncode}")
-    return command, time.perf_counter() - start
+
+
+def chosen(modules: list[str] | None, sample: dict[str, int], seed: int) -> list[str]:
+    """The mutants to run: every mutant of `modules` (default: every configured module), except that
+    of a module in `sample` only that many, drawn with `seed` from its mutants in name order."""
+    import random
+
+    by_module: dict[str, list[str]] = {}
+    for name in sorted(verdicts()):
+        by_module.setdefault(_module(name), []).append(name)
+    names = []
+    for module, mutants in sorted(by_module.items()):
+        if modules and module not in modules:
+            continue
+        n = sample.get(module)
+        names += sorted(random.Random(f"{seed}:{module}").sample(mutants, min(n, len(mutants)))) if n else mutants
+    return names
+
+
+def run(modules: list[str] | None, sample: dict[str, int], seed: int, max_children: int | None) -> tuple:
+    """Run mutmut from scratch: generate every mutant and learn which tests reach which function
+    (a run that tests no mutant), then test the chosen ones; (command, seconds, names)."""
+    import shutil
+
+    shutil.rmtree(ROOT / "mutants", ignore_errors=True)
+    start = time.perf_counter()
+    _mutmut(["jaxtrace_nb.none_at_all.*"], max_children)
+    names = chosen(modules, sample, seed)
+    _mutmut(names, max_children)
+    return ["mutmut", "run", f"<{len(names)} mutants>"], time.perf_counter() - start, names
 
 
 def verdicts() -> dict[str, str]:
@@ -112,14 +135,14 @@ def _equivalent() -> dict[str, str]:
     return reasons
 
 
-def report(command: list[str], seconds: float | None, modules: list[str] | None) -> Path:
-    status = verdicts()
-    if modules:
-        status = {n: s for n, s in status.items() if _module(n) in modules}
+def report(command: list[str], seconds: float | None, names: list[str], how: str) -> Path:
+    every = verdicts()
+    status = {n: every[n] for n in names}
+    total = Counter(_module(n) for n in every)
     commit = _git("rev-parse", "--short", "HEAD")
     dirty = _git("status", "--porcelain", "--untracked-files=no")
     today = datetime.date.today().isoformat()
-    path = RESULTS / f"mutation-{today}-{commit}{'-' + '-'.join(modules) if modules else ''}.txt"
+    path = RESULTS / f"mutation-{today}-{commit}.txt"
     counts = Counter(status.values())
     by_module: dict[str, Counter] = {}
     for name, s in status.items():
@@ -132,8 +155,7 @@ def report(command: list[str], seconds: float | None, modules: list[str] | None)
     reasons = _equivalent()
     lines = [
         f"jaxtrace_nb mutation testing — {datetime.datetime.now().isoformat(timespec='seconds')}",
-        f"command: {' '.join(Path(c).name if i == 0 else c for i, c in enumerate(command))}"
-        f" (via python benchmarks/mutation.py{' --modules ' + ','.join(modules) if modules else ''})",
+        f"command: python benchmarks/mutation.py {how} ({' '.join(command)}, with PYTEST_DISABLE_PLUGIN_AUTOLOAD=1)",
         f"commit {commit}{' + uncommitted changes to tracked files' if dirty else ''}; "
         f"mutmut {_mutmut_version()}; python {sys.version.split()[0]}"
         + (f"; wall {seconds:.0f} s" if seconds is not None else ""),
@@ -141,12 +163,12 @@ def report(command: list[str], seconds: float | None, modules: list[str] | None)
         f"score (killed / mutants judged): {score(counts)}",
         "verdicts: " + ", ".join(f"{s} {n}" for s, n in sorted(counts.items())),
         "",
-        "| module | mutants | killed | survived | no tests | timeout | score |",
+        "| module | mutants run (of all) | killed | survived | no tests | timeout | score |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for module, c in sorted(by_module.items()):
-        lines.append(f"| {module} | {sum(c.values())} | {c['killed']} | {c['survived']} | {c['no tests']} | "
-                     f"{c['timeout']} | {score(c)} |")
+        lines.append(f"| {module} | {sum(c.values())} (of {total[module]}) | {c['killed']} | {c['survived']} | "
+                     f"{c['no tests']} | {c['timeout']} | {score(c)} |")
     lines += ["", "Mutants not killed (mutmut's diff of the function: - original, + mutant):", ""]
     for name, s in sorted(status.items()):
         if s in NOT_KILLED:
@@ -160,15 +182,21 @@ def report(command: list[str], seconds: float | None, modules: list[str] | None)
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--modules", help="comma-separated module names (e.g. _report,_rows): a shard")
+    parser.add_argument("--sample", default="",
+                        help="MODULE=N,...: run only N mutants of MODULE, drawn with --seed (default: all)")
+    parser.add_argument("--seed", type=int, default=32)
     parser.add_argument("--max-children", type=int, help="mutmut workers (default: the CPU count)")
     parser.add_argument("--results-only", action="store_true", help="report the last run again")
     args = parser.parse_args(argv)
     modules = args.modules.split(",") if args.modules else None
+    sample = {m: int(n) for m, _, n in (part.partition("=") for part in args.sample.split(",") if part)}
+    how = " ".join(argv)
     if args.results_only:
-        command, seconds = [sys.executable, "-m", "mutmut", "run"], None
+        names = chosen(modules, sample, args.seed)
+        command, seconds = ["mutmut", "run", f"<{len(names)} mutants>"], None
     else:
-        command, seconds = run(modules, args.max_children)
-    path = report(command, seconds, modules)
+        command, seconds, names = run(modules, sample, args.seed, args.max_children)
+    path = report(command, seconds, names, how)
     print(path.relative_to(ROOT))
     print("\n".join(path.read_text(encoding="utf-8").splitlines()[:6]))
     return 0
