@@ -368,6 +368,44 @@ def test_stored_outputs_are_not_stale(path, executed):
                        f"{str(stale)[:3000]}; re-run `python notebooks/build.py`")
 
 
+def test_the_staleness_check_sees_each_edit_of_a_stored_output():
+    """Issue 32's edits of stored notebook 06, each in one place (one MIME type of one output, or the
+    widget state): counts, a row's number, a hint's words. Each must make `as_shown` differ from the
+    stored notebook; a timing edit must not (timings are masked)."""
+    path = NOTEBOOKS_DIR / "06_python_scalar_weak_type.ipynb"
+    shown = as_shown(nbformat.read(path, as_version=4))
+    edits = [("2 trace(s), 2 compile(s)", "7 trace(s), 9 compile(s)"), ("1 retrace(s)", "3 retrace(s)"),
+             ("pass the same kind every call", "pass any kind"), ("weak_type", "dtype")]
+
+    def edited(old, new, where):
+        nb = nbformat.read(path, as_version=4)
+        if where == "widgets":
+            state = nb.metadata["widgets"][WIDGET_STATE]
+            text = json.dumps(state)
+            assert old in text, (old, where)
+            nb.metadata["widgets"][WIDGET_STATE] = json.loads(text.replace(old, new))
+            return nb
+        output, mime = where
+        data = nb.cells[2].outputs[output]["data"]
+        assert old in data[mime], (old, where)
+        data[mime] = data[mime].replace(old, new)
+        return nb
+
+    places = [(1, "text/plain"), (1, "text/html"), "widgets"]
+    seen = 0
+    for old, new in edits:
+        for where in places:
+            try:
+                nb = edited(old, new, where)
+            except AssertionError:
+                continue  # this place does not show that text
+            seen += 1
+            assert as_shown(nb) != shown, f"editing {old!r} to {new!r} in {where} went unnoticed"
+    assert seen >= len(edits) * 2, seen
+    nb = edited("0.269 s", "9.999 s", (1, "text/plain"))
+    assert as_shown(nb) == shown  # a timing: masked
+
+
 def test_every_notebook_has_expectations():
     assert PATHS[0].name == "00_tour.ipynb"
     assert sorted(EXPECTED) == [p.stem for p in PATHS]
