@@ -121,3 +121,35 @@ def test_the_closest_earlier_signature_is_the_one_changed_once():
     found, changes, context = closest(_signature(new), [_signature(s) for s in older] + [target])
     assert found is target and [c.path for c in changes] == [path] and context == []
     assert diagnose(_signature(new), []) == FIRST
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_sharded_leaf_shows_each_axis_and_its_change(seed):
+    """A leaf with an explicit sharding shows each dimension with its mesh axes (``4@x``); sharding one
+    more dimension is a change of that leaf, before and after written here from the axes applied.
+    A dtype outside the short table keeps its own name."""
+    rng = random.Random(seed)
+    shape = tuple(rng.randint(1, 8) for _ in range(rng.randint(1, 3)))
+    axes = tuple(rng.choice([None, "x", "y", ("x", "y")]) for _ in shape)
+    dtype = rng.choice(["float32", "float8_e4m3fn", "int4"])
+    short = SHORT.get(dtype, dtype)
+
+    def text(ax):
+        if not any(ax):
+            return f"{short}[{','.join(map(str, shape))}]"
+        return f"{short}[{','.join(f'{d}@{a}' if a else str(d) for d, a in zip(shape, ax))}]"
+
+    i = rng.randrange(len(shape))
+    changed = axes[:i] + ("z" if axes[i] != "z" else "x",) + axes[i + 1:]
+    before, after = array_leaf(shape, dtype, sharding=axes), array_leaf(shape, dtype, sharding=changed)
+    assert (before.text, after.text) == (text(axes), text(changed))
+    sig = lambda leaf: Signature(("id", 1), (), {"x": leaf, "n": static_leaf(summarize_static(3), value=3)}, None, "jit")
+    assert [(c.path, c.old.text, c.new.text) for c in diff_leaves(sig(after), sig(before))] == \
+        [("x", text(axes), text(changed))]
+
+
+def test_two_hints_keep_both_ids():
+    from jaxtrace_nb._diagnosis import join_ids
+
+    assert [join_ids("a", "b"), join_ids(None, "b"), join_ids("a", None), join_ids(None, None)] == \
+        ["a,b", "b", "a", None]
