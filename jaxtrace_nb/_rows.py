@@ -67,7 +67,7 @@ class GroupText(NamedTuple):
 
     cells: str
     tests: str  # the pytest tests whose calls traced (node ids), the first few
-    tests_full: str  # every one of them, a line each
+    tests_full: str  # every one of them, a line each, where `tests` lists only the first few (else "")
     function: str
     numbers: str  # "#2", "#2–#16"
     kind: str
@@ -89,7 +89,7 @@ def group_text(g: Group) -> GroupText:
     span = (f"#{min(numbers)}" + (f"–#{max(numbers)}" if len(numbers) > 1 else "")) if numbers else ""
     shown, full = change_texts(g.events)
     explanation, hint = _explained(first)
-    return GroupText(", ".join(cells), fmt.listed(tests), "\n".join(tests), first.function, span, first.kind, len(g.events),
+    return GroupText(", ".join(cells), fmt.listed(tests), "\n".join(tests) if len(tests) > 2 else "", first.function, span, first.kind, len(g.events),
                      first.cause or "(not diagnosed)", first.leaf, shown, full, fmt.short_path(first.call_site),
                      explanation, hint)
 
@@ -113,7 +113,7 @@ def group_row(g: Group) -> dict:
         "cells": t.cells, "tests": t.tests, "function": t.function, "numbers": t.numbers, "kind": t.kind, "count": t.count,
         "cause": t.cause, "leaf": t.leaf, "change": t.change, "call_site": t.call_site,
         "explanation": prose_cell(t.explanation, t.hint), "first_seq": g.first.seq, "last_seq": g.events[-1].seq,
-        "full": {"change": t.change_full, "tests": t.tests_full if t.tests != t.tests_full else ""},
+        "full": {"change": t.change_full, "tests": t.tests_full},
     }
 
 
