@@ -257,6 +257,8 @@ class Lifecycle:
                             nested=record.nested, call_site=record.call_site, time=when(draft.time),
                             cell=draft.cell, test=draft.test)
         event.seq = draft.seq
+        if draft.new_object and record.binding is not None:  # a re-created function object: where from
+            event.created_at = ", ".join(record.binding.lines)
         if self.keep_signatures and record.signature is not None and not identity.internal:
             # A persisted log (one per process of a multi-process run) keeps the argument leaves
             # of each trace, bounded, so that processes can be compared (`_processes`).

@@ -79,6 +79,7 @@ class GroupText(NamedTuple):
     call_site: str
     explanation: str
     hint: str
+    created_at: str  # where a re-created function object was made ("" for any other group)
 
 
 def group_text(g: Group) -> GroupText:
@@ -89,13 +90,15 @@ def group_text(g: Group) -> GroupText:
     span = (f"#{min(numbers)}" + (f"–#{max(numbers)}" if len(numbers) > 1 else "")) if numbers else ""
     shown, full = change_texts(g.events)
     explanation, hint = _explained(first)
-    return GroupText(", ".join(cells), fmt.listed(tests), "\n".join(tests) if len(tests) > 2 else "", first.function, span, first.kind, len(g.events),
-                     first.cause or "(not diagnosed)", first.leaf, shown, full, fmt.short_path(first.call_site),
-                     explanation, hint)
+    created = " or ".join(fmt.short_path(c) for c in (first.created_at or "").split(", ") if c)
+    return GroupText(", ".join(cells), fmt.listed(tests), "\n".join(tests) if len(tests) > 2 else "", first.function,
+                     span, first.kind, len(g.events), first.cause or "(not diagnosed)", first.leaf, shown, full,
+                     fmt.short_path(first.call_site), explanation, hint, created)
 
 
 def why_line(t: GroupText) -> list[list[str]]:
-    """The one wording of a group's why: ×N cause at leaf: before → after · first called at where."""
+    """The one wording of a group's why: ×N cause at leaf: before → after · first called at where
+    (· created at where, for a function object re-created)."""
     spans = [["count", f"×{t.count}"], ["", " "]] if t.count > 1 else []
     spans.append(["", t.cause])
     if t.leaf:
@@ -104,13 +107,16 @@ def why_line(t: GroupText) -> list[list[str]]:
         spans += [["", ": "], ["change", t.change, t.change_full]]
     if t.call_site:
         spans.append(["called", f" · {'first ' if t.count > 1 else ''}called at {t.call_site}"])
+    if t.created_at:
+        spans.append(["called", f" · created at {t.created_at}"])
     return spans
 
 
 def group_row(g: Group) -> dict:
     t = group_text(g)
     return {
-        "cells": t.cells, "tests": t.tests, "function": t.function, "numbers": t.numbers, "kind": t.kind, "count": t.count,
+        "cells": t.cells, "tests": t.tests, "function": t.function, "numbers": t.numbers, "kind": t.kind,
+        "count": t.count,
         "cause": t.cause, "leaf": t.leaf, "change": t.change, "call_site": t.call_site,
         "explanation": prose_cell(t.explanation, t.hint), "first_seq": g.first.seq, "last_seq": g.events[-1].seq,
         "full": {"change": t.change_full, "tests": t.tests_full},
@@ -122,7 +128,8 @@ def event_row(e: Event, slowest_seq) -> dict:
     before, after, _ = fmt.short_numbers(e.before, e.after)
     explanation, _ = _explained(e)
     return {
-        "seq": e.seq, "cell": fmt.cell_label(e.cell), "test": e.test, "time": e.time.strftime("%H:%M:%S") if e.time else None,
+        "seq": e.seq, "cell": fmt.cell_label(e.cell), "test": e.test,
+        "time": e.time.strftime("%H:%M:%S") if e.time else None,
         "trace_number": e.trace_number, "kind": e.kind, "cause": e.cause, "leaf": e.leaf,
         "change": fmt.change(before, after), "call_site": fmt.short_path(e.call_site),
         "explanation": prose_cell(explanation, None), "eqns_total": json_value(e.eqns_total),

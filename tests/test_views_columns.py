@@ -34,8 +34,8 @@ def _pytest_log():
     ]
 
 
-def test_the_test_column_is_the_last_column_of_the_log():
-    assert COLUMNS[-1] == "test" and COLUMNS.index("hint_ids") < COLUMNS.index("test")
+def test_the_test_and_created_at_columns_are_the_last_columns_of_the_log():
+    assert COLUMNS[-2:] == ("test", "created_at") and COLUMNS.index("hint_ids") < COLUMNS.index("test")
 
 
 def test_the_filter_matches_tests_and_every_changed_leaf():
