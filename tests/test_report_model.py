@@ -89,7 +89,8 @@ def test_history_view_is_the_history_applied():
         ("In[5]", "#6", 1, "static", "n", "trace", 5, 5, 0)]
     shape = view["groups"][1]
     assert shape["change"] == "f32[3] → f32[4], f32[4] → f32[5], …, f32[6] → f32[7]"
-    assert shape["full"] == {"change": ", ".join(f"{SHAPES[i]} → {SHAPES[i + 1]}" for i in range(4))}
+    assert shape["full"] == {"change": ", ".join(f"{SHAPES[i]} → {SHAPES[i + 1]}" for i in range(4)), "tests": ""}
+    assert shape["tests"] == ""  # no event ran under pytest
     assert shape["call_site"] == "train.py:10"
     assert shape["explanation"] == [["", [["code", "x"], ["", " changed shape."]]]]
     assert view["groups"][2]["explanation"] == [["", [["code", "n"], ["", " changed."]]],
@@ -103,7 +104,7 @@ def test_history_view_is_the_history_applied():
         before, after = (SHAPES[seq - 1], SHAPES[seq]) if 1 <= seq <= 4 else ("1", "2") if seq == 5 else (None, None)
         change = f"{before} → {after}" if before else ""
         assert e == {
-            "seq": seq, "cell": f"In[{CELLS[seq]}]", "time": f"12:00:{seq:02d}", "trace_number": seq + 1,
+            "seq": seq, "cell": f"In[{CELLS[seq]}]", "test": None, "time": f"12:00:{seq:02d}", "trace_number": seq + 1,
             "kind": "trace", "cause": ["first", "shape", "shape", "shape", "shape", "static"][seq],
             "leaf": [None, "x", "x", "x", "x", "n"][seq], "change": change, "call_site": f"train.py:{9 + seq}",
             "explanation": e["explanation"], "eqns_total": 8, "flops": 100.0 + seq, "cache_hit": False,
