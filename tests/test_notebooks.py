@@ -100,6 +100,10 @@ EXPECTED = {
         row("simulate", "first"),
         row("simulate_rolled", "first"),
     ],
+    "10_persistent_cache": [
+        row("make_train_step.<locals>.train_step", "first"),
+        row("train_step_lr", "first"),
+    ],
     "09_flax_nnx": [
         row("train_step", "first"),
         row("train_step", "static", "model.calls", "0", "1"),

@@ -180,8 +180,8 @@ def test_history_of_one_function_marks_the_slowest():
     groups = table.history["groups"]
     assert [(g["cause"], g["count"], g["numbers"]) for g in groups] == [("first", 1, "#1"), ("shape", 2, "#2–#3")]
     second = groups[1]["events"][0]
-    assert (second["leaf"], second["change"], second["eqns_total"], second["cache_hit"], second["slowest"]) == \
-        ("x", "f32[2] → f32[3]", 47, False, True)
+    assert (second["leaf"], second["change"], second["eqns_total"], second["persistent_cache"], second["slowest"]) == \
+        ("x", "f32[2] → f32[3]", 47, "miss", True)
     assert table.history["title"].startswith("step (…/project/step.py:1): 3 event(s)")
     assert "slowest: #2 trace (shape at x), 0.420 s" in table.history["note"]
     table.selected = ""
