@@ -20,12 +20,12 @@ import time
 import weakref
 from collections.abc import Callable
 
-from ._cache_index import IndexWriter, RunInfo, index_path
+from ._cache_index import IndexWriter, Reader, RunInfo, index_path
 from ._cache_words import MISS, compile_option_changes, explain, verdict
 from ._diagnosis import join_hints, join_ids
 from ._log import Event, EventLog
 from ._module_diff import first_difference
-from ._records import CacheKeyRecord
+from ._records import CACHE_KEY_COMPONENTS, CacheComparison, CacheKeyRecord, EarlierKey
 
 MAX_PENDING = 256
 SETTLE_S = 10.0  # a read waits at most this long for the index's answers (another process may hold it)
@@ -125,7 +125,7 @@ class CacheExplainer:
             closest = comparison.closest
             if closest is not None and "jax_lib version" not in differing:
                 if "compile_options" in differing:
-                    options = self._options(closest.compile_options, record.compile_options)
+                    options = _decoded_options(closest.compile_options, record.compile_options)
                 if "computation" in differing:
                     computation = self._computation(closest.module_bytes, record, comparison.module_bytes)
             words = explain(record, comparison, run=self.run, options=options, computation=computation,
@@ -139,16 +139,6 @@ class CacheExplainer:
         except Exception as e:
             self._fault("persistent cache", e)
             self._said(event, f"{MISS} (not explained: an internal error, counted in jt.faults())")
-
-    def _options(self, old: bytes | None, new: bytes | None):
-        if not old or not new:
-            return None
-        from ._jax_cache_key import compile_options_fields
-
-        try:
-            return compile_option_changes(compile_options_fields(old), compile_options_fields(new))
-        except Exception:
-            return None  # decoded by another jaxlib, or not at all: the words say they differ
 
     def _computation(self, old: bytes | None, record: CacheKeyRecord, new_bytes: bytes | None):
         if old is None:
@@ -167,6 +157,86 @@ class CacheExplainer:
     def _said(self, event: Event, text: str) -> None:
         event.persistent_cache = text
         self._log.updated(event)
+
+
+def _decoded_options(old: bytes | None, new: bytes | None):
+    """The compile options' fields that differ (None when they cannot be decoded here)."""
+    if not old or not new:
+        return None
+    from ._jax_cache_key import compile_options_fields
+
+    try:
+        return compile_option_changes(compile_options_fields(old), compile_options_fields(new))
+    except Exception:
+        return None  # decoded by another jaxlib, or not at all: the words say they differ
+
+
+MAX_INDEX_NAMES = 200  # computations listed by `index_report`, the most recently seen first
+
+
+def index_report(path: str) -> str:
+    """The index beside a persistent cache, as text: per computation name, its keys in the order
+    they were first computed, each later one with the parts that differ from the closest earlier
+    key of that name, in words (the modules compared without source lines: only the index's)."""
+    reader = Reader(path)
+    try:
+        keys = reader.keys()
+        by_name: dict[str, list] = {}
+        for name, seen, key in keys:
+            by_name.setdefault(name, []).append((seen, key))
+        lines = [f"Persistent compilation cache index ({path}): {len(keys)} key(s) of {len(by_name)} computation(s)"]
+        names = sorted(by_name, key=lambda n: -max(k.last_seen for _, k in by_name[n]))
+        for name in names[:MAX_INDEX_NAMES]:
+            entries = by_name[name]
+            lines.append(f"  {name}: {len(entries)} key(s)")
+            for i, (seen, key) in enumerate(entries):
+                lines.append(f"    {_key_line(key, seen)}")
+                if i:
+                    lines.append(f"      {_against(reader, key, [k for _, k in entries[:i]])}")
+        if len(names) > MAX_INDEX_NAMES:
+            lines.append(f"  … {len(names) - MAX_INDEX_NAMES} more computation(s) (jt.load of the cache directory)")
+        return "\n".join(lines)
+    finally:
+        reader.close()
+
+
+def _key_line(key: EarlierKey, seen: int) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(key.first_seen))
+    outcome = {"written": "written", "hit": "a hit", "not_written": "not written"}.get(key.outcome, key.outcome)
+    reason = f" ({key.reason})" if key.reason else ""
+    where = f", for `{key.function}` at {key.location}" if key.function and key.location else ""
+    return (f"{when}, pid {key.pid} on {key.host}{where}: computed {seen} time(s), last {outcome}{reason}; "
+            f"JAX {key.facts.get('jax', '?')}")
+
+
+def _against(reader: Reader, key: EarlierKey, earlier: list[EarlierKey]) -> str:
+    """What differs between `key` and the closest of the `earlier` keys of its name."""
+    mine = dict(key.components)
+    best = None
+    for other in earlier:
+        theirs = dict(other.components)
+        differing = tuple(n for n in CACHE_KEY_COMPONENTS if n in mine and theirs.get(n) != mine[n])
+        if best is None or len(differing) <= len(best[1]):
+            best = (other, differing)
+    other, differing = best
+    computation = None
+    if "computation" in differing and "jax_lib version" not in differing:
+        old, new = reader.module(other), reader.module(key)
+        if old is not None and new is not None:
+            from ._jax_cache_key import canonical_text
+
+            try:
+                computation = first_difference(canonical_text(old), canonical_text(new))
+            except Exception:
+                computation = None
+    options = _decoded_options(other.compile_options, key.compile_options) \
+        if "compile_options" in differing and "jax_lib version" not in differing else None
+    name = key.key.rpartition("-")[0]
+    record = CacheKeyRecord(key.key, name, key.components, key.facts, key.outcome, key.reason, True, None, "",
+                            key.compile_options, None, None)
+    words = explain(record, CacheComparison(None, other, differing, None, None), run="", options=options,
+                    computation=computation, location=key.location)
+    return words.text.removeprefix(f"{MISS}: ")
 
 
 @atexit.register

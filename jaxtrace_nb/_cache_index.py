@@ -150,8 +150,8 @@ class RunInfo:
 
 def compare(con: sqlite3.Connection, record: CacheKeyRecord, location: str | None) -> CacheComparison:
     """`record`'s key against the index: the same key seen before, else the closest other key of
-    the same name (fewest differing parts; then one compiled for the same function; then the most
-    recent), and which parts differ. Reads only (never waits for a writer)."""
+    the same name (fewest differing parts; then one compiled for the same function; then one whose
+    module is kept; then the most recent), and which parts differ. Reads only (never waits for a writer)."""
     row = con.execute(f"SELECT {', '.join(_KEY_COLUMNS)} FROM keys WHERE key=?", (record.key,)).fetchone()
     if row is not None:
         same = _earlier(row)
@@ -161,14 +161,18 @@ def compare(con: sqlite3.Connection, record: CacheKeyRecord, location: str | Non
         return CacheComparison(same, None, (), exists, None)
     mine = dict(record.components)
     best = None
-    for row in con.execute(f"SELECT {', '.join(_KEY_COLUMNS)} FROM keys WHERE module_name=? AND key<>? "
-                           "ORDER BY last_seen DESC LIMIT ?", (record.module_name, record.key, _CANDIDATES)):
+    for *row, kept in con.execute(
+            f"SELECT {', '.join(_KEY_COLUMNS)}, EXISTS(SELECT 1 FROM modules WHERE modules.computation = "
+            "keys.computation) FROM keys WHERE module_name=? AND key<>? ORDER BY last_seen DESC LIMIT ?",
+            (record.module_name, record.key, _CANDIDATES)):
         earlier = _earlier(row)
         theirs = dict(earlier.components)
         if set(theirs) != set(mine):
             continue
         differing = tuple(name for name in CACHE_KEY_COMPONENTS if name in mine and theirs[name] != mine[name])
-        rank = (len(differing), earlier.location != location, -earlier.last_seen)
+        # (a computation that differs is told best against an earlier key whose module is kept)
+        rank = (len(differing), earlier.location != location, "computation" in differing and not kept,
+                -earlier.last_seen)
         if best is None or rank < best[0]:
             best = (rank, earlier, differing)
     if best is None:
@@ -238,24 +242,34 @@ def prune(con: sqlite3.Connection) -> None:
         con.executemany("DELETE FROM modules WHERE computation=?", doomed)
 
 
-def read_keys(path: str) -> list[dict]:
-    """Every key of the index at `path`, oldest first, as plain dicts (for `jt.load` and `report`)."""
-    con = connect(path, create=False)
-    try:
-        rows = con.execute("SELECT key, module_name, first_seen, last_seen, seen, run, host, pid, function, location, "
-                           "outcome, reason, written, components, facts FROM keys ORDER BY first_seen").fetchall()
-    finally:
-        con.close()
-    names = ("key", "module_name", "first_seen", "last_seen", "seen", "run", "host", "pid", "function", "location",
-             "outcome", "reason", "written", "components", "facts")
-    out = []
-    for row in rows:
-        item = dict(zip(names, row))
-        item["components"] = tuple(tuple(pair) for pair in json.loads(item["components"]))
-        item["facts"] = json.loads(item["facts"])
-        item["written"] = bool(item["written"])
-        out.append(item)
-    return out
+def find(path: str) -> str | None:
+    """The index at `path`: an index file, or a cache directory holding one (None if neither)."""
+    if os.path.isdir(path):
+        inside = index_path(path)
+        return inside if inside is not None and os.path.isfile(inside) else None
+    return path if path.endswith(".sqlite") and os.path.isfile(path) else None
+
+
+class Reader:
+    """The index at `path`, read only (`jt.load`, ``python -m jaxtrace_nb report``)."""
+
+    def __init__(self, path: str):
+        self._con = connect(path, create=False)
+
+    def keys(self) -> list[tuple[str, int, EarlierKey]]:
+        """(computation name, times computed, the key) of every key, oldest first."""
+        rows = self._con.execute(f"SELECT module_name, seen, {', '.join(_KEY_COLUMNS)} FROM keys "
+                                 "ORDER BY first_seen").fetchall()
+        return [(name, seen, _earlier(row)) for name, seen, *row in rows]
+
+    def module(self, key: EarlierKey) -> bytes | None:
+        """The canonical module of `key`, when the index kept it."""
+        row = self._con.execute("SELECT data FROM modules WHERE computation=?",
+                                (dict(key.components).get("computation"),)).fetchone()
+        return zlib.decompress(row[0]) if row is not None else None
+
+    def close(self) -> None:
+        self._con.close()
 
 
 def _earlier(row) -> EarlierKey:

@@ -22,7 +22,6 @@ _ALIAS = re.compile(r"^(#loc\d*) = loc\((.*)\)\s*$")
 _LOC_REF = re.compile(r'\s+loc\((#loc\d*|"(?:[^"\\]|\\.)*"|unknown)\)')
 _FILE = re.compile(r'^"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
 _NAMED = re.compile(r'^"((?:[^"\\]|\\.)*)"\((.*)\)$')
-_CALLSITE = re.compile(r"^callsite\((.*) at (.*)\)$")
 _FUSED = re.compile(r"^fused\[(.*)\]$")
 _SSA_RESULT = re.compile(r"^\s*(%[\w.$\-]+)(?::\d+)?(?:,\s*%[\w.$\-]+(?::\d+)?)*\s*=")
 _RESULT_INFO = re.compile(r'jax\.result_info\s*=\s*"((?:[^"\\]|\\.)*)"')
@@ -69,9 +68,11 @@ def frames(ref: str | None, aliases: dict[str, str], depth: int = 0) -> list[tup
         text = text[4:-1]
     if text.startswith("#loc"):
         return frames(text, aliases, depth + 1) if text in aliases else []
-    match = _CALLSITE.match(text)
-    if match:
-        return frames(match.group(1), aliases, depth + 1) + frames(match.group(2), aliases, depth + 1)
+    if text.startswith("callsite(") and text.endswith(")"):
+        inner = text[len("callsite("):-1]
+        at = next((k for k, char, level in _depths(inner) if level == 0 and inner.startswith(" at ", k)), -1)
+        if at >= 0:
+            return frames(inner[:at], aliases, depth + 1) + frames(inner[at + 4:], aliases, depth + 1)
     match = _FUSED.match(text)
     if match:
         return [f for part in _top_level_split(match.group(1)) for f in frames(part, aliases, depth + 1)]

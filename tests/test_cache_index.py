@@ -248,7 +248,8 @@ def test_a_key_seen_before_first_compiles_and_the_same_run(tmp_path):
                           "that name)")
     b = record(key="jit_step-b", parts={"XLA flags": "x" * 64})
     comparison = _compare(b, a, con_dir=tmp_path / "r")
-    assert "(closest earlier key of `jit_step`: this run)" in explain(b, comparison, run=comparison.closest.run).text
+    assert "(closest earlier key of `jit_step`: this run)" in explain(b, comparison, run=comparison.closest.run,
+                                                                       location="model.py:7").text
 
 
 # ------------------------------------------------------------------ the first differing operation
@@ -321,17 +322,21 @@ def test_with_the_persistent_cache_off_nothing_of_jax_is_rebound_and_no_key_is_r
     assert "_duration" not in vars(probe)
 
 
-def test_stop_gives_jax_back_its_own_cache_key_functions(tmp_path):
+def test_stop_gives_jax_back_its_own_cache_key_functions_and_option_hooks(tmp_path):
     code = textwrap.dedent("""
         import json, sys, jax
-        from jax._src import cache_key
-        theirs = (cache_key.hashlib, cache_key._log_cache_key_hash)
+        from jax._src import cache_key, config
+        options = (config.compilation_cache_dir, config.enable_compilation_cache)
+        def state():
+            return (cache_key.hashlib, cache_key._log_cache_key_hash, *(o._update_global_hook for o in options))
+        theirs = state()
         jax.config.update("jax_compilation_cache_dir", sys.argv[1])
         import jaxtrace_nb as jt
-        jt.start()
-        on = cache_key.hashlib is not theirs[0] and cache_key._log_cache_key_hash is not theirs[1]
-        jt.stop()
-        print(json.dumps([on, (cache_key.hashlib, cache_key._log_cache_key_hash) == theirs]))
+        for _ in range(3):
+            jt.start()
+            on = cache_key.hashlib is not theirs[0] and cache_key._log_cache_key_hash is not theirs[1]
+            jt.stop()
+        print(json.dumps([on, state() == theirs]))
     """)
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS="cpu"), check=True).stdout

@@ -29,16 +29,17 @@ pytestmark = pytest.mark.kernel
 
 RAISES_TAG = "raises-exception"
 LOG_TAG = "jaxtrace-log"
-# Run after a notebook's last cell, then removed: prints the session's log, and each cell's
-# per-function summary (of the functions every view shows), as JSON.
-LOG_PROBE = ('import json, jaxtrace_nb\n'
+# Run after a notebook's last cell, then removed: prints the session's log, each cell's
+# per-function summary (of the functions every view shows), and the kernel's working folder (the
+# views show a file's path relative to it), as JSON.
+LOG_PROBE = ('import json, os, jaxtrace_nb\n'
              'from jaxtrace_nb._frames import summary_frame\n'
              'from jaxtrace_nb._session import get_session\n'
              '_events = [e for e in get_session().log.events() if not e.internal]\n'
              'print(json.dumps({"log": json.loads(jaxtrace_nb.log(internal=False)[["cell", "function", "nested", '
              '"cause", "leaf", "before", "after"]].to_json(orient="records")), "summaries": {\n'
              '    c: json.loads(summary_frame([e for e in _events if e.cell == c]).to_json(orient="records"))\n'
-             '    for c in {e.cell for e in _events}}}))')
+             '    for c in {e.cell for e in _events}}, "cwd": os.getcwd()}))')
 
 
 def row(function, cause, leaf=None, before=None, after=None, **more):
@@ -138,12 +139,14 @@ def executed(tmp_path_factory):
             raw = copy.deepcopy(nb)
             runs[path.stem] = (build.tidy(nb), probe["log"]), (raw, {int(c): rows for c, rows in
                                                                      probe["summaries"].items()})
+            run.cwd[path.stem] = probe["cwd"]
         return runs[path.stem]
 
     def run(path: Path):
         return execute(path)[0]
 
     run.raw = lambda path: execute(path)[1]
+    run.cwd = {}  # notebook -> the kernel's working folder after its last cell
     return run
 
 
@@ -367,11 +370,12 @@ def _tracewatch_outputs(raw):
 
 
 @pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
-def test_every_view_shows_the_same_numbers_under_the_same_labels(path, executed):
+def test_every_view_shows_the_same_numbers_under_the_same_labels(path, executed, monkeypatch):
     from jaxtrace_nb._report import TABLE_COLUMNS
     from jaxtrace_nb._rows import SPECS
 
     raw, summaries = executed.raw(path)
+    monkeypatch.chdir(executed.cwd[path.stem])  # paths shortened as the kernel shortened them
     framed = [c for c in TABLE_COLUMNS if c.in_frame]
     text_columns = [c for c in TABLE_COLUMNS if c.text_width]
     seen = 0

@@ -82,6 +82,34 @@ def test_no_change_is_a_hit_and_claims_nothing(first, tmp_path):
     assert set(out["verdicts"]) == {"hit"}  # JAX's own helpers compiled by A too: every one a hit
 
 
+def test_recording_changes_no_key_jax_computes(first, tmp_path):
+    """The same program without jaxtrace_nb, in a cache of its own at the same path: JAX writes the
+    same entries (the same keys), with the same loss."""
+    root, a = first
+    shutil.rmtree(root / "cache")
+    try:
+        out = _run(root / "cache", tmp_path / "a", {"PAIR_NO_RECORD": "1"}.items())
+        written = sorted(p.name for p in (root / "cache").glob("*-cache"))
+    finally:
+        _restored(root)
+    assert out["loss"] == a["loss"]
+    assert written and written == sorted(p.name for p in (root / "as_a_left_it").glob("*-cache"))
+
+
+def test_each_part_is_the_hash_jax_itself_logs(tmp_path):
+    """With JAX's DEBUG log of the key on (which hashes every part a second time), the parts the
+    index keeps are JAX's own, key by key."""
+    import jaxtrace_nb as jt
+
+    out = _run(tmp_path / "cache", tmp_path / "a", {"PAIR_DEBUG_KEY": "1"}.items())
+    logged = out["debug_parts"]
+    keys = jt.load(tmp_path / "cache").set_index("key")
+    assert "jit_step" in {k.rpartition("-")[0] for k in logged} and set(logged) <= set(keys.index)
+    assert all(len(parts) == 8 for parts in logged.values())
+    for key, parts in logged.items():
+        assert {name: keys.loc[key, f"part: {name}"] for name in parts} == parts, key
+
+
 def test_xla_flags(first, tmp_path):
     step = _step(_second(first, tmp_path, {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false"}.items()))
     assert step["cache"].startswith("miss: XLA flags differ: `--xla_cpu_enable_fast_math=false` added (closest "
@@ -182,3 +210,22 @@ def test_report_over_both_runs_logs(first, tmp_path):
     assert "persistent cache: " in text.splitlines()[0]
     assert "persistent cache miss: XLA flags differ: `--xla_cpu_enable_fast_math=false` added" in text
     assert "hint: The runs that share this cache set different `XLA_FLAGS`" in text
+
+
+def test_the_index_is_read_by_load_and_report(first, tmp_path):
+    import jaxtrace_nb as jt
+
+    root, _ = first
+    _second(first, tmp_path, {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false", "PAIR_CONST": "0.7"}.items())
+    keys = jt.load(root / "cache")
+    steps = keys[keys["name"] == "jit_step"]
+    assert len(steps) == 2 and steps["written"].all() and steps["function"].tolist() == ["step", "step"]
+    assert steps["xla_flags"].tolist() == ["", "--xla_cpu_enable_fast_math=false"]
+    assert (steps["part: jax_lib version"].nunique(), steps["part: XLA flags"].nunique()) == (1, 2)
+    done = subprocess.run([sys.executable, "-m", "jaxtrace_nb", "report", str(root / "cache")], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)), check=True)
+    text = done.stdout
+    assert text.startswith(f"Persistent compilation cache index ({root / 'cache' / 'jaxtrace_nb' / 'index.sqlite'}):")
+    assert "  jit_step: 2 key(s)\n" in text
+    assert ("      XLA flags differ: `--xla_cpu_enable_fast_math=false` added; the computation differs first (`stablehlo."
+            "constant`): `5.000000e-01` → `0.699999988` (closest earlier key of `jit_step`: the run of ") in text
