@@ -24,13 +24,14 @@ from ._cache_index import IndexWriter, Reader, RunInfo, index_path
 from ._cache_words import MISS, compile_option_changes, explain, verdict
 from ._diagnosis import join_hints, join_ids
 from ._log import Event, EventLog
-from ._module_diff import first_difference
+from ._module_diff import Difference, first_difference
 from ._records import CACHE_KEY_COMPONENTS, CacheComparison, CacheKeyRecord, EarlierKey
 
 MAX_PENDING = 256
 SETTLE_S = 10.0  # a read waits at most this long for the index's answers (another process may hold it)
 EXIT_FLUSH_S = 5.0  # at exit, records still queued get this long to reach the index
 _ALL: weakref.WeakSet = weakref.WeakSet()  # every explainer, flushed at exit
+UNREAD = Difference("unread", "", "")  # the modules were not compared
 
 
 class CacheExplainer:
@@ -126,8 +127,9 @@ class CacheExplainer:
             if closest is not None and "jax_lib version" not in differing:
                 if "compile_options" in differing:
                     options = _decoded_options(closest.compile_options, record.compile_options)
-                if "computation" in differing:
-                    computation = self._computation(closest.module_bytes, record, comparison.module_bytes)
+                if "computation" in differing:  # (a helper's is not shown: its modules are not compared)
+                    computation = UNREAD if event.internal else \
+                        self._computation(closest.module_bytes, record, comparison.module_bytes)
             words = explain(record, comparison, run=self.run, options=options, computation=computation,
                             retrace=(event.cause, event.leaf) if event.kind == "trace" else None,
                             location=event.location, place=self._place)

@@ -221,6 +221,8 @@ def _option_changes(old: dict, new: dict) -> list[tuple[str, str, str]]:
 def _computation(d: Difference | None, place: Callable[[str], str]) -> str:
     if d is None:
         return "the computation differs (the earlier module is no longer in the index)"
+    if d.kind == "unread":
+        return "the computation differs"
     if d.kind == "none":
         return "the computation prints the same and its bytecode differs (another MLIR version wrote it)"
     if d.kind == "argument":

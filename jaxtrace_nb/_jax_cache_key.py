@@ -86,7 +86,7 @@ class _KeyHash:
     def close(self, name: str) -> None:
         """The part `name` is complete (JAX has just logged it)."""
         chunks = self._chunks if self._size <= _KEEP_PART_BYTES else None
-        if not self.parts and len(self._chunks) == 1 and self._size <= _MAX_MODULE_BYTES:
+        if not self.parts and len(self._chunks) == 1 and self._size == len(self._chunks[0]) <= _MAX_MODULE_BYTES:
             self.module_bytes = self._chunks[0]  # the computation: JAX's one update of its canonical module
             chunks = None
         self.parts.append((str(name), self._part.hexdigest(), tuple(chunks) if chunks is not None else None))

@@ -31,7 +31,8 @@ MAX_OP_CHARS = 1000
 
 
 class Difference(NamedTuple):
-    """Where two modules first differ (`kind`: "op", "argument", "result", "signature", "none")."""
+    """Where two modules first differ (`kind`: "op", "argument", "result", "signature", "none"; and
+    "unread" where they were not compared)."""
 
     kind: str
     old: str  # the earlier module's line (an argument's type, a result's type)
