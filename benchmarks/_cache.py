@@ -22,7 +22,7 @@ import os
 import tempfile
 import time
 
-PROGRAMS = 6
+PROGRAMS = 4  # with 6 rounds: about 3 minutes on a 2-core CPU machine
 LAYERS = 16
 WIDTH = 96
 MODES = ("off", "recorded", "recorded_no_keys")
@@ -61,7 +61,7 @@ def worker(quick: bool) -> dict:
     import jaxtrace_nb as jt
     from jaxtrace_nb._session import get_session
 
-    rounds = 2 if quick else 8
+    rounds = 2 if quick else 6
     programs_per_round = 2 if quick else PROGRAMS
     cache = tempfile.mkdtemp(prefix="jaxtrace-bench-cache-")
     jax.config.update("jax_compilation_cache_dir", cache)
