@@ -187,7 +187,7 @@ def cache_section(quick: bool) -> dict:
     runs = raw["runs"]
     out = {k: raw[k] for k in ("modes", "rounds", "programs_per_round", "layers", "width", "faults", "index_bytes",
                                "platform") if k in raw}
-    for phase in ("miss_s", "hit_s"):
+    for phase in ("miss_s", "hit_s", "miss_cpu_s", "hit_cpu_s"):
         out[phase] = {mode: spread(r[phase] for r in rows) for mode, rows in runs.items()}
         off = [r[phase] for r in runs["off"]]
         out[f"{phase[:-2]}_ratio"] = {
@@ -298,7 +298,8 @@ def figures(results: dict, quick: bool) -> list[dict]:
         rows.append(_figure("5 GPU", "GPU section", "", gpu.get("status") or gpu.get("error", "?"), None))
     cache = results.get("cache", {})
     if "miss_ratio" in cache:
-        for phase, what in (("miss", "compiles that miss (written)"), ("hit", "compiles served by the cache")):
+        for phase, what in (("miss", "compiles that miss (written)"), ("hit", "compiles served by the cache"),
+                            ("miss_cpu", "compiles that miss, CPU s"), ("hit_cpu", "compiles served, CPU s")):
             for key, label, goal in (("recorded_vs_off", "recording on / off", "≤ 1.02"),
                                      ("recorded_vs_no_keys", "keys read / not read (both recording)", "≤ 1.02"),
                                      ("no_keys_vs_off", "recording without keys / off", "(reference)")):
@@ -415,7 +416,9 @@ def render_text(results: dict) -> str:
                   _table(["phase", *cache["modes"], "on / off", "keys / no keys"],
                          [[phase, *(fmt_spread(cache[f"{phase}_s"][m], "s") for m in cache["modes"]),
                            fmt_spread(cache[f"{phase}_ratio"]["recorded_vs_off"]),
-                           fmt_spread(cache[f"{phase}_ratio"]["recorded_vs_no_keys"])] for phase in ("miss", "hit")]),
+                           fmt_spread(cache[f"{phase}_ratio"]["recorded_vs_no_keys"])]
+                          for phase in ("miss", "hit", "miss_cpu", "hit_cpu")]),
+                  "  (miss_cpu, hit_cpu: the process's CPU seconds, every thread, not inflated by waiting for a core)",
                   f"  recorded rounds: misses {cache['verdicts']['misses']}, hits {cache['verdicts']['hits']}, "
                   f"computation diffs {cache['verdicts']['explained']}; writer flush after a round "
                   f"{fmt_spread(cache['flush_s'], 'ms', 1e3)}; index {cache.get('index_bytes')} B; "

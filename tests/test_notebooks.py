@@ -253,6 +253,20 @@ def test_every_notebook_has_expectations():
     assert sorted(EXPECTED) == [p.stem for p in PATHS]
 
 
+def test_the_persistent_cache_notebook_explains_the_miss_then_hits(executed):
+    """10_persistent_cache, run fresh: after the "restart" (another process filled the cache), the
+    miss names the captured learning rate at its line, with its hint; after the fix, a hit."""
+    nb, log = executed(NOTEBOOKS_DIR / "10_persistent_cache.ipynb")
+    texts = [cell_text(c) for c in nb.cells if c.cell_type == "code"]
+    (miss,) = [t for t in texts if "persistent cache miss:" in t]
+    assert "persistent cache: 0 hit(s), 1 miss(es)" in miss
+    assert ("persistent cache miss: the computation differs first at train.py:24 (`jit(train_step)/mul`, "
+            "`stablehlo.constant`): `0.001` → `0.0003` (closest earlier key of `jit_train_step`: the run of ") in miss
+    assert "hint: train.py:24 puts a value captured from Python" in miss
+    (hit,) = [t for t in texts if "%%tracewatch" in t and "persistent cache: 1 hit(s), 0 miss(es)" in t]
+    assert "train_step_lr" in hit and "persistent cache miss" not in hit
+
+
 # ------------------------------------------------- every view says the same thing
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
