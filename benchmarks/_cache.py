@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 import tempfile
 import time
+import types
 
 PROGRAMS = 4  # with 9 rounds: about 3.5 minutes on a 2-core CPU machine
 LAYERS = 16
@@ -55,6 +57,50 @@ def _round(programs, params, x) -> tuple[float, float]:
     for step in programs:
         jax.block_until_ready(step(params, x))
     return time.perf_counter() - start, time.process_time() - cpu
+
+
+def _key_cost(jt, step, params, x, repeats: int) -> dict:
+    """Seconds of JAX's own key computation for one compile of `step` (``compilation_cache.
+    get_cache_key``, the module canonicalized, serialized and hashed), called directly with that
+    compile's arguments: with recording on (each part's hash read) and stopped (JAX alone),
+    alternated call by call. The minimum of `repeats` calls each: the least noise can add."""
+    import jax
+    from jax._src import compilation_cache
+
+    captured = {}
+
+    def capture(event, **kwargs):
+        if event == "/jax/compilation_cache/compile_requests_use_cache" and not captured:
+            frame = sys._getframe(2)
+            if frame.f_code.co_name == "compile_or_get_cached":
+                captured.update((k, frame.f_locals[k]) for k in ("computation", "devices", "compile_options",
+                                                                  "backend"))
+
+    jax.monitoring.register_event_listener(capture)
+    try:
+        jax.block_until_ready(step(params, x))
+    finally:
+        jax.monitoring.unregister_event_listener(capture)
+    args = (captured["computation"], captured["devices"], captured["compile_options"], captured["backend"])
+    from jax._src import cache_key
+
+    times = {"stopped": [], "recorded": []}
+    teed = set()
+    for i in range(repeats):
+        for mode in (("stopped", "recorded") if i % 2 == 0 else ("recorded", "stopped")):
+            if mode == "recorded":
+                jt.start()
+            teed.add((mode, not isinstance(cache_key.hashlib, types.ModuleType)))  # recording: JAX's hashlib is ours
+            start = time.perf_counter()
+            compilation_cache.get_cache_key(*args)
+            times[mode].append(time.perf_counter() - start)
+            if mode == "recorded":
+                jt.stop()
+    best = {mode: min(t) for mode, t in times.items()}
+    return {"repeats": repeats, "min_s": best, "median_s": {m: sorted(t)[len(t) // 2] for m, t in times.items()},
+            "added_s": best["recorded"] - best["stopped"], "parts_read": sorted(teed) == [("recorded", True),
+                                                                                          ("stopped", False)],
+            "module_bytes": len(str(captured["computation"]))}
 
 
 def worker(quick: bool) -> dict:
@@ -111,7 +157,9 @@ def worker(quick: bool) -> dict:
                 session.cache.flush(120)
                 jt.stop()
             runs[mode].append(row)
+    key_cost = _key_cost(jt, _program(0.25), params, x, 20 if quick else 100)
     index = os.path.join(cache, "jaxtrace_nb", "index.sqlite")
-    return {"modes": list(MODES), "rounds": rounds, "programs_per_round": programs_per_round, "runs": runs,
+    return {"key_cost": key_cost,
+            "modes": list(MODES), "rounds": rounds, "programs_per_round": programs_per_round, "runs": runs,
             "layers": LAYERS, "width": WIDTH, "faults": jt.faults(),
             "index_bytes": sum(os.path.getsize(index + end) for end in ("", "-wal") if os.path.exists(index + end))}
