@@ -29,7 +29,7 @@ LAYERS = {
     5: {"_jax_internals", "_decode", "_cost", "_probe", "_jax_cache_key"},
     6: {"_log", "_frames", "_cache_index"},
     7: {"_functions", "_lifecycle"},
-    8: {"_session", "_self_check", "_persist", "_watch", "_cache_explainer"},
+    8: {"_session", "_self_check", "_persist", "_watch", "_cache_explainer", "_baseline"},
     9: {"_report", "_rows", "_views", "_widget", "_display", "_standalone"},
     10: {"_ipython", "_pytest_plugin", "_run", "_cli", "__init__", "__main__"},
 }
