@@ -55,16 +55,26 @@ def load(paths):
 
     `paths` is a path or a list of paths (e.g. one per process of a multi-process run); their
     events are merged in time order, each row with its `host` and `process`. Tolerates a torn
-    last line (a kernel killed while writing). Example::
+    last line (a kernel killed while writing). Given the directory of JAX's persistent
+    compilation cache instead (or the index file beside it), the index jaxtrace_nb keeps there:
+    one row per key any recorded process computed, with the parts of the key. Example::
 
         df = jt.load("traces.jsonl")   # after the kernel died
         df[df["compile_s"].isna()]      # the trace whose compile never finished
         jt.load(["p0.jsonl", "p1.jsonl"]).groupby("process")["compile_s"].sum()
+        jt.load("/data/jax_cache").groupby("name").size()   # keys per computation, across runs
     """
     from ._frames import events_frame
     from ._persist import load_events
 
     if isinstance(paths, (str, os.PathLike)):
+        from ._cache_index import find
+
+        index = find(os.fspath(paths))
+        if index is not None:
+            from ._frames import cache_keys_frame
+
+            return cache_keys_frame(index)
         return events_frame(load_events(paths))
     events = [e for path in paths for e in load_events(path)]
     events.sort(key=lambda e: (e.time is None, e.time or 0))

@@ -28,6 +28,7 @@ examples:
   python -m jaxtrace_nb run --max-traces 1 train.py     # stop at the first retrace of any function
   python -m jaxtrace_nb report p0.jsonl p1.jsonl        # merge the logs of a multi-process run
   python -m jaxtrace_nb report traces.jsonl -o report.html
+  python -m jaxtrace_nb report /data/jax_cache           # every key of that cache, and what changed
 """
 _RUN_DESCRIPTION = """\
 Run a Python program exactly as `python script.py args...` (or `python -m module args...`)
@@ -87,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "Several logs (one per process of a multi-process run) are merged in time order; "
                     "functions whose traces differ between processes are listed.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    report.add_argument("logs", nargs="+", metavar="LOG", help="a JSON-lines log file")
+    report.add_argument("logs", nargs="+", metavar="LOG", help="a JSON-lines log file, or the directory of JAX's "
+                                                               "persistent compilation cache (its keys, across runs)")
     report.add_argument("-o", "--output", metavar="FILE", help="write the HTML report to FILE instead of "
                                                                "printing the text report")
     report.add_argument("--internal", action="store_true", help="also show JAX's own jitted helpers")
@@ -153,6 +155,10 @@ def report(logs: list[str], *, output: str | None = None, internal: bool = False
     from ._report import Report
     from ._views import render_text
 
+    from ._cache_index import find
+
+    indexes = [(path, find(path)) for path in logs]
+    logs = [path for path, index in indexes if index is None]
     events = []
     for path in logs:
         try:
@@ -160,6 +166,18 @@ def report(logs: list[str], *, output: str | None = None, internal: bool = False
         except OSError as e:
             print(f"jaxtrace_nb report: cannot read {path!r}: {e.strerror or e}", file=sys.stderr)
             return 2
+    for path, index in indexes:
+        if index is not None:
+            from ._cache_explainer import index_report
+
+            try:
+                print(index_report(index) + "\n")
+            except Exception as e:
+                print(f"jaxtrace_nb report: cannot read the index {index!r}: {type(e).__name__}: {e}",
+                      file=sys.stderr)
+                return 2
+    if not logs:
+        return 0
     events.sort(key=lambda e: (e.time is None, e.time or 0))
     processes = sorted({e.process for e in events if e.process is not None})
     title = ", ".join(os.path.basename(p) for p in logs) if len(logs) <= 4 else f"{len(logs)} logs"

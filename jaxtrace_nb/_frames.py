@@ -130,6 +130,42 @@ def summary_frame(events: Iterable[Event]):
     return df
 
 
+def cache_keys_frame(path: str):
+    """The index beside a persistent compilation cache (`_cache_index`), one row per key, oldest
+    first: the computation's name, who computed it and when, its last outcome, the readable side
+    of its parts, and each part's own hash (``part: <name>``)."""
+    import pandas as pd
+
+    from ._cache_index import Reader
+    from ._records import CACHE_KEY_COMPONENTS
+
+    reader = Reader(path)
+    try:
+        keys = reader.keys()
+    finally:
+        reader.close()
+    rows = []
+    for name, seen, key in keys:
+        facts = key.facts or {}
+        devices = facts.get("devices") or {}
+        row = {"name": name, "key": key.key, "first_seen": pd.Timestamp(key.first_seen, unit="s", tz="UTC"),
+               "last_seen": pd.Timestamp(key.last_seen, unit="s", tz="UTC"), "seen": seen, "host": key.host,
+               "pid": key.pid, "function": key.function, "location": key.location, "outcome": key.outcome,
+               "reason": key.reason or None, "written": key.written, "jax": facts.get("jax"),
+               "jaxlib": facts.get("jaxlib"), "xla_flags": " ".join(facts.get("xla_flags") or []),
+               "devices": devices.get("count"), "device_kinds": ", ".join(devices.get("kinds") or {})}
+        parts = dict(key.components)
+        row.update({f"part: {c}": parts.get(c) for c in CACHE_KEY_COMPONENTS})
+        rows.append(row)
+    columns = ["name", "key", "first_seen", "last_seen", "seen", "host", "pid", "function", "location", "outcome",
+               "reason", "written", "jax", "jaxlib", "xla_flags", "devices", "device_kinds",
+               *(f"part: {c}" for c in CACHE_KEY_COMPONENTS)]
+    df = pd.DataFrame.from_records(rows, columns=columns)
+    for column in ("first_seen", "last_seen"):
+        df[column] = pd.to_datetime(df[column], utc=True).dt.tz_convert(None)
+    return df
+
+
 def export_frame(df, path: str) -> str:
     """Write `df` to `path` as CSV, Parquet or JSON, chosen by the file's extension."""
     lower = str(path).lower()

@@ -88,6 +88,25 @@ _HINTS = (
     Hint("context",
          "A JAX config value or context manager (e.g. `jax_enable_x64`, `default_matmul_precision`, a mesh, a "
          "default device) differs from the earlier trace: set it once, before the first call.", True),
+    # The persistent compilation cache: a miss across runs (`_cache_words`).
+    Hint("cache.xla_flags",
+         "The runs that share this cache set different `XLA_FLAGS`: set the same flags in every run (e.g. in "
+         "the environment every job starts with), and they share entries again.", True),
+    Hint("cache.devices",
+         "The runs that share this cache see different devices: give every run the same ones (the same "
+         "`--xla_force_host_platform_device_count`, `CUDA_VISIBLE_DEVICES`, …), and they share entries again.",
+         True),
+    Hint("cache.options",
+         "Set {options} the same way in every run that shares this cache (once, at the top of the program, "
+         "before the first compile), and they share entries again.", True),
+    Hint("cache.compiler_options",
+         "Pass the same `compiler_options` to `jax.jit` in every run that shares this cache.", True),
+    Hint("cache.jax_version",
+         "Each jaxlib version keys the cache anew: entries written by another JAX version are never read, "
+         "which is expected once after an upgrade.", False),
+    Hint("cache.constant",
+         "{where} puts a value captured from Python (a closure or a global) into the program as a constant: "
+         "each new value is a new program, in every run.", False),
     Hint("unrolled_loop",
          "A Python loop of about {repeats} iterations was unrolled into the graph{at}: {equations} of its {total} "
          "top-level equations repeat a block of {period}. `jax.lax.scan` or `jax.lax.fori_loop` would trace and "

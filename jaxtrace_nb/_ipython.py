@@ -183,6 +183,7 @@ class TracewatchMagics(Magics):
             with _numbered_as(self.shell, cell_no), _retrace_tracebacks(self.shell):
                 self.shell.run_cell(cell, store_history=False)
         if live is not None:
+            _contained(session.settle)  # the persistent cache's words, before the table's last render
             live[0].stop()
             _contained(_update_display, *live)  # the saved notebook's static report: the whole cell
         elif not args.quiet:

@@ -29,7 +29,7 @@ from ._diagnosis import (FIRST, NO_SIGNATURE, NOT_DIAGNOSED, REDUCED, REDUCED_CO
 from ._functions import FunctionState, keep, new_object, user_names
 from ._log import Event, EventLog, now, when
 from ._processes import signature_column
-from ._records import FunctionIdentity, GraphStats, LoweringRecord, Stage, TraceRecord, XlaCost
+from ._records import CacheKeyRecord, FunctionIdentity, GraphStats, LoweringRecord, Stage, TraceRecord, XlaCost
 from ._signature import Signature
 
 MAX_FUNCTIONS = 20_000
@@ -103,6 +103,8 @@ class Lifecycle:
         self._unpublished: list = []  # drafts and events not in the log yet, in the log's order (numbered)
         self._unpublished_leaves = 0
         self.keep_signatures = False  # persisted logs keep each trace's argument leaves (`signature`)
+        # Where each persistent cache key goes (the session's `CacheExplainer.submit`), with its compile's event.
+        self.cache_keys: Callable[[Event | None, CacheKeyRecord], None] | None = None
         log.before_read = self.publish
 
     # ---------------------------------------------------------------- publishing
@@ -390,6 +392,13 @@ class Lifecycle:
     def on_cache(self, event: Event, hit: bool) -> None:
         event.cache_hit = bool(hit)
         self.log.updated(event)
+
+    def on_cache_key(self, event: Event | None, record: CacheKeyRecord) -> None:
+        try:
+            if self.cache_keys is not None:
+                self.cache_keys(event if type(event) is Event else None, record)
+        except Exception as e:
+            self.fault("persistent cache", e)
 
     # ---------------------------------------------------------------- helpers
     def _remember_program(self, identity: FunctionIdentity) -> None:

@@ -27,6 +27,7 @@ from typing import Callable
 from . import _jax_internals as jaxi
 from ._cost import graph_stats, xla_cost
 from ._decode import Decoder
+from ._jax_cache_key import REQUEST_EVENT, KeyReader
 from ._records import Sink, Stage
 
 _TRACEBACKS_EXCLUDED = False  # JAX cannot remove a traceback exclusion: add ours once per process
@@ -36,6 +37,8 @@ _MAX_HELPER_VERDICTS = 4096
 _MAX_PENDING = 64  # top-level traces pending inside one another on one thread, at most
 _MAX_PENDING_WALK = 512  # frames walked to tell which pending traces are gone
 _TRACE_EVENT = jaxi.TRACE_EVENT
+_CACHE_EVENTS = (jaxi.CACHE_HIT_EVENT, jaxi.CACHE_MISS_EVENT)  # listened to always
+_KEY_EVENTS = frozenset((*_CACHE_EVENTS, REQUEST_EVENT))  # while the persistent cache is on (keys read)
 
 
 class Probe:
@@ -58,6 +61,9 @@ class Probe:
         self.nested_helpers = False  # also decode JAX's own jitted helpers traced inside another trace
         self._helpers: dict[int, tuple] = {}  # id(function) -> (weak reference, a library's own helper)
         self._jax_state: tuple | None = None  # JAX's modules that know the process index
+        self.keys = KeyReader(self._keys_switched)  # the persistent cache's keys, read while the cache is on
+        self._cache_events = _CACHE_EVENTS  # the `jax.monitoring` events `_on_event` handles
+        self._key_notice = ""  # why keys cannot be read on this JAX, said once the cache is used
 
     @property
     def cell_label(self):
@@ -103,6 +109,10 @@ class Probe:
             self._last_misses = cache_info().misses if cache_info is not None else None
             self._install_hook(self.internals.layout)
             _exclude_from_tracebacks()
+            try:
+                self._key_notice = self.keys.install()
+            except Exception as e:
+                self._sink.fault("install", e)
         self._installed = True
         self._full = self.internals.full
         if self.internals.full:
@@ -122,6 +132,10 @@ class Probe:
             except Exception:
                 pass
         self._listeners = []
+        try:
+            self.keys.uninstall()
+        except Exception:
+            pass
         if self._hook is not None:
             module = self.internals.layout.hook_module
             if getattr(module, "test_event", None) is self._hook:
@@ -392,13 +406,53 @@ class Probe:
     def _on_event(self, *args, **kwargs) -> None:
         try:
             event = args[0] if args else None
-            if event not in (jaxi.CACHE_HIT_EVENT, jaxi.CACHE_MISS_EVENT):
+            if event not in self._cache_events:
                 return
-            handle = self._tls.__dict__.get("compiling")
+            tls = self._tls.__dict__
+            if self._cache_events is _KEY_EVENTS:
+                if event == REQUEST_EVENT:  # the key is computed, the cache not read yet
+                    tls["cache_key"] = self.keys.begin(_caller(sys._getframe(1), "compile_or_get_cached"))
+                    return
+                pending = tls.get("cache_key")
+                if pending is not None:
+                    pending.outcome = "hit" if event == jaxi.CACHE_HIT_EVENT else "written"
+            elif self._key_notice:  # the cache is used, and its keys cannot be read on this JAX
+                print(self._key_notice, file=sys.stderr)
+                self._key_notice = ""
+            handle = tls.get("compiling")
             if handle is not None:
                 self._sink.on_cache(handle, event == jaxi.CACHE_HIT_EVENT)
         except Exception as e:
             self._sink.fault("timing", e)
+
+    # ------------------------------------------------------ persistent cache keys
+    def _keys_switched(self, on: bool) -> None:
+        """JAX's persistent cache went on or off: listen to its lookups and compiles' ends, or not.
+        Off, the listeners run exactly the code they ran before keys were read."""
+        if on:
+            self._cache_events = _KEY_EVENTS
+            self._duration = self._duration_with_key
+        else:
+            self._cache_events = _CACHE_EVENTS
+            self.__dict__.pop("_duration", None)
+            self._tls.__dict__.pop("cache_key", None)
+
+    def _duration_with_key(self, event: str, duration: float, fun_name: str) -> None:
+        """`_duration`, and at a compile's end its key's record, with the lookup's outcome."""
+        if event != jaxi.COMPILE_EVENT:
+            Probe._duration(self, event, duration, fun_name)
+            return
+        tls = self._tls.__dict__
+        handle = tls.get("compiling")
+        Probe._duration(self, event, duration, fun_name)
+        pending = tls.pop("cache_key", None)
+        if pending is not None:
+            try:
+                record = self.keys.finish(pending, duration)
+            except Exception as e:
+                self._sink.fault("persistent cache", e)
+                return
+            self._sink.on_cache_key(handle, record)
 
 
 def decoder_source_file(debug_info) -> str:
@@ -406,6 +460,15 @@ def decoder_source_file(debug_info) -> str:
     src = str(getattr(debug_info, "func_src_info", "") or "")
     at = src.rfind(" at ")
     return src[at + 4:].rsplit(":", 1)[0] if at >= 0 else ""
+
+
+def _caller(frame, name: str, depth: int = 4):
+    """The frame of function `name` within `depth` frames up from `frame` (None if not there)."""
+    for _ in range(depth):
+        if frame is None or frame.f_code.co_name == name:
+            return frame
+        frame = frame.f_back
+    return None
 
 
 def _public_lowering(jax_name: str):

@@ -101,6 +101,66 @@ class XlaCost(NamedTuple):
     temp_bytes: int | None
 
 
+# The parts of JAX's persistent compilation cache key, in the order JAX hashes them, by JAX's
+# own names (its ``cache_key.get``): the key is one SHA-256 over all of them.
+CACHE_KEY_COMPONENTS = ("computation", "jax_lib version", "backend version", "XLA flags", "compile_options",
+                        "accelerator_config", "compression", "custom_hook")
+
+
+class CacheKeyRecord(NamedTuple):
+    """One compile that consulted JAX's persistent compilation cache, and the key it looked up.
+
+    `components` holds each part's own SHA-256 (hex) as JAX computed it, in the order of
+    `CACHE_KEY_COMPONENTS` (empty when they could not be read); `facts` the readable side of
+    the parts (texts, numbers and lists only: JAX and jaxlib versions, the XLA flags that enter
+    the key, devices, JAX options that shape the program). The bytes are the serialized compile
+    options and the canonical module exactly as JAX hashed them; `module_ref` weakly refers to
+    the module JAX compiled (with its source locations), for the first differing operation."""
+
+    key: str  # JAX's key: "<module name>-<sha256 hex>"
+    module_name: str  # "jit_step"
+    components: tuple  # ((name, sha256 hex), ...) in JAX's order
+    facts: dict
+    outcome: str  # "hit" | "written" | "not_written" (looked up, missed, and JAX did not write it)
+    reason: str  # why JAX did not write it ("" otherwise)
+    eligible: bool  # False: JAX would not cache this compile (too fast, too small, host callbacks)
+    seconds: float | None  # the compile's seconds (JAX's backend_compile_duration)
+    cache_dir: str  # where JAX's cache is
+    compile_options: bytes | None  # serialized compile options, as hashed
+    module_bytes: bytes | None  # the canonical module's bytecode, as hashed (not kept for a hit)
+    module_ref: weakref.ref | None  # the module JAX compiled, with locations (not kept for a hit)
+
+
+class EarlierKey(NamedTuple):
+    """A key the index beside the cache remembers (`_cache_index`): who computed it, and its parts."""
+
+    key: str
+    run: str  # the recording run that last computed it ("host:pid:start")
+    host: str
+    pid: int
+    first_seen: float  # time.time() of its first and last computation, by any run
+    last_seen: float
+    function: str | None  # the user's name and location of the function it was compiled for, when recorded
+    location: str | None
+    outcome: str  # the last lookup's outcome ("hit", "written", "not_written")
+    reason: str  # why it was not written, when it was not
+    written: bool  # some run wrote its entry
+    components: tuple  # ((name, sha256 hex), ...), as `CacheKeyRecord.components`
+    facts: dict  # as `CacheKeyRecord.facts`
+    compile_options: bytes | None  # serialized compile options, as hashed
+    module_bytes: bytes | None  # its canonical module, when asked for and kept
+
+
+class CacheComparison(NamedTuple):
+    """A miss's key against the index beside the cache (made by `_cache_index`, worded by `_cache_words`)."""
+
+    same: EarlierKey | None  # this very key, computed before (by this run or another)
+    closest: EarlierKey | None  # the other key of the same name whose parts differ least
+    differing: tuple  # the names of the parts that differ from `closest`, in JAX's order
+    entry_exists: bool | None  # whether the cache holds an entry for this key now (checked with `same`)
+    module_bytes: bytes | None  # this key's canonical module (when the computation differs from `closest`'s)
+
+
 class Sink(Protocol):
     """What the probe calls; the session implements it. `handle` is the sink's own
     token for a recorded event, opaque to the probe."""
@@ -130,6 +190,10 @@ class Sink(Protocol):
 
     def on_cache(self, handle: object, hit: bool) -> None:
         """Whether the persistent compilation cache served the compile."""
+
+    def on_cache_key(self, handle: object | None, record: CacheKeyRecord) -> None:
+        """The persistent compilation cache's key of a compile, with the outcome of its lookup
+        (`handle`: the compile's event, or None for a compile not recorded)."""
 
     def on_public_trace(self, jax_name: str, seconds: float, thread: int) -> object | None:
         """Reduced mode: a trace seen only through `jax.monitoring`."""

@@ -15,6 +15,7 @@ import hashlib
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from ._cache_words import HIT, MISS, NOT_CACHED, notable_miss, verdict_word
 from ._frames import function_row
 from ._log import Event
 
@@ -31,7 +32,8 @@ class Column(NamedTuple):
     # How it gives way, in the HTML views: "" never; "empty": left out where no row has a value (the
     # cells outside a notebook, the tests outside pytest); "narrow": hidden where the table has less
     # room than it needs (`_widget.css`: JupyterLab with its file browser open at 1,280 px): a part of
-    # the seconds (total s stays), a size, or what the why already says (last cause, leaf).
+    # the seconds (total s stays), a size, or what the why already says (last cause, leaf; an event's
+    # persistent cache verdict: a notable miss is worded under the why, the headline counts them all).
     collapse: str = ""
 
 
@@ -80,7 +82,8 @@ EVENT_COLUMNS = (
     Column("call_site", "called at", "path", "the line of your code whose call traced"),
     Column("eqns_total", "eqns total", "int", "jaxpr equations, sub-jaxprs included", collapse="narrow"),
     Column("flops", "FLOPs", "num", "XLA's cost analysis of the compiled program", collapse="narrow"),
-    Column("cache_hit", "cache", "cache", "served by JAX's persistent compilation cache", collapse="narrow"),
+    Column("persistent_cache", "persistent cache", "cache", "JAX's persistent compilation cache: hit, miss or not "
+           "cached (hover: why)", collapse="narrow"),
     Column("trace_s", "trace s", "seconds", "seconds JAX spent tracing", collapse="narrow"),
     Column("lower_s", "lower s", "seconds", "seconds JAX spent lowering", collapse="narrow"),
     Column("compile_s", "compile s", "seconds", "seconds of XLA compile"),
@@ -119,6 +122,7 @@ class Counts(NamedTuple):
     hidden_functions: int
     hidden_events: int
     dropped: int
+    cache: tuple = (0, 0, 0)  # persistent compilation cache: hits, misses, compiles not cached
 
     @property
     def total_s(self) -> float:
@@ -136,8 +140,9 @@ class Group(NamedTuple):
 
     @property
     def notable(self) -> bool:
-        """A retrace (or compile) to explain, or a first trace with a hint (an unrolled loop)."""
-        return self.first.cause != "first" or bool(self.first.hint)
+        """A retrace (or compile) to explain, a first trace with a hint (an unrolled loop), or one
+        that missed the persistent compilation cache for a reason (not its first compile there)."""
+        return self.first.cause != "first" or bool(self.first.hint) or notable_miss(self.first.persistent_cache)
 
 
 def group_events(events: Iterable[Event]) -> list[Group]:
@@ -221,10 +226,11 @@ class Report:
         rows = self.rows(internal)
         seconds = {c: sum(f[c] for f in rows if f[c] is not None and f[c] == f[c]) for c in SECONDS}
         shown_events = sum(len(self._history[f["key"]]) for f in rows)
+        verdicts = [verdict_word(e.persistent_cache) for f in rows for e in self._history[f["key"]]]
         return Counts(len(rows), sum(f["traces"] for f in rows), sum(f["compiles"] for f in rows),
                       sum(f["retraces"] for f in rows), seconds["trace_s"], seconds["lower_s"],
                       seconds["compile_s"], len(self._history) - len(rows), self.n_events - shown_events,
-                      self.dropped)
+                      self.dropped, (verdicts.count(HIT), verdicts.count(MISS), verdicts.count(NOT_CACHED)))
 
     def headline(self, internal: bool | None = None) -> str:
         """One line, the same in every view: the shown rows' counts and seconds, what is hidden."""
@@ -247,4 +253,8 @@ def headline(title: str, c: Counts) -> str:
         text += f" ({c.hidden_events} event(s) of {c.hidden_functions} internal function(s) hidden)"
     if c.dropped:
         text += f" ({c.dropped} oldest event(s) dropped by the log cap)"
+    if any(c.cache):
+        hits, misses, not_cached = c.cache
+        text += f"; persistent cache: {hits} hit(s), {misses} miss(es)" + \
+            (f", {not_cached} not cached" if not_cached else "")
     return text

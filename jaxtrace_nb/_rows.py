@@ -16,6 +16,7 @@ import json
 from typing import NamedTuple
 
 from . import _format as fmt
+from ._cache_words import HIT, MISS, notable_miss, verdict_word
 from ._log import Event
 from ._missing import json_value
 from ._report import EVENT_COLUMNS, GROUP_COLUMNS, TABLE_COLUMNS, Group, Report, is_shown
@@ -29,7 +30,8 @@ HINT_LABEL = "hint: "  # before a group's hint, below its explanation
 # inline, in no block of their own); a span is ``[style, text]`` or ``[style, text, title]``.
 # Styles: "" plain; "code" (a name, a path); "change" (before → after, as code); "count" (×N);
 # "called" (where it was called). The views map a style to markup and escape the text.
-WHY_LINE, HINT = "jtnb-why-line", "jtnb-hint"  # the blocks' CSS classes
+WHY_LINE, HINT, CACHE = "jtnb-why-line", "jtnb-hint", "jtnb-cache"  # the blocks' CSS classes
+CACHE_LABEL = "persistent cache "  # before a miss's words, below the explanation
 
 
 def prose(text: str | None) -> list[list[str]]:
@@ -37,12 +39,33 @@ def prose(text: str | None) -> list[list[str]]:
     return [["code" if code else "", piece] for code, piece in fmt.code_spans(text)]
 
 
-def prose_cell(explanation: str | None, hint: str | None) -> list:
-    """An explanation, then its hint (if any) in a block of its own, labelled."""
+def prose_cell(explanation: str | None, hint: str | None, cache: str | None = None) -> list:
+    """An explanation, then (if any) the persistent cache's words and the hint, each in a block of
+    its own, labelled."""
     blocks: list = [["", prose(explanation)]]
+    if cache:
+        blocks.append(cache_block(cache))
     if hint:
         blocks.append([HINT, [["", HINT_LABEL], *prose(hint)]])
     return blocks
+
+
+def cache_block(cache: str) -> list:
+    """A persistent cache miss's words as a block: "persistent cache miss: …"."""
+    return [CACHE, [["cache", CACHE_LABEL + MISS], *prose(cache[len(MISS):])]]
+
+
+def cache_words(e: Event) -> str:
+    """A notable persistent cache miss of `e`, shortened as the views show it ("" for none)."""
+    return fmt.short_text(e.persistent_cache) if notable_miss(e.persistent_cache) else ""
+
+
+def cache_verdict(e: Event) -> str:
+    """"hit", "miss" or "not cached" (an older log: its `cache_hit`), "" when the cache was off."""
+    word = verdict_word(e.persistent_cache)
+    if word or e.cache_hit is None:
+        return word
+    return HIT if e.cache_hit else MISS
 
 
 def change_texts(events: tuple[Event, ...] | list[Event]) -> tuple[str, str]:
@@ -80,6 +103,7 @@ class GroupText(NamedTuple):
     explanation: str
     hint: str
     created_at: str  # where a re-created function object was made ("" for any other group)
+    cache: str = ""  # the first event's persistent cache miss, when notable (`cache_words`)
 
 
 def group_text(g: Group) -> GroupText:
@@ -93,7 +117,7 @@ def group_text(g: Group) -> GroupText:
     created = " or ".join(fmt.short_path(c) for c in (first.created_at or "").split(", ") if c)
     return GroupText(", ".join(cells), fmt.listed(tests), "\n".join(tests) if len(tests) > 2 else "", first.function,
                      span, first.kind, len(g.events), first.cause or "(not diagnosed)", first.leaf, shown, full,
-                     fmt.short_path(first.call_site), explanation, hint, created)
+                     fmt.short_path(first.call_site), explanation, hint, created, cache_words(first))
 
 
 def why_line(t: GroupText) -> list[list[str]]:
@@ -118,7 +142,8 @@ def group_row(g: Group) -> dict:
         "cells": t.cells, "tests": t.tests, "function": t.function, "numbers": t.numbers, "kind": t.kind,
         "count": t.count,
         "cause": t.cause, "leaf": t.leaf, "change": t.change, "call_site": t.call_site,
-        "explanation": prose_cell(t.explanation, t.hint), "first_seq": g.first.seq, "last_seq": g.events[-1].seq,
+        "explanation": prose_cell(t.explanation, t.hint, t.cache), "first_seq": g.first.seq,
+        "last_seq": g.events[-1].seq,
         "full": {"change": t.change_full, "tests": t.tests_full},
     }
 
@@ -133,10 +158,10 @@ def event_row(e: Event, slowest_seq) -> dict:
         "trace_number": e.trace_number, "kind": e.kind, "cause": e.cause, "leaf": e.leaf,
         "change": fmt.change(before, after), "call_site": fmt.short_path(e.call_site),
         "explanation": prose_cell(explanation, None), "eqns_total": json_value(e.eqns_total),
-        "flops": json_value(e.flops), "cache_hit": e.cache_hit, "trace_s": json_value(e.trace_s),
+        "flops": json_value(e.flops), "persistent_cache": cache_verdict(e), "trace_s": json_value(e.trace_s),
         "lower_s": json_value(e.lower_s), "compile_s": json_value(e.compile_s), "total_s": e.total_s,
         "slowest": e.seq == slowest_seq,
-        "full": {"change": fmt.change(e.before, e.after)},
+        "full": {"change": fmt.change(e.before, e.after), "persistent_cache": fmt.short_text(e.persistent_cache)},
     }
 
 
@@ -146,7 +171,8 @@ def why(row: dict) -> list | None:
     if not notable:
         return None
     t = group_text(max(notable, key=lambda g: g.events[-1].seq if g.events[-1].seq is not None else 0))
-    return [[WHY_LINE, why_line(t)], *([[HINT, prose(t.hint)]] if t.hint else [])]
+    return [[WHY_LINE, why_line(t)], *([cache_block(t.cache)] if t.cache else []),
+            *([[HINT, prose(t.hint)]] if t.hint else [])]
 
 
 def _search(row: dict) -> str:

@@ -13,6 +13,7 @@ import sys
 import threading
 import warnings
 
+from ._cache_explainer import CacheExplainer
 from ._lifecycle import FunctionState, Lifecycle
 from ._log import EventLog
 from ._probe import Probe
@@ -31,6 +32,10 @@ class Session:
         self.lifecycle = Lifecycle(self.log, fault=self.fault, cell=lambda: self.current_cell, place=self._place,
                                    test=lambda: self.current_test)
         self.probe = Probe(self.lifecycle)
+        self.cache = CacheExplainer(self.log, fault=self.fault, host=self._hostname, place=self._source_place,
+                                    is_library=self._is_library)
+        self.lifecycle.cache_keys = self.cache.submit
+        self.log.before_read = self.settle  # the lifecycle's drafts, then the persistent cache's words
         self.current_cell: int | None = None
         self.current_test: str | None = None  # the pytest node id of the test running (the pytest plugin)
         self.notice = ""
@@ -97,6 +102,11 @@ class Session:
                 self._persist = (writer, self.log.subscribe(writer))
             self.lifecycle.keep_signatures = self._persist is not None
 
+    def settle(self) -> None:
+        """Before the log is read: every trace's event built, every persistent cache miss worded."""
+        self.lifecycle.publish()
+        self.cache.settle()
+
     @property
     def functions(self) -> dict[str, FunctionState]:
         """Per-function state, as of every trace recorded so far."""
@@ -134,17 +144,37 @@ class Session:
         except Exception:
             pass
 
+    def _hostname(self) -> str:
+        if self._host is None:
+            import socket
+
+            self._host = socket.gethostname()
+        return self._host
+
+    def _source_place(self, location: str) -> str:
+        """A source location ("file:line") as the log keeps it: a notebook cell's as ``In[5]:3``."""
+        label = self.probe.cell_label
+        file, _, line = location.rpartition(":")
+        if label is not None and file and line.isdigit():
+            try:
+                cell = label(file)
+            except Exception:
+                cell = None
+            if cell:
+                return f"{cell}:{line}"
+        return location
+
+    def _is_library(self, path: str) -> bool:
+        decoder = self.probe.decoder
+        return bool(decoder is not None and decoder.is_library(path))
+
     def _place(self) -> tuple[str, int | None]:
         """This machine's name and JAX's process index (None until JAX knows it: the probe reads it
         without starting JAX's backends, asked again at the next event)."""
         if self._where is not None:
             return self._where
-        if self._host is None:
-            import socket
-
-            self._host = socket.gethostname()
         process = self.probe.process_index()
-        where = (self._host, process)
+        where = (self._hostname(), process)
         if process is not None:
             self._where = where
             self.log.fill_process(process)  # events recorded before JAX knew it: the same process

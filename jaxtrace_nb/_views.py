@@ -16,7 +16,7 @@ import re
 
 from . import _format as fmt
 from ._report import GROUP_COLUMNS, TABLE_COLUMNS, Column, Report
-from ._rows import HINT_LABEL, GroupText, group_row, group_text, table_row, why_line
+from ._rows import CACHE_LABEL, HINT_LABEL, GroupText, group_row, group_text, table_row, why_line
 
 MAX_GROUPS_SHOWN = 20
 MAX_ROWS_SHOWN = 200
@@ -82,6 +82,8 @@ def render_text(report: Report) -> str:
         for t in map(group_text, groups[-MAX_GROUPS_SHOWN:]):
             lines.append("  " + group_line(t))
             lines.append(f"      {t.explanation}")
+            if t.cache:
+                lines.append(f"      {CACHE_LABEL}{t.cache}")
             if t.hint:
                 lines.append(f"      {HINT_LABEL}{t.hint}")
         if len(groups) > MAX_GROUPS_SHOWN:
@@ -103,7 +105,7 @@ def breakable(text) -> str:
 
 # How the static HTML marks up each style of rich text (`_rows`); `_widget.js` has its own DOM.
 _STYLE_MARKUP = {"code": ("code", ""), "change": ("code", "jtnb-change"), "count": ("span", "jtnb-count"),
-                 "called": ("span", "jtnb-called")}
+                 "called": ("span", "jtnb-called"), "cache": ("span", "jtnb-cache-label")}
 
 
 def _span_html(style: str, text: str, title: str | None = None) -> str:

@@ -39,6 +39,7 @@ function seconds(value) {
 // Only the markup of each style is decided here.
 const STYLE_MARKUP = {
   code: ["code", ""], change: ["code", "jtnb-change"], count: ["span", "jtnb-count"], called: ["span", "jtnb-called"],
+  cache: ["span", "jtnb-cache-label"],
 };
 
 function spans(list) {
@@ -87,7 +88,7 @@ const DRAW = {
     td.append(bar, seconds(v));
   },
   num: (td, v) => { td.textContent = v === null || v === undefined ? "" : Number(v).toPrecision(3); },
-  cache: (td, v) => { td.textContent = v === true ? "hit" : v === false ? "miss" : ""; },
+  cache: (td, v) => { td.textContent = v === null || v === undefined ? "" : String(v); },
   rich: (td, v) => { td.appendChild(rich(v)); },
 };
 

@@ -16,7 +16,7 @@ def test_quick_benchmark_reports_every_section(tmp_path):
     assert json_path.with_suffix(".txt").read_text().startswith("jaxtrace_nb benchmarks (quick)")
     results = json.loads(json_path.read_text())
     sections = results["sections"]
-    assert set(sections) == {"hot", "trace", "log", "widget", "gpu"}
+    assert set(sections) == {"hot", "trace", "log", "widget", "gpu", "cache"}
     assert not [name for name, s in sections.items() if "error" in s]
 
     hot = sections["hot"]
@@ -38,6 +38,12 @@ def test_quick_benchmark_reports_every_section(tmp_path):
     assert gpu["status"] == "ok" or gpu["status"].startswith("not run: no GPU")
     assert [m["max_abs_diff_vs_jax_s"] for m in gpu["models"]] == [0.0, 0.0]  # recorded = JAX's own seconds
 
+    cache = sections["cache"]  # every compile of a recorded round read, and its miss worded
+    assert cache["faults"] == {} and all(n > 0 for n in cache["verdicts"]["misses"])
+    assert all(n > 0 for n in cache["verdicts"]["hits"]) and all(n > 0 for n in cache["verdicts"]["explained"])
+    assert cache["key_cost"]["parts_read"]  # the key's cost timed with our hash in JAX's place, and without
+
     figure_sections = {f["section"] for f in results["figures"]}
-    assert figure_sections == {"1 hot path", "2 trace path", "3 log scale", "4 widget", "5 GPU"}
+    assert figure_sections == {"1 hot path", "2 trace path", "3 log scale", "4 widget", "5 GPU",
+                               "6 persistent cache"}
     assert all(f["met"] in (True, False, None) for f in results["figures"])

@@ -9,7 +9,10 @@ file holds a proof, a small program showing the hint's cause, run twice:
   and its outputs are the same values as the program's as written, for the same inputs.
 
 The unrolled-loop hint is given on a function's first trace: its fix leaves the output the same
-with far fewer equations and no such hint. The registry tests keep ``PROOFS`` and the
+with far fewer equations and no such hint. A persistent compilation cache hint (``cache.*``) is
+proven on a pair of processes sharing one cache (``programs/cache_pair.py``): as written, the
+second one misses with that hint; with the fix (the same setting in both runs), it hits, with the
+same outputs. The registry tests keep ``PROOFS`` and the
 instructions in step: a new instruction without a proof fails here.
 
 Each jitted function is named ``step`` and built inside its proof, so no JAX cache is shared
@@ -18,7 +21,13 @@ with another test.
 
 import dataclasses
 import functools
+import json
+import os
+import pathlib
 import re
+import subprocess
+import sys
+import tempfile
 import warnings
 from collections.abc import Callable
 
@@ -793,6 +802,55 @@ def _unrolled_loop(jt):
     assert "unrolled_loop" not in (rolled["hint_ids"] or "").split(",")
     assert rolled["eqns"] * 10 <= unrolled["eqns"], (rolled["eqns"], unrolled["eqns"])
     _assert_same(original_out, fixed_out)
+
+
+# ------------------------------------------------------ the persistent compilation cache
+def _cache_pair(first: dict, second: dict) -> dict:
+    """Two processes of `programs/cache_pair.py` sharing a new cache, the first with the environment
+    `first`, the second with `second`: what the second said of its compile of ``step``, and its loss."""
+    programs = pathlib.Path(__file__).parent / "programs"
+    with tempfile.TemporaryDirectory() as tmp:
+        out = None
+        for run, extra in (("a", first), ("b", second)):
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("PAIR_", "XLA_FLAGS"))}
+            env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(programs.parent.parent), **extra)
+            done = subprocess.run([sys.executable, str(programs / "cache_pair.py"), os.path.join(tmp, "cache"),
+                                   os.path.join(tmp, run)], env=env, capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, done.stderr[-3000:]
+            out = json.loads(done.stdout.strip().splitlines()[-1])
+        assert out["faults"] == {}
+        (step,) = out["step"]
+        return {**step, "loss": out["loss"]}
+
+
+def _cache_proof(hint_id: str, before: dict, after: dict) -> None:
+    """As written (`before` in the first run, `after` in the second) the second misses with `hint_id`;
+    fixed (`after` in both, as the hint says), it hits, with the same loss."""
+    written = _cache_pair(before, after)
+    assert hint_id in (written["hint_ids"] or "").split(","), written
+    fixed = _cache_pair(after, after)
+    assert (fixed["cache"], fixed["hint_ids"]) == ("hit", None), fixed
+    assert fixed["loss"] == written["loss"]
+
+
+@_proves("cache.xla_flags")
+def _cache_xla_flags(jt):
+    _cache_proof("cache.xla_flags", {}, {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false"})
+
+
+@_proves("cache.devices")
+def _cache_devices(jt):
+    _cache_proof("cache.devices", {}, {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+
+
+@_proves("cache.options")
+def _cache_options(jt):
+    _cache_proof("cache.options", {}, {"PAIR_PRECISION": "highest"})
+
+
+@_proves("cache.compiler_options")
+def _cache_compiler_options(jt):
+    _cache_proof("cache.compiler_options", {}, {"PAIR_OPTIONS": '{"xla_cpu_enable_fast_math": true}'})
 
 
 # ------------------------------------------------------------------------- tests

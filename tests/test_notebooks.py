@@ -28,16 +28,17 @@ _spec.loader.exec_module(build)
 pytestmark = pytest.mark.kernel
 
 RAISES_TAG = "raises-exception"
-# Run after a notebook's last cell, then removed: prints the session's log, and each cell's
-# per-function summary (of the functions every view shows), as JSON.
-LOG_PROBE = ('import json, jaxtrace_nb\n'
+# Run after a notebook's last cell, then removed: prints the session's log, each cell's
+# per-function summary (of the functions every view shows), and the kernel's working folder (the
+# views show a file's path relative to it), as JSON.
+LOG_PROBE = ('import json, os, jaxtrace_nb\n'
              'from jaxtrace_nb._frames import summary_frame\n'
              'from jaxtrace_nb._session import get_session\n'
              '_events = [e for e in get_session().log.events() if not e.internal]\n'
              'print(json.dumps({"log": json.loads(jaxtrace_nb.log(internal=False)[["cell", "function", "nested", '
              '"cause", "leaf", "before", "after"]].to_json(orient="records")), "summaries": {\n'
              '    c: json.loads(summary_frame([e for e in _events if e.cell == c]).to_json(orient="records"))\n'
-             '    for c in {e.cell for e in _events}}}))')
+             '    for c in {e.cell for e in _events}}, "cwd": os.getcwd()}))')
 
 
 def row(function, cause, leaf=None, before=None, after=None, **more):
@@ -99,6 +100,10 @@ EXPECTED = {
         row("simulate", "first"),
         row("simulate_rolled", "first"),
     ],
+    "10_persistent_cache": [
+        row("make_train_step.<locals>.train_step", "first"),
+        row("train_step_lr", "first"),
+    ],
     "09_flax_nnx": [
         row("train_step", "first"),
         row("train_step", "static", "model.calls", "0", "1"),
@@ -133,12 +138,14 @@ def executed(tmp_path_factory):
             raw = copy.deepcopy(nb)
             runs[path.stem] = (build.tidy(nb), probe["log"]), (raw, {int(c): rows for c, rows in
                                                                      probe["summaries"].items()})
+            run.cwd[path.stem] = probe["cwd"]
         return runs[path.stem]
 
     def run(path: Path):
         return execute(path)[0]
 
     run.raw = lambda path: execute(path)[1]
+    run.cwd = {}  # notebook -> the kernel's working folder after its last cell
     return run
 
 
@@ -411,6 +418,20 @@ def test_every_notebook_has_expectations():
     assert sorted(EXPECTED) == [p.stem for p in PATHS]
 
 
+def test_the_persistent_cache_notebook_explains_the_miss_then_hits(executed):
+    """10_persistent_cache, run fresh: after the "restart" (another process filled the cache), the
+    miss names the captured learning rate at its line, with its hint; after the fix, a hit."""
+    nb, log = executed(NOTEBOOKS_DIR / "10_persistent_cache.ipynb")
+    texts = [cell_text(c) for c in nb.cells if c.cell_type == "code"]
+    (miss,) = [t for t in texts if "persistent cache miss:" in t]
+    assert "persistent cache: 0 hit(s), 1 miss(es)" in miss
+    assert ("persistent cache miss: the computation differs first at train.py:24 (`jit(train_step)/mul`, "
+            "`stablehlo.constant`): `0.001` → `0.0003` (closest earlier key of `jit_train_step`: the run of ") in miss
+    assert "hint: train.py:24 puts a value captured from Python" in miss
+    (hit,) = [t for t in texts if "%%tracewatch" in t and "persistent cache: 1 hit(s), 0 miss(es)" in t]
+    assert "train_step_lr" in hit and "persistent cache miss" not in hit
+
+
 # ------------------------------------------------- every view says the same thing
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
@@ -528,11 +549,12 @@ def _tracewatch_outputs(raw):
 
 
 @pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
-def test_every_view_shows_the_same_numbers_under_the_same_labels(path, executed):
+def test_every_view_shows_the_same_numbers_under_the_same_labels(path, executed, monkeypatch):
     from jaxtrace_nb._report import TABLE_COLUMNS
     from jaxtrace_nb._rows import SPECS
 
     raw, summaries = executed.raw(path)
+    monkeypatch.chdir(executed.cwd[path.stem])  # paths shortened as the kernel shortened them
     framed = [c for c in TABLE_COLUMNS if c.in_frame]
     text_columns = [c for c in TABLE_COLUMNS if c.text_width]
     seen = 0

@@ -181,8 +181,8 @@ def test_history_of_one_function_marks_the_slowest():
     groups = table.history["groups"]
     assert [(g["cause"], g["count"], g["numbers"]) for g in groups] == [("first", 1, "#1"), ("shape", 2, "#2–#3")]
     second = groups[1]["events"][0]
-    assert (second["leaf"], second["change"], second["eqns_total"], second["cache_hit"], second["slowest"]) == \
-        ("x", "f32[2] → f32[3]", 47, False, True)
+    assert (second["leaf"], second["change"], second["eqns_total"], second["persistent_cache"], second["slowest"]) == \
+        ("x", "f32[2] → f32[3]", 47, "miss", True)
     assert table.history["title"].startswith("step (…/project/step.py:1): 3 event(s)")
     assert "slowest: #2 trace (shape at x), 0.420 s" in table.history["note"]
     table.selected = ""
@@ -379,3 +379,49 @@ def test_events_of_several_processes_add_the_cross_process_section(tmp_path):
     assert page.rindex("jtnb-processes") > page.rindex("jtnb-groups")     # table hides that copy, not this
     single = Report(events[:2], "one process")
     assert TITLE not in render_text(single) and TITLE not in render_html(single)
+
+
+# ------------------------------------------------------------------ the persistent compilation cache
+_MISS = ("miss: XLA flags differ: `--xla_cpu_enable_fast_math=false` added (closest earlier key of `jit_train`: "
+         "the run of 2025-01-01 11:00:00, pid 42 on host)")
+
+
+def _cache_log():
+    """train missed the persistent cache (XLA flags), eval hit it, init is its first compile there, warm was
+    too fast to cache; an injection rides in the words."""
+    train = _event(0, "train", hint="The runs that share this cache set different `XLA_FLAGS`.")
+    train.persistent_cache, train.hint_ids = _MISS + " " + INJECTION, "cache.xla_flags"
+    evaluate, init, warm = _event(1, "evaluate"), _event(2, "init"), _event(3, "warm")
+    evaluate.persistent_cache = "hit"
+    init.persistent_cache = "miss: the first compile of `jit_init` with this cache (its index holds no earlier key)"
+    warm.persistent_cache = "not cached: compiled in 0.010 s, under `jax_persistent_cache_min_compile_time_secs`=1"
+    return [train, evaluate, init, warm]
+
+
+def test_a_persistent_cache_miss_is_shown_in_every_view():
+    report = Report(_cache_log(), "t")
+    text = render_text(report)
+    assert text.splitlines()[0].endswith("; persistent cache: 1 hit(s), 2 miss(es), 1 not cached")
+    assert ("      persistent cache miss: XLA flags differ: `--xla_cpu_enable_fast_math=false` added (closest earlier "
+            "key of `jit_train`") in text
+    assert "hint: The runs that share this cache set different `XLA_FLAGS`." in text
+    assert "jit_init" not in text and "not cached" not in text.split("\n", 1)[1]  # a first compile, too fast: no note
+    html = render_html(report)
+    assert "<div class='jtnb-cache'><span class='jtnb-cache-label'>persistent cache miss</span>" in html
+    assert INJECTION not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+    rows = {r["function"]: r for r in json.loads(TraceTable(report).rows_json)}
+    assert rows["train"]["why"][1] == ["jtnb-cache", [["cache", "persistent cache miss"],
+                                                      ["", ": XLA flags differ: "],
+                                                      ["code", "--xla_cpu_enable_fast_math=false"],
+                                                      ["", " added (closest earlier key of "], ["code", "jit_train"],
+                                                      ["", ": the run of 2025-01-01 11:00:00, pid 42 on host) "
+                                                           + INJECTION]]]
+    assert rows["evaluate"]["why"] is None and rows["init"]["why"] is None
+    table = TraceTable(report)
+    table.selected = rows["train"]["key"]
+    (group,) = table.history["groups"]
+    assert [block[0] for block in group["explanation"]] == ["", "jtnb-cache", "jtnb-hint"]
+    (event,) = group["events"]
+    assert (event["persistent_cache"], event["full"]["persistent_cache"]) == ("miss", _MISS + " " + INJECTION)
+    table.selected = rows["evaluate"]["key"]
+    assert table.history["groups"][0]["events"][0]["persistent_cache"] == "hit"

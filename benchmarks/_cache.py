@@ -1,0 +1,165 @@
+"""Persistent compilation cache: what reading each key's parts costs, on a compile-heavy workload.
+
+One process, JAX's persistent cache on (a fresh directory, every compile written). Each round
+compiles `PROGRAMS` new programs (a 16-layer MLP train step, value and gradient; a constant of
+the round's own makes every key new, so each compile misses and is written), then, with JAX's
+in-memory caches cleared, calls them again: every compile is then a hit of the persistent cache.
+Modes, rotated round by round so that noise hits each alike:
+
+* ``off``: recording stopped (``jt.stop()``: JAX exactly as without jaxtrace_nb);
+* ``recorded``: recording, every key's parts read and sent to the index (the feature on);
+* ``recorded_no_keys``: recording, keys not read (the feature alone is the difference).
+
+Our writer thread's work is flushed between rounds (outside the timing, so that each round
+starts alike; it runs beside the compiles within a round). The words of the misses are made when
+the log is read: that read is timed apart (`settle_s`), as is the writer's time per record.
+Each round is timed in wall seconds and in this process's CPU seconds (all its threads): on a
+machine that other work loads, the CPU seconds are not inflated by waiting for a core.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import tempfile
+import time
+import types
+
+PROGRAMS = 4  # with 9 rounds: about 3.5 minutes on a 2-core CPU machine
+LAYERS = 16
+WIDTH = 96
+MODES = ("off", "recorded", "recorded_no_keys")
+
+
+def _program(constant: float):
+    import jax
+    import jax.numpy as jnp
+
+    def loss(params, x):
+        for w, b in params:
+            x = jnp.tanh(x @ w + b) * constant
+        return jnp.mean(x ** 2)
+
+    @jax.jit
+    def step(params, x):
+        value, grads = jax.value_and_grad(loss)(params, x)
+        return value, jax.tree.map(lambda p, g: p - 1e-3 * g, params, grads)
+
+    return step
+
+
+def _round(programs, params, x) -> tuple[float, float]:
+    """Wall seconds and this process's CPU seconds (every thread: XLA's, our writer's) of one round."""
+    import jax
+
+    start, cpu = time.perf_counter(), time.process_time()
+    for step in programs:
+        jax.block_until_ready(step(params, x))
+    return time.perf_counter() - start, time.process_time() - cpu
+
+
+def _key_cost(jt, step, params, x, repeats: int) -> dict:
+    """Seconds of JAX's own key computation for one compile of `step` (``compilation_cache.
+    get_cache_key``, the module canonicalized, serialized and hashed), called directly with that
+    compile's arguments: with recording on (each part's hash read) and stopped (JAX alone),
+    alternated call by call. The minimum of `repeats` calls each: the least noise can add."""
+    import jax
+    from jax._src import compilation_cache
+
+    captured = {}
+
+    def capture(event, **kwargs):
+        if event == "/jax/compilation_cache/compile_requests_use_cache" and not captured:
+            frame = sys._getframe(2)
+            if frame.f_code.co_name == "compile_or_get_cached":
+                captured.update((k, frame.f_locals[k]) for k in ("computation", "devices", "compile_options",
+                                                                  "backend"))
+
+    jax.monitoring.register_event_listener(capture)
+    try:
+        jax.block_until_ready(step(params, x))
+    finally:
+        jax.monitoring.unregister_event_listener(capture)
+    args = (captured["computation"], captured["devices"], captured["compile_options"], captured["backend"])
+    from jax._src import cache_key
+
+    times = {"stopped": [], "recorded": []}
+    teed = set()
+    for i in range(repeats):
+        for mode in (("stopped", "recorded") if i % 2 == 0 else ("recorded", "stopped")):
+            if mode == "recorded":
+                jt.start()
+            teed.add((mode, not isinstance(cache_key.hashlib, types.ModuleType)))  # recording: JAX's hashlib is ours
+            start = time.perf_counter()
+            compilation_cache.get_cache_key(*args)
+            times[mode].append(time.perf_counter() - start)
+            if mode == "recorded":
+                jt.stop()
+    best = {mode: min(t) for mode, t in times.items()}
+    return {"repeats": repeats, "min_s": best, "median_s": {m: sorted(t)[len(t) // 2] for m, t in times.items()},
+            "added_s": best["recorded"] - best["stopped"], "parts_read": sorted(teed) == [("recorded", True),
+                                                                                          ("stopped", False)],
+            "module_bytes": len(str(captured["computation"]))}
+
+
+def worker(quick: bool) -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    import jaxtrace_nb as jt
+    from jaxtrace_nb._session import get_session
+
+    rounds = 2 if quick else 9  # a multiple of the 3 modes: each mode runs first, second and third alike
+    programs_per_round = 2 if quick else PROGRAMS
+    cache = tempfile.mkdtemp(prefix="jaxtrace-bench-cache-")
+    jax.config.update("jax_compilation_cache_dir", cache)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    session = get_session()
+    params = [(jnp.full((WIDTH, WIDTH), 0.01), jnp.zeros(WIDTH)) for _ in range(LAYERS)]
+    x = jnp.ones((8, WIDTH))
+    runs = {mode: [] for mode in MODES}
+    warm = [_program(0.5)]  # JAX's own first compiles (and the index's creation) out of the timing
+    jt.start()
+    _round(warm, params, x)
+    session.cache.flush(60)
+    jt.stop()
+    counter = 0
+    for r in range(rounds):
+        order = MODES[r % len(MODES):] + MODES[:r % len(MODES)]
+        for mode in order:
+            counter += 1
+            programs = [_program(1.0 + counter * 1e-3 + i * 1e-6) for i in range(programs_per_round)]
+            jax.clear_caches()
+            gc.collect()
+            if mode != "off":
+                jt.reset()
+                jt.start()
+                if mode == "recorded_no_keys":
+                    session.probe.keys.uninstall()
+            missed, missed_cpu = _round(programs, params, x)
+            jax.clear_caches()
+            hit, hit_cpu = _round(programs, params, x)
+            row = {"miss_s": missed, "hit_s": hit, "miss_cpu_s": missed_cpu, "hit_cpu_s": hit_cpu}
+            if mode == "recorded":
+                flushed = time.perf_counter()
+                session.cache.flush(120)
+                row["flush_s"] = time.perf_counter() - flushed
+                settled = time.perf_counter()
+                df = jt.log()
+                row["settle_s"] = time.perf_counter() - settled
+                verdicts = df["persistent_cache"].dropna().tolist()
+                row["misses"] = sum(v.startswith("miss") for v in verdicts)
+                row["hits"] = sum(v == "hit" for v in verdicts)
+                row["explained"] = sum(v.startswith("miss: the computation differs") for v in verdicts)
+            if mode != "off":
+                session.cache.flush(120)
+                jt.stop()
+            runs[mode].append(row)
+    key_cost = _key_cost(jt, _program(0.25), params, x, 20 if quick else 100)
+    index = os.path.join(cache, "jaxtrace_nb", "index.sqlite")
+    return {"key_cost": key_cost,
+            "modes": list(MODES), "rounds": rounds, "programs_per_round": programs_per_round, "runs": runs,
+            "layers": LAYERS, "width": WIDTH, "faults": jt.faults(),
+            "index_bytes": sum(os.path.getsize(index + end) for end in ("", "-wal") if os.path.exists(index + end))}

@@ -1,0 +1,379 @@
+"""The index beside JAX's persistent compilation cache: every key's parts, across runs and processes.
+
+One SQLite file per cache (`index_path`: ``<cache dir>/jaxtrace_nb/index.sqlite``; JAX's own
+eviction only looks at its ``*-cache`` files), shared by every process using that cache:
+
+* **safe with several writers**: WAL journal, a busy timeout, and every write one short
+  ``BEGIN IMMEDIATE`` transaction (the write lock is taken first, so two writers never deadlock
+  upgrading a read); readers never wait for writers;
+* **bounded**: at most `MAX_KEYS_PER_NAME` keys per computation name and `MAX_KEYS` in all (the
+  least recently seen go first), canonical modules for `MAX_MODULES_PER_NAME` keys per name, at
+  most `MAX_MODULE_BYTES` each (compressed) and `MAX_MODULES_BYTES` in all;
+* **off the user's thread**: one `IndexWriter` thread per index writes and compares, so a busy
+  index never blocks a compile; a full queue drops records (counted), never waits.
+
+What it holds of a key: who computed it (host, pid, run), when, its outcome, each part's hash,
+the parts' readable side (`CacheKeyRecord.facts`), the compile options and, for keys that missed,
+the canonical module JAX hashed, compressed. No arrays, no argument values: the same program JAX
+itself stores beside it (its cache holds the compiled executable).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import queue
+import sqlite3
+import threading
+import time
+import zlib
+from collections.abc import Callable
+
+from ._records import CACHE_KEY_COMPONENTS, CacheComparison, CacheKeyRecord, EarlierKey
+
+SCHEMA = 1
+MAX_KEYS_PER_NAME = 16
+MAX_KEYS = 20_000
+MAX_MODULES_PER_NAME = 4
+MAX_MODULE_BYTES = 16 << 20  # compressed; a larger module is indexed without it
+MAX_MODULES_BYTES = 256 << 20
+MAX_QUEUED = 1024  # records waiting for the writer thread; more are dropped (counted)
+BUSY_TIMEOUT_S = 10.0
+_PRUNE_EVERY = 256  # writes between two global prunings (and one at the first write)
+_CANDIDATES = 64  # the most recent keys of a name compared with a new one
+INDEX_DIR = "jaxtrace_nb"
+INDEX_FILE = "index.sqlite"
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS meta(name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS keys(
+    key TEXT PRIMARY KEY,
+    module_name TEXT NOT NULL,
+    first_seen REAL NOT NULL,
+    last_seen REAL NOT NULL,
+    seen INTEGER NOT NULL DEFAULT 1,
+    run TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    function TEXT,
+    location TEXT,
+    outcome TEXT NOT NULL,
+    reason TEXT NOT NULL DEFAULT '',
+    written INTEGER NOT NULL DEFAULT 0,
+    components TEXT NOT NULL,
+    facts TEXT NOT NULL,
+    compile_options BLOB,
+    computation TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS keys_by_name ON keys(module_name, last_seen);
+CREATE INDEX IF NOT EXISTS keys_by_time ON keys(last_seen);
+CREATE TABLE IF NOT EXISTS modules(
+    computation TEXT PRIMARY KEY,
+    module_name TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    data BLOB NOT NULL,
+    last_seen REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS modules_by_name ON modules(module_name, last_seen);
+"""
+_KEY_COLUMNS = ("key", "run", "host", "pid", "first_seen", "last_seen", "function", "location", "outcome",
+                "reason", "written", "components", "facts", "compile_options")
+
+
+def index_path(cache_dir: str) -> str | None:
+    """Where the index of the cache in `cache_dir` is: beside it when it is a local directory, else
+    (a bucket, ``gs://…``) in the user's cache folder, one index per cache; None without a cache."""
+    if not cache_dir:
+        return None
+    if "://" not in cache_dir:
+        return os.path.join(cache_dir, INDEX_DIR, INDEX_FILE)
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    digest = hashlib.sha256(cache_dir.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return os.path.join(home, "jaxtrace_nb", f"index-{digest}.sqlite")
+
+
+def connect(path: str, *, create: bool = True) -> sqlite3.Connection:
+    """A connection to the index at `path` (made, with its tables, when `create`): autocommit, WAL,
+    waiting up to `BUSY_TIMEOUT_S` for another writer. Raises `sqlite3.Error` or `OSError`."""
+    if create:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    elif not os.path.exists(path):
+        raise FileNotFoundError(path)
+    uri = f"file:{path}" + ("" if create else "?mode=ro")
+    con = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+    try:
+        con.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+        if create:
+            con.execute("PRAGMA journal_mode=WAL")  # kept in the file: every later connection uses it
+            con.execute("PRAGMA synchronous=NORMAL")
+            con.executescript(_DDL)  # each statement on its own (IF NOT EXISTS: any process may come first)
+        schema = con.execute("SELECT value FROM meta WHERE name='schema'").fetchone()
+        if create and schema is None:
+            with _transaction(con):
+                con.execute("INSERT OR IGNORE INTO meta VALUES('schema', ?)", (str(SCHEMA),))
+        elif schema is not None and schema[0] != str(SCHEMA):
+            raise sqlite3.DatabaseError(f"index schema {schema[0]} is not {SCHEMA} (another jaxtrace_nb version)")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+class _transaction:
+    """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on an exception)."""
+
+    def __init__(self, con: sqlite3.Connection):
+        self.con = con
+
+    def __enter__(self):
+        self.con.execute("BEGIN IMMEDIATE")
+        return self.con
+
+    def __exit__(self, exc_type, *_):
+        if not self.con.in_transaction:
+            return False
+        self.con.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+        return False
+
+
+class RunInfo:
+    """Who writes: this process's run id ("host:pid:start"), host and pid."""
+
+    __slots__ = ("run", "host", "pid")
+
+    def __init__(self, host: str):
+        self.host = host
+        self.pid = os.getpid()
+        self.run = f"{host}:{self.pid}:{time.time_ns():x}"
+
+
+def compare(con: sqlite3.Connection, record: CacheKeyRecord, location: str | None) -> CacheComparison:
+    """`record`'s key against the index: the same key seen before, else the closest other key of
+    the same name (fewest differing parts; then one compiled for the same function; then one whose
+    module is kept; then the most recent), and which parts differ. Reads only (never waits for a writer)."""
+    row = con.execute(f"SELECT {', '.join(_KEY_COLUMNS)} FROM keys WHERE key=?", (record.key,)).fetchone()
+    if row is not None:
+        same = _earlier(row)
+        exists = None
+        if same.written and record.cache_dir and "://" not in record.cache_dir:
+            exists = os.path.exists(os.path.join(record.cache_dir, f"{record.key}-cache"))
+        return CacheComparison(same, None, (), exists, None)
+    mine = dict(record.components)
+    best = None
+    for *row, kept in con.execute(
+            f"SELECT {', '.join(_KEY_COLUMNS)}, EXISTS(SELECT 1 FROM modules WHERE modules.computation = "
+            "keys.computation) FROM keys WHERE module_name=? AND key<>? ORDER BY last_seen DESC LIMIT ?",
+            (record.module_name, record.key, _CANDIDATES)):
+        earlier = _earlier(row)
+        theirs = dict(earlier.components)
+        if set(theirs) != set(mine):
+            continue
+        differing = tuple(name for name in CACHE_KEY_COMPONENTS if name in mine and theirs[name] != mine[name])
+        # (a computation that differs is told best against an earlier key whose module is kept)
+        rank = (len(differing), earlier.location != location, "computation" in differing and not kept,
+                -earlier.last_seen)
+        if best is None or rank < best[0]:
+            best = (rank, earlier, differing)
+    if best is None:
+        return CacheComparison(None, None, (), None, None)
+    _, earlier, differing = best
+    if "computation" in differing and "jax_lib version" not in differing:
+        data = con.execute("SELECT data FROM modules WHERE computation=?",
+                           (dict(earlier.components).get("computation"),)).fetchone()
+        if data is not None:
+            earlier = earlier._replace(module_bytes=zlib.decompress(data[0]))
+        return CacheComparison(None, earlier, differing, None, record.module_bytes)
+    return CacheComparison(None, earlier, differing, None, None)
+
+
+def put(con: sqlite3.Connection, record: CacheKeyRecord, who: RunInfo, function: str | None,
+        location: str | None, now: float | None = None) -> None:
+    """Remember `record`'s key (and its canonical module, for a key that missed), in one transaction,
+    keeping the per-name bounds."""
+    if not record.components:
+        return
+    now = time.time() if now is None else now
+    computation = dict(record.components).get("computation", "")
+    written = 1 if record.outcome == "written" else 0
+    compressed = None
+    if record.module_bytes is not None and record.outcome != "hit":
+        compressed = zlib.compress(record.module_bytes, 1)
+        if len(compressed) > MAX_MODULE_BYTES:
+            compressed = None
+    options = zlib.compress(record.compile_options, 1) if record.compile_options else None
+    with _transaction(con):
+        updated = con.execute(
+            "UPDATE keys SET last_seen=?, seen=seen+1, run=?, host=?, pid=?, outcome=?, reason=?, "
+            "written=max(written, ?), function=coalesce(?, function), location=coalesce(?, location) WHERE key=?",
+            (now, who.run, who.host, who.pid, record.outcome, record.reason, written, function, location,
+             record.key)).rowcount
+        if not updated:
+            con.execute(
+                "INSERT INTO keys(key, module_name, first_seen, last_seen, run, host, pid, function, location, outcome, "
+                "reason, written, components, facts, compile_options, computation) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (record.key, record.module_name, now, now, who.run, who.host, who.pid, function, location,
+                 record.outcome, record.reason, written, json.dumps(record.components),
+                 json.dumps(record.facts, default=str), options, computation))
+            con.execute("DELETE FROM keys WHERE module_name=? AND key NOT IN (SELECT key FROM keys WHERE "
+                        "module_name=? ORDER BY last_seen DESC LIMIT ?)",
+                        (record.module_name, record.module_name, MAX_KEYS_PER_NAME))
+        if compressed is not None:
+            con.execute("INSERT INTO modules(computation, module_name, size, data, last_seen) VALUES (?, ?, ?, ?, ?) "
+                        "ON CONFLICT(computation) DO UPDATE SET last_seen=excluded.last_seen",
+                        (computation, record.module_name, len(compressed), compressed, now))
+            con.execute("DELETE FROM modules WHERE module_name=? AND computation NOT IN (SELECT computation FROM "
+                        "modules WHERE module_name=? ORDER BY last_seen DESC LIMIT ?)",
+                        (record.module_name, record.module_name, MAX_MODULES_PER_NAME))
+
+
+def prune(con: sqlite3.Connection) -> None:
+    """Keep the global bounds: the `MAX_KEYS` most recently seen keys, and modules up to
+    `MAX_MODULES_BYTES` (the most recently seen first)."""
+    with _transaction(con):
+        con.execute("DELETE FROM keys WHERE key NOT IN (SELECT key FROM keys ORDER BY last_seen DESC LIMIT ?)",
+                    (MAX_KEYS,))
+        total, doomed = 0, []
+        for computation, size in con.execute("SELECT computation, size FROM modules ORDER BY last_seen DESC"):
+            total += size
+            if total > MAX_MODULES_BYTES:
+                doomed.append((computation,))
+        con.executemany("DELETE FROM modules WHERE computation=?", doomed)
+
+
+def find(path: str) -> str | None:
+    """The index at `path`: an index file, or a cache directory holding one (None if neither)."""
+    if os.path.isdir(path):
+        inside = index_path(path)
+        return inside if inside is not None and os.path.isfile(inside) else None
+    return path if path.endswith(".sqlite") and os.path.isfile(path) else None
+
+
+class Reader:
+    """The index at `path`, read only (`jt.load`, ``python -m jaxtrace_nb report``)."""
+
+    def __init__(self, path: str):
+        self._con = connect(path, create=False)
+
+    def keys(self) -> list[tuple[str, int, EarlierKey]]:
+        """(computation name, times computed, the key) of every key, oldest first."""
+        rows = self._con.execute(f"SELECT module_name, seen, {', '.join(_KEY_COLUMNS)} FROM keys "
+                                 "ORDER BY first_seen").fetchall()
+        return [(name, seen, _earlier(row)) for name, seen, *row in rows]
+
+    def module(self, key: EarlierKey) -> bytes | None:
+        """The canonical module of `key`, when the index kept it."""
+        row = self._con.execute("SELECT data FROM modules WHERE computation=?",
+                                (dict(key.components).get("computation"),)).fetchone()
+        return zlib.decompress(row[0]) if row is not None else None
+
+    def close(self) -> None:
+        self._con.close()
+
+
+def _earlier(row) -> EarlierKey:
+    (key, run, host, pid, first_seen, last_seen, function, location, outcome, reason, written, components, facts,
+     options) = row
+    return EarlierKey(key, run, host, int(pid), float(first_seen), float(last_seen), function, location, outcome,
+                      reason or "", bool(written), tuple(tuple(p) for p in json.loads(components)),
+                      json.loads(facts), zlib.decompress(options) if options else None, None)
+
+
+# ------------------------------------------------------------------ writer thread
+class Job:
+    """One record on its way to the index; `done` once written (and compared, when asked)."""
+
+    __slots__ = ("record", "compare", "function", "location", "done", "comparison", "error")
+
+    def __init__(self, record: CacheKeyRecord, compare: bool, function: str | None, location: str | None):
+        self.record, self.compare, self.function, self.location = record, compare, function, location
+        self.done = threading.Event()
+        self.comparison: CacheComparison | None = None
+        self.error: str | None = None
+
+
+class IndexWriter:
+    """The thread that owns one index's connection: compares and writes records in order.
+
+    `submit` never blocks; `flush` waits (bounded) for what was submitted before it."""
+
+    def __init__(self, path: str, who: RunInfo, fault: Callable[[str, BaseException], None]):
+        self.path = path
+        self.who = who
+        self._fault = fault
+        self._queue: queue.Queue = queue.Queue(maxsize=MAX_QUEUED)
+        self.dropped = 0
+        self.error: str | None = None  # why the index cannot be used (it then takes no more records)
+        self._thread = threading.Thread(target=self._run, name="jaxtrace_nb-cache-index", daemon=True)
+        self._thread.start()
+
+    def submit(self, record: CacheKeyRecord, *, compare: bool, function: str | None = None,
+               location: str | None = None) -> Job | None:
+        if self.error is not None:
+            return None
+        job = Job(record, compare, function, location)
+        try:
+            self._queue.put_nowait(job)
+        except queue.Full:
+            self.dropped += 1
+            return None
+        return job
+
+    def flush(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for every record submitted so far; whether they all are in."""
+        marker = Job(None, False, None, None)  # type: ignore[arg-type]
+        try:
+            self._queue.put(marker, timeout=timeout)
+        except queue.Full:
+            return False
+        return marker.done.wait(timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        self.flush(timeout)
+        try:
+            self._queue.put_nowait(None)
+        except queue.Full:
+            pass
+
+    def _run(self) -> None:
+        con = None
+        writes = 0
+        while True:
+            job = self._queue.get()
+            if job is None:
+                break
+            try:
+                if job.record is None:
+                    continue  # a flush marker
+                if self.error is not None:
+                    job.error = self.error
+                    continue
+                if con is None:
+                    con = self._open()
+                    if con is None:
+                        job.error = self.error
+                        continue
+                if job.compare:
+                    job.comparison = compare(con, job.record, job.location)
+                put(con, job.record, self.who, job.function, job.location)
+                writes += 1
+                if writes % _PRUNE_EVERY == 1:
+                    prune(con)
+            except Exception as e:
+                job.error = f"{type(e).__name__}: {e}"
+                self._fault("persistent cache index", e)
+            finally:
+                job.record = None  # its module bytes are written, or in the comparison
+                job.done.set()
+        if con is not None:
+            con.close()
+
+    def _open(self) -> sqlite3.Connection | None:
+        try:
+            return connect(self.path)
+        except Exception as e:
+            self.error = f"the index beside the cache ({self.path}) cannot be used: {type(e).__name__}: {e}"
+            self._fault("persistent cache index", e)
+            return None
+

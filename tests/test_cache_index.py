@@ -1,0 +1,366 @@
+"""The index beside the persistent compilation cache, the words of a miss, and what it costs when
+the cache is off (nothing): no JAX needed except where said.
+
+* the index is safe with several writer processes at once (WAL, `BEGIN IMMEDIATE`), stays bounded,
+  and finds the closest earlier key of a name;
+* `_cache_words` says each part that differs, the versions first;
+* `_module_diff` places the first differing operation at the user's line;
+* with JAX's persistent cache off, nothing of JAX is rebound and no key is read.
+"""
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from jaxtrace_nb import _cache_index as index
+from jaxtrace_nb._cache_words import explain, notable_miss, verdict, verdict_word
+from jaxtrace_nb._module_diff import Difference, changed_part, first_difference
+from jaxtrace_nb._records import CACHE_KEY_COMPONENTS, CacheComparison, CacheKeyRecord
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def record(name="jit_step", key=None, outcome="written", parts=None, facts=None, module=b"module", **more):
+    parts = {**{c: c[:4] * 16 for c in CACHE_KEY_COMPONENTS}, **(parts or {})}
+    components = tuple((c, parts[c]) for c in CACHE_KEY_COMPONENTS)
+    key = key or f"{name}-{abs(hash(components)):x}"
+    facts = {"jax": "0.10.2", "jaxlib": "0.10.2", "backend": ["cpu", "cpu"], "xla_flags": [],
+             "devices": {"count": 1, "kinds": {"cpu": 1}}, "program_devices": {"count": 1, "kinds": {"cpu": 1}},
+             "options": {"jax_enable_x64": "False"}, **(facts or {})}
+    fields = dict(key=key, module_name=name, components=components, facts=facts, outcome=outcome, reason="",
+                  eligible=True, seconds=1.0, cache_dir="", compile_options=b"\x08\x01", module_bytes=module,
+                  module_ref=None)
+    fields.update(more)
+    return CacheKeyRecord(**fields)
+
+
+WHO = index.RunInfo("host-a")
+
+
+# ------------------------------------------------------------------ the index
+def test_the_closest_earlier_key_is_the_one_with_fewest_differing_parts(tmp_path):
+    con = index.connect(str(tmp_path / "i.sqlite"))
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    far = record(key="jit_step-far", parts={"XLA flags": "f" * 64, "computation": "c" * 64})
+    near = record(key="jit_step-near", parts={"XLA flags": "f" * 64})
+    other = record(name="jit_other", key="jit_other-1")
+    for r in (near, far, other):  # `far` the most recent: fewer differing parts win over recency
+        index.put(con, r, WHO, "step", "model.py:3")
+    mine = record(key="jit_step-mine")
+    found = index.compare(con, mine, "model.py:3")
+    assert (found.same, found.closest.key, found.differing) == (None, "jit_step-near", ("XLA flags",))
+    assert index.compare(con, record(name="jit_new", key="jit_new-1"), None) == CacheComparison(None, None, (),
+                                                                                                 None, None)
+    index.put(con, mine, WHO, "step", "model.py:3")
+    again = index.compare(con, mine, "model.py:3")
+    assert again.same is not None and again.same.written and again.same.run == WHO.run
+
+
+def test_a_differing_computation_brings_both_modules(tmp_path):
+    con = index.connect(str(tmp_path / "i.sqlite"))
+    index.put(con, record(key="jit_step-old", module=b"old module"), WHO, None, None)
+    hit = record(key="jit_step-hit", parts={"computation": "h" * 64}, outcome="hit", module=b"never stored")
+    index.put(con, hit, WHO, None, None)
+    found = index.compare(con, record(key="jit_step-new", parts={"computation": "n" * 64}, module=b"new module"),
+                          None)
+    assert found.differing == ("computation",) and found.closest.key == "jit_step-old"
+    assert (found.closest.module_bytes, found.module_bytes) == (b"old module", b"new module")
+    assert con.execute("SELECT count(*) FROM modules").fetchone()[0] == 1  # a hit's module is not kept
+
+
+def test_the_index_stays_bounded(tmp_path, monkeypatch):
+    con = index.connect(str(tmp_path / "i.sqlite"))
+    for i in range(index.MAX_KEYS_PER_NAME + 5):
+        index.put(con, record(key=f"jit_step-{i}", parts={"computation": f"{i:064x}"}, module=b"m" * 100), WHO,
+                  None, None, now=1000.0 + i)
+    keys = [k for (k,) in con.execute("SELECT key FROM keys ORDER BY last_seen")]
+    assert keys == [f"jit_step-{i}" for i in range(5, index.MAX_KEYS_PER_NAME + 5)]  # the least recent went
+    assert con.execute("SELECT count(*) FROM modules").fetchone()[0] == index.MAX_MODULES_PER_NAME
+    for i in range(6):
+        index.put(con, record(name=f"jit_f{i}", key=f"jit_f{i}-1"), WHO, None, None, now=2000.0 + i)
+    monkeypatch.setattr(index, "MAX_KEYS", 4)
+    monkeypatch.setattr(index, "MAX_MODULES_BYTES", 250)
+    index.prune(con)
+    assert [k for (k,) in con.execute("SELECT key FROM keys ORDER BY last_seen")] == [f"jit_f{i}-1"
+                                                                                      for i in range(2, 6)]
+    assert sum(size for (size,) in con.execute("SELECT size FROM modules")) <= 250
+
+
+_WRITER = textwrap.dedent("""
+    import random, sys, time
+    sys.path.insert(0, sys.argv[3])
+    from test_cache_index import record
+    from jaxtrace_nb import _cache_index as index
+    con = index.connect(sys.argv[1])
+    who = index.RunInfo(f"host{sys.argv[2]}")
+    rng = random.Random(int(sys.argv[2]))
+    worst = 0.0
+    for i in range(int(sys.argv[4])):
+        r = record(name=f"jit_f{rng.randrange(10)}", key=f"k{sys.argv[2]}-{i}",
+                   parts={"computation": f"{rng.randrange(1 << 60):064x}"},
+                   module=bytes(rng.randrange(256) for _ in range(2000)) if i % 3 == 0 else None)
+        start = time.perf_counter()
+        index.compare(con, r, None)
+        index.put(con, r, who, "f", None)
+        if i % 50 == 0:
+            index.prune(con)
+        worst = max(worst, time.perf_counter() - start)
+    print(worst)
+""")
+
+
+def test_several_processes_write_at_once(tmp_path):
+    path = str(tmp_path / "cache" / "jaxtrace_nb" / "index.sqlite")
+    tests = os.path.dirname(os.path.abspath(__file__))
+    writers = [subprocess.Popen([sys.executable, "-c", _WRITER, path, str(n), tests, "120"],
+                                env=dict(os.environ, PYTHONPATH=REPO), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for n in range(6)]
+    outputs = [w.communicate(timeout=300) for w in writers]
+    assert [w.returncode for w in writers] == [0] * 6, [err[-2000:] for _, err in outputs]
+    con = sqlite3.connect(path)
+    assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert con.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    per_name = dict(con.execute("SELECT module_name, count(*) FROM keys GROUP BY module_name").fetchall())
+    assert len(per_name) == 10 and max(per_name.values()) == index.MAX_KEYS_PER_NAME
+    assert max(n for (n,) in con.execute("SELECT count(*) FROM modules GROUP BY module_name")) <= \
+        index.MAX_MODULES_PER_NAME
+
+
+def test_the_writer_thread_compares_writes_and_contains_failures(tmp_path):
+    faults = []
+    writer = index.IndexWriter(str(tmp_path / "cache" / "jaxtrace_nb" / "index.sqlite"), WHO,
+                               lambda stage, e: faults.append(stage))
+    first = writer.submit(record(key="jit_step-1"), compare=True, function="step", location="m.py:1")
+    second = writer.submit(record(key="jit_step-2", parts={"XLA flags": "x" * 64}), compare=True)
+    assert writer.flush(30) and first.done.is_set() and second.done.is_set()
+    assert first.comparison.closest is None and second.comparison.closest.key == "jit_step-1"
+    assert first.record is None  # written: the writer keeps no module
+    (tmp_path / "file").write_text("")
+    broken = index.IndexWriter(str(tmp_path / "file" / "jaxtrace_nb" / "index.sqlite"), WHO,
+                               lambda stage, e: faults.append(stage))
+    job = broken.submit(record(), compare=True)
+    assert job.done.wait(30) and job.comparison is None and "cannot be used" in job.error
+    assert broken.submit(record(), compare=True) is None and faults == ["persistent cache index"]
+    writer.close()
+    broken.close()
+
+
+def test_an_index_of_another_schema_is_not_written(tmp_path):
+    path = str(tmp_path / "i.sqlite")
+    index.connect(path).execute("UPDATE meta SET value='99' WHERE name='schema'")
+    with pytest.raises(sqlite3.DatabaseError, match="schema 99"):
+        index.connect(path)
+
+
+def test_the_index_goes_beside_a_local_cache_and_to_the_user_folder_for_a_bucket(tmp_path, monkeypatch):
+    assert index.index_path("/data/cache") == "/data/cache/jaxtrace_nb/index.sqlite"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    bucket = index.index_path("gs://bucket/cache")
+    assert bucket.startswith(str(tmp_path / "jaxtrace_nb" / "index-")) and bucket != index.index_path("gs://b/c")
+    assert index.index_path("") is None
+
+
+# ------------------------------------------------------------------ words
+def _compare(new, *earlier, con_dir):
+    con = index.connect(str(con_dir / "i.sqlite"))
+    for r in earlier:
+        index.put(con, r, index.RunInfo("host-b"), "step", "model.py:7")
+    return index.compare(con, new, "model.py:7")
+
+
+def test_verdicts():
+    assert verdict(record(outcome="hit")) == "hit"
+    slow = record(outcome="not_written", eligible=False, reason="compiled in 0.010 s, under `x`=1")
+    assert verdict(slow) == "not cached: compiled in 0.010 s, under `x`=1"
+    assert verdict(record()) == "miss" and verdict(record(components=())).startswith("miss (not explained")
+    assert [verdict_word(t) for t in ("hit", "miss: x", "not cached: y", None)] == ["hit", "miss", "not cached", ""]
+    assert notable_miss("miss: XLA flags differ") and not notable_miss("miss: the first compile of `f` with this")
+    assert not notable_miss("hit") and not notable_miss("not cached: x") and not notable_miss(None)
+
+
+def test_each_part_in_words(tmp_path):
+    a = record(key="jit_step-a", facts={"xla_flags": ["--a=1", "--b=2"]})
+    flags = record(key="jit_step-b", parts={"XLA flags": "x" * 64}, facts={"xla_flags": ["--b=2", "--c=3"]})
+    words = explain(flags, _compare(flags, a, con_dir=tmp_path), run="mine")
+    assert words.text.startswith("miss: XLA flags differ: `--c=3` added, `--a=1` removed (closest earlier key of "
+                                 "`jit_step`: the run of ")
+    assert "pid" in words.text and "on host-b" in words.text and words.hint_id == "cache.xla_flags"
+
+    devices = record(key="jit_step-c", parts={"accelerator_config": "d" * 64},
+                     facts={"devices": {"count": 8, "kinds": {"TPU v4": 8}}})
+    text = explain(devices, _compare(devices, a, con_dir=tmp_path / "d"), run="mine").text
+    assert text.startswith("miss: devices differ: 1 cpu device → 8 TPU v4 devices (the program runs on 1) (")
+
+    upgrade = record(key="jit_step-d", parts={"jax_lib version": "j" * 64, "computation": "c" * 64,
+                                              "compile_options": "o" * 64}, facts={"jaxlib": "0.11.0", "jax": "0.11.0"})
+    words = explain(upgrade, _compare(upgrade, a, con_dir=tmp_path / "u"), run="mine")
+    assert words.text.startswith("miss: jaxlib 0.10.2 → 0.11.0 (JAX 0.10.2 → 0.11.0); the compile options and the "
+                                 "computation differ with it, as each JAX version makes them its own way (")
+    assert words.hint_id == "cache.jax_version"
+
+    options = record(key="jit_step-e", parts={"compile_options": "o" * 64})
+    words = explain(options, _compare(options, a, con_dir=tmp_path / "o"), run="mine",
+                    options=[("env_option_overrides", "[]", "[('xla_cpu_enable_fast_math', True)]")])
+    assert words.text.startswith("miss: compile options differ: `env_option_overrides`: [] → "
+                                 "[('xla_cpu_enable_fast_math', True)] (")
+    assert words.hint_id == "cache.compiler_options"
+
+
+def test_the_computation_in_words(tmp_path):
+    a = record(key="jit_step-a")
+    b = record(key="jit_step-b", parts={"computation": "c" * 64}, facts={"options": {"jax_enable_x64": "True"}})
+    comparison = _compare(b, a, con_dir=tmp_path)
+    argument = Difference("argument", "tensor<3xf32>", "tensor<3xf64>", path="params['w']")
+    words = explain(b, comparison, run="mine", computation=argument)
+    assert words.text.startswith("miss: JAX options differ: `jax_enable_x64` False → True; the computation differs "
+                                 "in argument `params['w']`: tensor<3xf32> → tensor<3xf64> (")
+    assert words.hint_id == "cache.options" and "`jax_enable_x64`" in words.hint
+    constant = Difference("op", "%cst = stablehlo.constant dense<5.0e-01> : tensor<f32>",
+                          "%cst = stablehlo.constant dense<7.0e-01> : tensor<f32>", source="/w/model.py:6",
+                          name="jit(step)/mul", via_use=True)
+    c = record(key="jit_step-c", parts={"computation": "c" * 64})
+    words = explain(c, _compare(c, a, con_dir=tmp_path / "c"), run="mine", computation=constant,
+                    retrace=("shape", "x"), place=lambda where: where.replace("/w/model.py", "In[3]"))
+    assert words.text.startswith("miss: the computation differs first at In[3]:6 (`jit(step)/mul`, "
+                                 "`stablehlo.constant`): `5.0e-01` → `7.0e-01`; this compile follows a retrace "
+                                 "(shape at `x`) (")
+    assert words.hint_id == "cache.constant" and words.hint.startswith("In[3]:6 puts a value captured from Python")
+    gone = explain(c, comparison, run="mine", computation=None).text
+    assert "the computation differs (the earlier module is no longer in the index)" in gone
+
+
+def test_a_key_seen_before_first_compiles_and_the_same_run(tmp_path):
+    a = record(key="jit_step-a", outcome="not_written", reason="compiled in 0.1 s, under `m`=1")
+    same = _compare(a, a, con_dir=tmp_path)
+    assert explain(a, same, run="mine").text.startswith("miss: this key was compiled before (the run of ")
+    assert explain(a, same, run="mine").text.endswith("and not written then: compiled in 0.1 s, under `m`=1")
+    written = record(key="jit_step-w", cache_dir=str(tmp_path / "gone"))
+    text = explain(written, _compare(written, written, con_dir=tmp_path / "w"), run="mine").text
+    assert "its entry is no longer in the cache (evicted under `jax_compilation_cache_max_size`, or deleted)" in text
+    first = explain(record(name="jit_new", key="jit_new-1"), CacheComparison(None, None, (), None, None), run="x")
+    assert first.text == ("miss: the first compile of `jit_new` with this cache (its index holds no earlier key of "
+                          "that name)")
+    b = record(key="jit_step-b", parts={"XLA flags": "x" * 64})
+    comparison = _compare(b, a, con_dir=tmp_path / "r")
+    assert "(closest earlier key of `jit_step`: this run)" in explain(b, comparison, run=comparison.closest.run,
+                                                                       location="model.py:7").text
+
+
+# ------------------------------------------------------------------ the first differing operation
+OLD = """module @jit_step {
+  func.func public @main(%arg0: tensor<3xf32>, %arg1: tensor<2x3xf32>) -> (tensor<f32> {jax.result_info = "result"}) {
+    %cst = stablehlo.constant dense<5.000000e-01> : tensor<f32>
+    %0 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<2x3xf32>
+    %1 = stablehlo.multiply %arg1, %0 : tensor<2x3xf32>
+    return %1 : tensor<f32>
+  }
+}"""
+NEW = """#loc1 = loc("params['w']")
+module @jit_step {
+  func.func public @main(%arg0: tensor<3xf32> loc("params['w']"), %arg1: tensor<2x3xf32> loc("x")) -> (tensor<f32> {jax.result_info = "result"}) {
+    %cst = stablehlo.constant dense<0.699999988> : tensor<f32> loc(#loc5)
+    %0 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<2x3xf32> loc(#loc7)
+    %1 = stablehlo.multiply %arg1, %0 : tensor<2x3xf32> loc(#loc7)
+    return %1 : tensor<f32> loc(#loc5)
+  } loc(#loc)
+} loc(#loc)
+#loc = loc(unknown)
+#loc2 = loc("/site-packages/jax/_src/numpy/ufuncs.py":10:4)
+#loc3 = loc("/work/model.py":6:11 to :30)
+#loc4 = loc("/work/train.py":20:1)
+#loc5 = loc("jit(step)"(#loc4))
+#loc6 = loc(callsite(#loc2 at callsite(#loc3 at #loc4)))
+#loc7 = loc("jit(step)/mul"(#loc6))"""
+
+
+def test_the_first_differing_operation_is_placed_at_the_users_line():
+    found = first_difference(OLD, NEW, is_library=lambda path: "site-packages" in path)
+    assert found == Difference("op", "%cst = stablehlo.constant dense<5.000000e-01> : tensor<f32>",
+                               "%cst = stablehlo.constant dense<0.699999988> : tensor<f32>", "/work/model.py:6",
+                               "jit(step)/mul", None, True)
+    assert first_difference(OLD, NEW.replace("0.699999988", "5.000000e-01")).kind == "none"
+    x64 = NEW.replace("0.699999988", "5.000000e-01").replace("%arg0: tensor<3xf32>", "%arg0: tensor<3xf64>")
+    assert first_difference(OLD, x64) == Difference("argument", "tensor<3xf32>", "tensor<3xf64>", path="params['w']")
+    renamed = NEW.replace("0.699999988", "5.000000e-01").replace('"result"', '"result[\'b\']"')
+    assert first_difference(OLD, renamed) == Difference("result", "result", "result['b']")
+    assert changed_part("%0 = stablehlo.add %1, %2 : tensor<f32>", "%0 = stablehlo.multiply %1, %2 : tensor<f32>") \
+        == ("stablehlo.multiply", "stablehlo.add", "stablehlo.multiply")
+
+
+# ------------------------------------------------------------------ with the cache off
+def test_with_the_persistent_cache_off_nothing_of_jax_is_rebound_and_no_key_is_read(jt, monkeypatch):
+    import jax
+    import jax.numpy as jnp
+    from jax._src import cache_key, compilation_cache
+
+    from jaxtrace_nb._jax_cache_key import KeyReader
+    from jaxtrace_nb._probe import Probe
+
+    if compilation_cache.is_persistent_cache_enabled():
+        pytest.skip("this process runs with JAX's persistent cache on")
+    calls = []
+    monkeypatch.setattr(KeyReader, "begin", lambda self, frame: calls.append("begin"))
+    probe = jt.get_session().probe
+    theirs = (cache_key.hashlib, cache_key._log_cache_key_hash)
+    assert not probe.keys.on and "_duration" not in vars(probe) and probe._on_duration.__func__ is \
+        Probe._on_duration
+    assert (type(theirs[0]).__name__, theirs[1].__module__) == ("module", "jax._src.cache_key")
+    jax.jit(lambda x: x * 3 + 1)(jnp.ones(5))
+    assert calls == [] and jt.log()["persistent_cache"].isna().all()
+    try:  # turned on (no compile while on: JAX would open this cache for the whole process)
+        jax.config.update("jax_compilation_cache_dir", "/nonexistent/jaxtrace-test-cache")
+        assert probe.keys.on and cache_key.hashlib is not theirs[0] and "_duration" in vars(probe)
+    finally:
+        jax.config.update("jax_compilation_cache_dir", None)
+    assert not probe.keys.on and (cache_key.hashlib, cache_key._log_cache_key_hash) == theirs
+    assert "_duration" not in vars(probe)
+
+
+def test_stop_gives_jax_back_its_own_cache_key_functions_and_option_hooks(tmp_path):
+    code = textwrap.dedent("""
+        import json, sys, jax
+        from jax._src import cache_key, config
+        options = (config.compilation_cache_dir, config.enable_compilation_cache)
+        def state():
+            return (cache_key.hashlib, cache_key._log_cache_key_hash, *(o._update_global_hook for o in options))
+        theirs = state()
+        jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+        import jaxtrace_nb as jt
+        for _ in range(3):
+            jt.start()
+            on = cache_key.hashlib is not theirs[0] and cache_key._log_cache_key_hash is not theirs[1]
+            jt.stop()
+        print(json.dumps([on, state() == theirs]))
+    """)
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS="cpu"), check=True).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == [True, True]
+
+
+def test_time_to_settle_is_bounded_when_the_index_is_held(tmp_path):
+    """A read waits for the writer at most the settle time; the miss is then worded at a later read."""
+    from jaxtrace_nb._cache_explainer import CacheExplainer
+    from jaxtrace_nb._log import Event, EventLog
+
+    log = EventLog()
+    explainer = CacheExplainer(log, fault=lambda *a: None, host=lambda: "h", place=str, is_library=lambda p: False)
+    cache = tmp_path / "cache"
+    path = index.index_path(str(cache))
+    os.makedirs(os.path.dirname(path))
+    holder = index.connect(path)
+    holder.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    event = Event(function="step", location="m.py:1", kind="trace", cause="first", seq=0)
+    explainer.submit(event, record(cache_dir=str(cache)))
+    assert event.persistent_cache == "miss"
+    start = time.monotonic()
+    explainer.settle(timeout=0.5)
+    assert time.monotonic() - start < 3 and event.persistent_cache == "miss"
+    holder.execute("COMMIT")
+    explainer.settle()
+    assert event.persistent_cache.startswith("miss: the first compile of `jit_step`")
