@@ -310,7 +310,7 @@ def _output(output, ids: dict) -> tuple:
     """What a reader sees of one stored output, its timings masked (see `TIMED_COLUMNS`)."""
     kind = output.output_type
     if kind == "stream":
-        return kind, output.name, _untimed(output.text)
+        return kind, output.name, _report_text(output.text)  # a script's report, printed
     if kind == "error":
         return kind, output.ename, _untimed(output.evalue), _untimed(_ANSI.sub("", "\n".join(output.traceback)))
     data = output.get("data", {})
