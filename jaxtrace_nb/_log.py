@@ -28,7 +28,7 @@ COLUMN_TYPES = (
     ("cache_saved_s", _FLOAT), ("eqns", _INT), ("eqns_total", _INT), ("loop_repeats", _INT),
     ("loop_line", _TEXT), ("flops", _FLOAT), ("arg_bytes", _INT), ("out_bytes", _INT), ("temp_bytes", _INT),
     ("compile_s_per_keqn", _FLOAT), ("jit", _TEXT), ("thread", _INT), ("key", _TEXT), ("seq", _INT),
-    ("host", _TEXT), ("process", _INT), ("signature", _TEXT), ("hint_ids", _TEXT),
+    ("host", _TEXT), ("process", _INT), ("signature", _TEXT), ("hint_ids", _TEXT), ("line_profile", _TEXT),
 )
 COLUMNS = tuple(name for name, _ in COLUMN_TYPES)
 _TEXT_COLUMNS = tuple(name for name, kind in COLUMN_TYPES if kind == _TEXT)
