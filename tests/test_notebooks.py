@@ -100,6 +100,14 @@ EXPECTED = {
         row("simulate", "first"),
         row("simulate_rolled", "first"),
     ],
+    "11_where_compile_time_goes": [
+        row("train_step", "first"),
+        *(row("train_step", "shape", "tokens", f"i32[8,{a}]", f"i32[8,{b}]")
+          for a, b in zip(*(lambda n: (n, n[1:]))([34, 119, 21, 58, 203, 16, 84, 136, 41, 250, 27, 96]))),
+        row("train_step_bucketed", "first"),
+        *(row("train_step_bucketed", "shape", "tokens", f"i32[8,{a}]", f"i32[8,{b}]")
+          for a, b in zip(*(lambda n: (n, n[1:]))([34, 136, 58, 250, 96]))),
+    ],
     "09_flax_nnx": [
         row("train_step", "first"),
         row("train_step", "static", "model.calls", "0", "1"),
