@@ -36,7 +36,9 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from ._cost import _JAXPR_PARAMS, _jaxpr_params
+from ._bounded import Bounded
+from ._cost import sub_jaxprs
+from ._jax_internals import traceback_lines
 
 MAX_ROWS = 20  # lines kept per trace, most inclusive equations first; the rest in one "other" row
 OTHER = "<other>"  # the row of the lines not kept and of equations with no user line at all
@@ -52,12 +54,14 @@ class LineProfiler:
     def __init__(self, is_library: Callable[[str], bool], location: Callable[[str, int], str]):
         self._is_library = is_library
         self._location = location
-        self._verdicts: dict[int, int] = {}  # id(code) -> _USER / _LIBRARY / _BOUNDARY
-        self._codes: list = []  # the code objects whose ids key `_verdicts` and `_lines` (kept alive)
-        self._lines: dict[tuple, tuple] = {}  # (id(code), offset) -> (file, line)
-        self._subs: dict[int, tuple] = {}  # id(jaxpr) -> (weak reference, _Walked)
+        # id(code) -> _USER / _LIBRARY / _BOUNDARY, and (id(code), offset) -> (file, line); keyed by id
+        # (a code object hashes its whole contents), the code objects kept alive in `_codes`
+        self._verdicts: dict[int, int] = {}
+        self._codes: list = []
+        self._lines: dict[tuple, tuple] = {}
+        self._subs = Bounded(_MAX_SUBS)  # id(jaxpr) -> (weak reference, _Walked)
         self._stdlib = os.path.abspath(sysconfig.get_path("stdlib")) + os.sep
-        self._addr2line, self._pe_file = _jax_helpers()
+        self._addr2line, self._pe_file = traceback_lines()
 
     # ------------------------------------------------------------------ frames
     def _verdict(self, code) -> int:
@@ -118,7 +122,7 @@ class LineProfiler:
                     under[line] += 1
             else:
                 walked.orphans += 1
-            for sub in _sub_jaxprs(eqn):
+            for sub in sub_jaxprs(eqn):
                 inner = self._walk(sub)
                 walked.total += inner.total
                 own.update(inner.own)
@@ -131,12 +135,9 @@ class LineProfiler:
                 else:
                     walked.orphans += inner.orphans
         try:
-            ref = weakref.ref(jaxpr)
-        except TypeError:
-            return walked
-        if len(self._subs) >= _MAX_SUBS:
-            self._subs.clear()
-        self._subs[id(jaxpr)] = (ref, walked)
+            self._subs.put(id(jaxpr), (weakref.ref(jaxpr), walked))
+        except TypeError:  # not weakly referable: walked again next time
+            pass
         return walked
 
     def profile(self, closed_jaxpr: Any, max_rows: int = MAX_ROWS) -> tuple:
@@ -162,34 +163,6 @@ class _Walked:
         self.under: Counter = Counter()
         self.orphans = 0
         self.total = 0
-
-
-def _sub_jaxprs(eqn: Any) -> list:
-    """The jaxprs an equation's parameters hold (as `_cost.count_equations` counts them)."""
-    names = _JAXPR_PARAMS.get(eqn.primitive)
-    if names is None:
-        names = _jaxpr_params(eqn)
-    if not names:
-        return []
-    out = []
-    params = eqn.params
-    for name in names:
-        value = params.get(name)
-        if value is None:
-            continue
-        for sub in value if isinstance(value, (tuple, list)) else (value,):
-            inner = getattr(sub, "jaxpr", sub) if type(sub).__name__ == "ClosedJaxpr" else sub
-            if type(inner).__name__ == "Jaxpr":
-                out.append(inner)
-    return out
-
-
-def _jax_helpers() -> tuple:
-    """(Traceback.code_addr2line, the file of JAX's partial_eval), read once."""
-    from jax._src.interpreters import partial_eval
-    from jax._src.lib import xla_client
-
-    return xla_client.Traceback.code_addr2line, partial_eval.__file__
 
 
 # --------------------------------------------------------------- the column

@@ -54,61 +54,18 @@ def test_an_unrolled_loop_line_holds_its_equations(jt):
     assert jt.faults() == {}
 
 
-def _transformer():
-    import equinox as eqx
-
-    class Block(eqx.Module):
-        ln1: eqx.nn.LayerNorm
-        attn: eqx.nn.MultiheadAttention
-        ln2: eqx.nn.LayerNorm
-        up: eqx.nn.Linear
-        down: eqx.nn.Linear
-
-        def __init__(self, d, heads, key):
-            k1, k2, k3 = jax.random.split(key, 3)
-            self.ln1, self.ln2 = eqx.nn.LayerNorm(d), eqx.nn.LayerNorm(d)
-            self.attn = eqx.nn.MultiheadAttention(heads, d, key=k1)
-            self.up, self.down = eqx.nn.Linear(d, 4 * d, key=k2), eqx.nn.Linear(4 * d, d, key=k3)
-
-        def __call__(self, x):
-            h = jax.vmap(self.ln1)(x)
-            x = x + self.attn(h, h, h)
-            h = jax.vmap(self.ln2)(x)
-            return x + jax.vmap(lambda t: self.down(jax.nn.gelu(self.up(t))))(h)
-
-    class Model(eqx.Module):
-        embed: eqx.nn.Embedding
-        blocks: list
-        head: eqx.nn.Linear
-
-        def __init__(self, key):
-            keys = jax.random.split(key, 4)
-            self.embed = eqx.nn.Embedding(64, 16, key=keys[0])
-            self.blocks = [Block(16, 2, k) for k in keys[1:3]]
-            self.head = eqx.nn.Linear(16, 64, key=keys[3])
-
-        def __call__(self, tokens):
-            x = jax.vmap(self.embed)(tokens)
-            for block in self.blocks:
-                x = block(x)
-            return jax.vmap(self.head)(x)
-
-    def loss(model, tokens):
-        logits = jax.vmap(model)(tokens)
-        return -jnp.mean(jax.nn.log_softmax(logits)[..., 0])
-
-    return Model(jax.random.PRNGKey(0)), eqx.filter_jit(eqx.filter_value_and_grad(loss))
-
-
 def test_an_equinox_transformer_profile_sums_to_its_equations(jt):
-    model, step = _transformer()
-    step(model, jnp.zeros((2, 8), jnp.int32))
+    sys.path.insert(0, str(HERE.parent / "benchmarks"))
+    from _programs import transformer_step  # an Equinox transformer: attention, LayerNorm, MLP blocks
+
+    step, inputs = transformer_step(n_blocks=2, d=16, heads=2, seq=8, batch=2, vocab=64)
+    step(*inputs)
     events = [e for e in jt.get_session().log.events() if not e.internal and e.kind == "trace"]
     (event,) = events
     rows = profile_rows(event.line_profile)
     assert sum(own for _, own, _ in rows) == event.eqns_total > 300
     locations = [loc for loc, _, _ in rows if loc != OTHER]
-    assert all("test_where.py" in loc for loc in locations), locations  # Equinox's lines fold into ours
+    assert all("_programs.py" in loc for loc in locations), locations  # Equinox's lines fold into ours
     assert not any("equinox" in loc or "site-packages" in loc for loc, _, _ in rows)
 
 
