@@ -238,10 +238,10 @@ def shape_census(fn=None, *, sizes=None, max_padding: float = 0.15, events=None,
     import pandas as pd
 
     from ._census import CENSUS_FRAME_COLUMNS, census, census_rows
-    from ._where import _matches
+    from ._where import matches
 
     found = [c for c in census(_events(events, internal), sizes=sizes, max_padding=max_padding, internal=True)
-             if fn is None or _matches(type("E", (), {"function": c.function})(), fn)]
+             if matches(c.function, fn)]
     return pd.DataFrame(census_rows(found), columns=list(CENSUS_FRAME_COLUMNS))
 
 

@@ -27,13 +27,16 @@ PROFILE_FRAME_COLUMNS = ("function", "trace_number", "kind", "location", "eqns",
                          "compile_s", "compile_s_est", "key")
 
 
-def _matches(e, fn) -> bool:
+def matches(function: str | None, fn) -> bool:
+    """Whether a function's name is `fn`: None (every one), a (qualified) name, or the function."""
     if fn is None:
         return True
+    if function is None:
+        return False
     if isinstance(fn, str):
-        return e.function == fn or e.function.endswith("." + fn)
+        return function == fn or function.endswith("." + fn)
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
-    return name is not None and e.function == name
+    return name is not None and function == name
 
 
 def profile_frame(events: Iterable, fn=None, *, internal: bool = False):
@@ -42,7 +45,7 @@ def profile_frame(events: Iterable, fn=None, *, internal: bool = False):
 
     records = []
     for e in events:
-        if (e.internal and not internal) or not _matches(e, fn):
+        if (e.internal and not internal) or not matches(e.function, fn):
             continue
         rows = profile_rows(e.line_profile)
         total = e.eqns_total or sum(r[1] for r in rows)
