@@ -16,10 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # this checkout's jaxtrace_nb
 
 
 def programs():
@@ -97,7 +99,10 @@ def main() -> None:
     jt.reset()
     x = [r["eqns_total"] for r in rows]
     y = [r["compile_s"] for r in rows]
-    result = {"jax": jax.__version__, "python": sys.version.split()[0], "repeat": args.repeat,
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "unknown"
+    command = "python benchmarks/eqns_vs_compile.py" + "".join(f" {a}" for a in sys.argv[1:])
+    result = {"command": command, "commit": commit, "jax": jax.__version__, "python": sys.version.split()[0], "repeat": args.repeat,
               "date": time.strftime("%Y-%m-%d %H:%M"), "load_avg_before": load_before,
               "load_avg_after": os.getloadavg(), "programs": rows,
               "pearson": pearson(x, y), "spearman": pearson(_ranks(x), _ranks(y))}
@@ -112,6 +117,7 @@ def main() -> None:
     with open(base + ".txt", "w") as f:
         f.write("\n".join(f"{r['program']:24s} {r['eqns_total']:6d} eqns  {r['compile_s']:7.3f} s" for r in rows))
         f.write("\n" + summary + "\n")
+        f.write(f"command: {command}; commit {commit}\n")
 
 
 if __name__ == "__main__":
