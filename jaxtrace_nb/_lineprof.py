@@ -21,7 +21,7 @@ For every equation, sub-jaxprs included (scan, cond and while bodies, nested jit
 JAX 0.10 roots each equation's traceback at its own trace; JAX 0.8 records the whole Python
 stack, so the scan stops at JAX's ``trace_to_*`` frame, which emulates that.
 
-The walk costs about 3–5 µs an equation, so the probe runs it at the compile (hidden in XLA's
+The walk costs microseconds an equation (`benchmarks/lineprof_cost.py`), so the probe runs it at the compile (hidden in XLA's
 seconds) or when a view asks, never on the trace path; it keeps a weak reference to the jaxpr
 until then. Nothing is kept but location texts and counts.
 """
