@@ -24,7 +24,7 @@ from ._jax_layouts import PlainCall, TraceStart, cache_key
 from ._jax_tree import handle as tree_handle
 from ._lowering import lowering_signature
 from ._plans import CallPlan, argument_plan, call_plan, keys_are_str
-from ._records import FunctionIdentity, LoweringRecord, TraceRecord
+from ._records import Binding, FunctionIdentity, LoweringRecord, TraceRecord
 from ._signature import Signature
 from ._sites import CELL_FILE, MAX_CALL_SITE_DEPTH, CallSites
 from ._values import clip, printable, summarize_static
@@ -84,6 +84,7 @@ class Decoder(CallSites):
         self.internals = internals
         self._identities = Bounded(_MAX_KEPT)  # id(function) -> KnownFunction
         self._named_plans = Bounded(_MAX_KEPT)  # id(function) -> NamedPlan
+        self._bound = Bounded(_MAX_KEPT)  # id(function) -> weak reference: its binding was looked for
         self._context = TraceContext((), ())  # JAX's last trace-context values, and their texts
         self._trace_context = trace_context_function()  # JAX's: every config value its caches key on
 
@@ -108,7 +109,20 @@ class Decoder(CallSites):
             except TypeError:
                 ref = None
         return TraceRecord(identity, nested, signature, ref, thread, self.call_site(frame), cache_generation,
-                           arg_names)
+                           arg_names, None if identity.internal else self._first_binding(call.user_fun, ref, frame))
+
+    def _first_binding(self, fun: Any, ref: weakref.ref | None, frame) -> Binding | None:
+        """`binding` of a function object's first trace (None after: a retrace does not ask)."""
+        if ref is None or frame is None:
+            return None
+        seen = self._bound.get(id(fun))
+        if seen is not None and seen() is fun:
+            return None
+        self._bound.put(id(fun), ref)
+        try:
+            return self.binding(fun, frame)
+        except Exception:
+            return None
 
     def plain_jit_record(self, call: PlainCall, *, nested: bool, thread: int, cache_generation: int,
                          frame=None) -> TraceRecord | None:
@@ -144,7 +158,7 @@ class Decoder(CallSites):
                                       named.plan.n_leaves)
         # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this runs at every retrace.
         return tuple.__new__(TraceRecord, (known.identity, nested, signature, known.ref, thread,
-                                           self.call_site(frame), cache_generation, None))
+                                           self.call_site(frame), cache_generation, None, None))
 
     def _named_plan(self, fun: Any, known: KnownFunction, tree: Any, names: Any) -> NamedPlan | None:
         """The `NamedPlan` of a plain ``jax.jit`` function's call with `tree`, kept for its next

@@ -123,6 +123,12 @@ def seconds(value) -> str:
     return "" if value is None or value != value else f"{value:.3f}"
 
 
+def listed(items: list[str], most: int = 2) -> str:
+    """The first `most` of `items`, comma-separated, and how many more ("a, b +3 more")."""
+    shown = ", ".join(items[:most])
+    return shown + (f" +{len(items) - most} more" if len(items) > most else "")
+
+
 def cell_label(cell) -> str:
     """`In[4]` for a cell number, "" without one."""
     return "" if cell is None or cell != cell else f"In[{int(cell)}]"

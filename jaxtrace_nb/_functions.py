@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import collections
 
-from ._records import FunctionIdentity, TraceRecord
+from ._records import Binding, FunctionIdentity, TraceRecord
 from ._signature import Signature
 
 SIGNATURES_PER_FUNCTION = 8
@@ -60,7 +60,17 @@ def new_object(state: FunctionState, record: TraceRecord, cell: int | None) -> t
                       if identity.in_cell else f"re-defined at {identity.location}, was {state.location}")
     if cell is not None and state.cell is not None and state.cell != cell and identity.in_cell:
         return True, f"re-created in cell {cell}, last traced in cell {state.cell}"
+    if record.binding is not None:
+        return True, created_note(record.binding)
     return True, None
+
+
+def created_note(binding: Binding) -> str:
+    """Where a re-created function object came from, as far as Python can tell (`CallSites.binding`):
+    the line assigning the variable that held it, or every line that assigns it."""
+    if len(binding.lines) == 1:
+        return f"re-created at {binding.lines[0]}, where `{binding.name}` is assigned"
+    return f"re-created where `{binding.name}` is assigned: {' or '.join(binding.lines)}"
 
 
 def user_names(state: FunctionState, signature: Signature) -> Signature:

@@ -21,11 +21,11 @@ from ._vocabulary import Cause
 
 _HINTS = (
     Hint("weak_type.argument",
-         "{p} was {then} and is now {now}: pass the same kind every call, e.g. `jnp.asarray({path}, jnp.float32)` "
+         "{p} was {then} and is now {now}: pass the same kind every call, e.g. `jnp.asarray({path}, jnp.{dtype})` "
          "at the call site.", True),
     Hint("weak_type.inner",
          "{p} was {then} and is now {now}: give it one kind everywhere it is set, e.g. create it with "
-         "`jnp.asarray(value, jnp.float32)`.", True),
+         "`jnp.asarray(value, jnp.{dtype})`.", True),
     Hint("dtype.x64",
          "{p} switched between float32 and float64 (a NumPy float64 array, or `jax_enable_x64`): cast it to one "
          "dtype {where}, e.g. `jnp.asarray(..., jnp.float32)`.", True),
@@ -76,8 +76,7 @@ _HINTS = (
          "call, e.g. always `jnp.asarray(...)`.", True),
     Hint("structure.container_type",
          "{p} was a `{before}` and is now a `{after}`: different pytree node types, so a different structure "
-         "even with the same contents. Convert it to one type before the call (e.g. `flax.core.unfreeze(...)` "
-         "for a `FrozenDict`).", True),
+         "even with the same contents. Convert it to one type before the call{example}.", True),
     Hint("structure.changed",
          "The pytree structure changed at {p} (a key, a list length or a field): JAX traces each structure "
          "once.", False),
@@ -146,7 +145,10 @@ def _choose(e: Evidence) -> tuple[str, dict] | None:
     if cause == Cause.WEAK_TYPE:
         was_weak = e.old is not None and getattr(e.old.token, "weak", False) is True
         then, now = (_WEAK, _STRONG) if was_weak else (_STRONG, _WEAK)
-        return ("weak_type.argument" if is_argument(e.path) else "weak_type.inner"), {"then": then, "now": now}
+        # The dtype both calls share (only weakness differs): `step` of a TrainState is an int32.
+        dtype = getattr((e.new or e.old).token, "dtype", "float32")
+        return ("weak_type.argument" if is_argument(e.path) else "weak_type.inner"), \
+            {"then": then, "now": now, "dtype": dtype}
     if cause == Cause.SHAPE:
         return "shape", {}
     if cause == Cause.NEW_FUNCTION:
@@ -217,7 +219,9 @@ def _structure(e: Evidence) -> tuple[str, dict]:
     if "node" in kinds and len(kinds - {None}) == 2:
         return "structure.container_kind", {}
     if old is not None and new is not None and old.kind == new.kind == "node" and old.type_name != new.type_name:
-        return "structure.container_type", {"before": _short(old.type_name), "after": _short(new.type_name)}
+        before, after = _short(old.type_name), _short(new.type_name)
+        example = " (e.g. `flax.core.unfreeze(...)` for a `FrozenDict`)" if "FrozenDict" in (before, after) else ""
+        return "structure.container_type", {"before": before, "after": after, "example": example}
     return "structure.changed", {}
 
 

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
-import sysconfig
-import types
 import weakref
 
 from IPython.core import magic_arguments
@@ -15,7 +11,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from ._display import display_table, widgets_shown
 from ._frames import events_frame, export_frame
 from ._session import get_session
-from ._watch import RetraceError, Watch
+from ._watch import RetraceError, Watch, user_traceback
 from ._report import Report
 from ._views import mimebundle, render_text
 
@@ -93,33 +89,6 @@ def _numbered_as(shell, number: int | None):
         shell.execution_count = saved
 
 
-def _library_frame(frame) -> bool:
-    """A frame of JAX, a library or ours: hidden (`__tracebackhide__`), installed, or the stdlib's."""
-    filename = frame.f_code.co_filename
-    return bool(frame.f_locals.get("__tracebackhide__")) or any(
-        filename.startswith(root + os.sep) for root in _library_roots())
-
-
-def _library_roots() -> list[str]:
-    paths = sysconfig.get_paths()
-    return [os.path.normpath(paths[name]) for name in ("stdlib", "purelib", "platlib")] + [
-        os.path.normpath(p) for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
-
-
-def _visible(tb):
-    """`tb` ending at the innermost frame of the user's code (where the user called the function)."""
-    entries = []
-    while tb is not None:
-        entries.append((tb.tb_frame, tb.tb_lasti, tb.tb_lineno))
-        tb = tb.tb_next
-    while len(entries) > 1 and _library_frame(entries[-1][0]):
-        entries.pop()
-    out = None
-    for frame, lasti, lineno in reversed(entries):
-        out = types.TracebackType(out, frame, lasti, lineno)
-    return out
-
-
 @contextlib.contextmanager
 def _retrace_tracebacks(shell):
     """While the cell runs, show a `RetraceError` ending at the user's line: IPython always
@@ -130,7 +99,7 @@ def _retrace_tracebacks(shell):
         return
 
     def handler(self, etype, value, tb, tb_offset=None):
-        self.showtraceback((etype, value, _visible(tb)), tb_offset=tb_offset, running_compiled_code=True)
+        self.showtraceback((etype, value, user_traceback(tb)), tb_offset=tb_offset, running_compiled_code=True)
 
     shell.set_custom_exc((RetraceError,), handler)
     try:

@@ -67,11 +67,11 @@ class PendingDiagnosis(NamedTuple):
 class Draft:
     """A trace's event before it is built: what its start and end said, and its ticks."""
 
-    __slots__ = ("record", "time", "cell", "start", "end", "new_object", "diagnosis", "pending", "trace_number",
-                 "seconds", "graph", "event", "seq", "profile")
+    __slots__ = ("record", "time", "cell", "test", "start", "end", "new_object", "diagnosis", "pending",
+                 "trace_number", "seconds", "graph", "event", "seq", "profile")
 
-    def __init__(self, record: TraceRecord, cell: int | None):
-        self.record, self.time, self.cell = record, time.time(), cell
+    def __init__(self, record: TraceRecord, cell: int | None, test: str | None):
+        self.record, self.time, self.cell, self.test = record, time.time(), cell, test
         self.start = self.end = self.seq = None  # ticks; the log's number, reserved at its end
         self.new_object, self.diagnosis, self.pending = False, None, None  # read at `Lifecycle._begin`
         self.trace_number = self.seconds = self.graph = self.event = self.profile = None
@@ -87,13 +87,15 @@ class Lifecycle:
     """Implements the probe's `Sink`: records in, finished events out to `log`.
 
     `fault(stage, exc)` counts a failure inside jaxtrace_nb; `cell()` is the notebook cell
-    running now (or None); `place()` is (host, JAX's process index or None)."""
+    running now (or None); `test()` the pytest test running now (its node id, or None);
+    `place()` is (host, JAX's process index or None)."""
 
     def __init__(self, log: EventLog, *, fault: Callable[[str, BaseException], None],
-                 cell: Callable[[], int | None], place: Callable[[], tuple]):
+                 cell: Callable[[], int | None], place: Callable[[], tuple],
+                 test: Callable[[], str | None] = lambda: None):
         self.log = log
         self.fault = fault
-        self._cell, self._place = cell, place
+        self._cell, self._place, self._test = cell, place, test
         self.lock = threading.RLock()  # this state and every event handed to the log, in order
         self.functions: dict[str, FunctionState] = {}
         self._programs: dict[tuple, str] = {}  # (JAX name, JAX source info) -> function key
@@ -177,7 +179,7 @@ class Lifecycle:
         __tracebackhide__ = True
         log = self.log
         try:
-            draft = Draft(record, self._cell())
+            draft = Draft(record, self._cell(), self._test())
             with self.lock:
                 draft.start = next(self._ticks)
                 if not log.followed:
@@ -254,8 +256,10 @@ class Lifecycle:
         identity = record.identity
         event = self._event(identity, "trace", draft.diagnosis, draft.trace_number, record.thread,
                             nested=record.nested, call_site=record.call_site, time=when(draft.time),
-                            cell=draft.cell)
+                            cell=draft.cell, test=draft.test)
         event.seq = draft.seq
+        if draft.new_object and record.binding is not None:  # a re-created function object: where from
+            event.created_at = ", ".join(record.binding.lines)
         if self.keep_signatures and record.signature is not None and not identity.internal:
             # A persisted log (one per process of a multi-process run) keeps the argument leaves
             # of each trace, bounded, so that processes can be compared (`_processes`).
@@ -413,14 +417,16 @@ class Lifecycle:
         programs[program] = identity.key
 
     def _event(self, identity: FunctionIdentity, kind: str, d: Diagnosis | None, trace_number: int, thread: int,
-               *, nested: bool = False, call_site: str | None = None, time=None, cell=None) -> Event:
-        """An event of `identity`, made at `time` in `cell` (by default: now, in the current cell)."""
+               *, nested: bool = False, call_site: str | None = None, time=None, cell=None, test=None) -> Event:
+        """An event of `identity`, made at `time` in `cell` and `test` (by default: now, in the current
+        cell and test)."""
         if time is None:
-            time, cell = now(), self._cell()
+            time, cell, test = now(), self._cell(), self._test()
         host, process = self._place()
         event = Event(time=time, cell=cell, function=identity.name, location=identity.location, kind=kind,
                       internal=identity.internal, nested=nested, trace_number=trace_number, call_site=call_site,
-                      jit=identity.jit_kind, thread=thread, key=identity.key, host=host, process=process)
+                      jit=identity.jit_kind, thread=thread, key=identity.key, host=host, process=process,
+                      test=test)
         if d is not None:
             event.set_diagnosis(d, d.hint, d.hint_id)
         return event

@@ -50,6 +50,15 @@ class TraceRecord(NamedTuple):
     call_site: str | None  # innermost user frame of the call that traced ("file:line", "In[5]:3")
     cache_generation: int  # counts the times JAX's trace cache was seen emptied (jax.clear_caches)
     arg_names: dict | None  # JAX's name of each traced argument -> the user's path, where they differ
+    binding: Binding | None = None  # where the user's code bound the traced function object (its first trace)
+
+
+class Binding(NamedTuple):
+    """Where the user's code bound a jitted function object: the variable that held it when it was
+    called, and the lines of the user's code that assign that variable (`CallSites.binding`)."""
+
+    name: str
+    lines: tuple[str, ...]  # "file:line" (or "In[5]:3") of each assignment, in the code's order
 
 
 class Unrolled(NamedTuple):

@@ -28,6 +28,11 @@ class Column(NamedTuple):
     title: str  # what it means (the header's tooltip)
     text_width: int = 0  # its width in the terminal table; 0: not in the terminal table
     in_frame: bool = True
+    # How it gives way, in the HTML views: "" never; "empty": left out where no row has a value (the
+    # cells outside a notebook, the tests outside pytest); "narrow": hidden where the table has less
+    # room than it needs (`_widget.css`: JupyterLab with its file browser open at 1,280 px): a part of
+    # the seconds (total s stays), a size, or what the why already says (last cause, leaf).
+    collapse: str = ""
 
 
 # The views' table, one row per function (``jt.summary()``'s own columns: `_frames.SUMMARY_FRAME_COLUMNS`).
@@ -38,20 +43,22 @@ TABLE_COLUMNS = (
     Column("traces", "traces", "int", "traces: misses of JAX's tracing cache", 6),
     Column("compiles", "compiles", "int", "XLA compiles, after a trace or without one", 8),
     Column("eqns_total", "eqns total", "int", "jaxpr equations of its largest trace, sub-jaxprs (scan, cond and "
-           "while bodies, nested jits) included", 10),
+           "while bodies, nested jits) included", 10, collapse="narrow"),
     Column("loop_repeats", "loop ×", "int", "a block of equations repeated back to back this many times: a Python "
-           "loop unrolled into the graph"),
+           "loop unrolled into the graph", collapse="empty"),
     Column("trace_s", "trace s", "seconds", "seconds JAX spent tracing (blank when traced inside another jit: the "
-           "outer function's trace seconds include it)", 8),
-    Column("lower_s", "lower s", "seconds", "seconds JAX spent lowering to XLA", 8),
+           "outer function's trace seconds include it)", 8, collapse="narrow"),
+    Column("lower_s", "lower s", "seconds", "seconds JAX spent lowering to XLA", 8, collapse="narrow"),
     Column("compile_s", "compile s", "bar", "seconds of XLA compile", 9),
     Column("total_s", "total s", "seconds", "trace + lower + XLA compile seconds"),
-    Column("last_cause", "last cause", "text", "cause of the latest retrace (first: never retraced)", 12),
-    Column("last_leaf", "leaf", "code", "the leaf the latest retrace changed, in your names", 1),
+    Column("last_cause", "last cause", "text", "cause of the latest retrace (first: never retraced)", 12,
+           collapse="narrow"),
+    Column("last_leaf", "leaf", "code", "the leaf the latest retrace changed, in your names", 1, collapse="narrow"),
     Column("location", "defined at", "path", "where the function is defined: file:line, or In[n]:line for a cell"),
 )
 GROUP_COLUMNS = (
-    Column("cells", "cell", "text", "the cells (In[n]) whose calls traced", in_frame=False),
+    Column("cells", "cell", "text", "the cells (In[n]) whose calls traced", in_frame=False, collapse="empty"),
+    Column("tests", "test", "text", "the pytest tests (node ids) whose calls traced", in_frame=False, collapse="empty"),
     Column("function", "function", "code", "the function's qualified name"),
     Column("numbers", "#", "text", "trace numbers of the group", in_frame=False),
     Column("count", "×", "int", "how many traces (or compiles) the group holds", in_frame=False),
@@ -62,19 +69,20 @@ GROUP_COLUMNS = (
     Column("call_site", "first called at", "path", "the line of your code whose call traced, first in the group"),
 )
 EVENT_COLUMNS = (
-    Column("cell", "cell", "cell", "the cell (In[n]) whose call traced"),
-    Column("time", "time", "text", "when it happened"),
+    Column("cell", "cell", "cell", "the cell (In[n]) whose call traced", collapse="empty"),
+    Column("test", "test", "text", "the pytest test (node id) whose call traced", collapse="empty"),
+    Column("time", "time", "text", "when it happened", collapse="narrow"),
     Column("trace_number", "#", "int", "the function's trace number"),
     Column("cause", "cause", "text", "what changed"),
     Column("leaf", "leaf", "code", "the changed leaf, in your names"),
     Column("change", "before → after", "change", "before → after; hover for the full values", in_frame=False),
     Column("explanation", "why", "rich", "the explanation of this event (the hint is the group's)"),
     Column("call_site", "called at", "path", "the line of your code whose call traced"),
-    Column("eqns_total", "eqns total", "int", "jaxpr equations, sub-jaxprs included"),
-    Column("flops", "FLOPs", "num", "XLA's cost analysis of the compiled program"),
-    Column("cache_hit", "cache", "cache", "served by JAX's persistent compilation cache"),
-    Column("trace_s", "trace s", "seconds", "seconds JAX spent tracing"),
-    Column("lower_s", "lower s", "seconds", "seconds JAX spent lowering"),
+    Column("eqns_total", "eqns total", "int", "jaxpr equations, sub-jaxprs included", collapse="narrow"),
+    Column("flops", "FLOPs", "num", "XLA's cost analysis of the compiled program", collapse="narrow"),
+    Column("cache_hit", "cache", "cache", "served by JAX's persistent compilation cache", collapse="narrow"),
+    Column("trace_s", "trace s", "seconds", "seconds JAX spent tracing", collapse="narrow"),
+    Column("lower_s", "lower s", "seconds", "seconds JAX spent lowering", collapse="narrow"),
     Column("compile_s", "compile s", "seconds", "seconds of XLA compile"),
     Column("total_s", "total s", "bar", "trace + lower + XLA compile seconds", in_frame=False),
 )

@@ -66,6 +66,8 @@ class GroupText(NamedTuple):
     """A group of events as every view words it: display strings (`change_full` unshortened)."""
 
     cells: str
+    tests: str  # the pytest tests whose calls traced (node ids), the first few
+    tests_full: str  # every one of them, a line each, where `tests` lists only the first few (else "")
     function: str
     numbers: str  # "#2", "#2–#16"
     kind: str
@@ -77,22 +79,26 @@ class GroupText(NamedTuple):
     call_site: str
     explanation: str
     hint: str
+    created_at: str  # where a re-created function object was made ("" for any other group)
 
 
 def group_text(g: Group) -> GroupText:
     first = g.first
     cells = list(dict.fromkeys(fmt.cell_label(e.cell) for e in g.events if e.cell is not None))
+    tests = list(dict.fromkeys(e.test for e in g.events if e.test))
     numbers = {e.trace_number for e in g.events if e.trace_number is not None}
     span = (f"#{min(numbers)}" + (f"–#{max(numbers)}" if len(numbers) > 1 else "")) if numbers else ""
     shown, full = change_texts(g.events)
     explanation, hint = _explained(first)
-    return GroupText(", ".join(cells), first.function, span, first.kind, len(g.events),
-                     first.cause or "(not diagnosed)", first.leaf, shown, full, fmt.short_path(first.call_site),
-                     explanation, hint)
+    created = " or ".join(fmt.short_path(c) for c in (first.created_at or "").split(", ") if c)
+    return GroupText(", ".join(cells), fmt.listed(tests), "\n".join(tests) if len(tests) > 2 else "", first.function,
+                     span, first.kind, len(g.events), first.cause or "(not diagnosed)", first.leaf, shown, full,
+                     fmt.short_path(first.call_site), explanation, hint, created)
 
 
 def why_line(t: GroupText) -> list[list[str]]:
-    """The one wording of a group's why: ×N cause at leaf: before → after · first called at where."""
+    """The one wording of a group's why: ×N cause at leaf: before → after · first called at where
+    (· created at where, for a function object re-created)."""
     spans = [["count", f"×{t.count}"], ["", " "]] if t.count > 1 else []
     spans.append(["", t.cause])
     if t.leaf:
@@ -101,16 +107,19 @@ def why_line(t: GroupText) -> list[list[str]]:
         spans += [["", ": "], ["change", t.change, t.change_full]]
     if t.call_site:
         spans.append(["called", f" · {'first ' if t.count > 1 else ''}called at {t.call_site}"])
+    if t.created_at:
+        spans.append(["called", f" · created at {t.created_at}"])
     return spans
 
 
 def group_row(g: Group) -> dict:
     t = group_text(g)
     return {
-        "cells": t.cells, "function": t.function, "numbers": t.numbers, "kind": t.kind, "count": t.count,
+        "cells": t.cells, "tests": t.tests, "function": t.function, "numbers": t.numbers, "kind": t.kind,
+        "count": t.count,
         "cause": t.cause, "leaf": t.leaf, "change": t.change, "call_site": t.call_site,
         "explanation": prose_cell(t.explanation, t.hint), "first_seq": g.first.seq, "last_seq": g.events[-1].seq,
-        "full": {"change": t.change_full},
+        "full": {"change": t.change_full, "tests": t.tests_full},
     }
 
 
@@ -119,7 +128,8 @@ def event_row(e: Event, slowest_seq) -> dict:
     before, after, _ = fmt.short_numbers(e.before, e.after)
     explanation, _ = _explained(e)
     return {
-        "seq": e.seq, "cell": fmt.cell_label(e.cell), "time": e.time.strftime("%H:%M:%S") if e.time else None,
+        "seq": e.seq, "cell": fmt.cell_label(e.cell), "test": e.test,
+        "time": e.time.strftime("%H:%M:%S") if e.time else None,
         "trace_number": e.trace_number, "kind": e.kind, "cause": e.cause, "leaf": e.leaf,
         "change": fmt.change(before, after), "call_site": fmt.short_path(e.call_site),
         "explanation": prose_cell(explanation, None), "eqns_total": json_value(e.eqns_total),
@@ -140,15 +150,22 @@ def why(row: dict) -> list | None:
 
 
 def _search(row: dict) -> str:
-    """Everything the filter matches: function, leaves, causes, cells, locations and call sites
-    (as shown: a path of the machine stays out of the views' data)."""
+    """Everything the filter matches: function, leaves (the one each retrace names, and every other
+    its explanation names: "Also changed: `b` (shape)"), causes, cells, tests, locations and call
+    sites (as shown: a path of the machine stays out of the views' data)."""
     words = [row["function"], fmt.short_path(row["location"])]
-    cells, call_sites = set(), set()
+    cells, tests, call_sites, explanations = set(), set(), set(), set()
     for g in row["groups"]:
         words += [g.first.cause or "", g.first.leaf or ""]
-        cells.update(e.cell for e in g.events)
-        call_sites.update(e.call_site for e in g.events)
+        for e in g.events:
+            cells.add(e.cell)
+            tests.add(e.test)
+            call_sites.add(e.call_site)
+            explanations.add(e.explanation)
+    words += [piece for text in sorted(t for t in explanations if t)
+              for code, piece in fmt.code_spans(fmt.short_paths_in(text)) if code]
     words += [fmt.cell_label(c) for c in sorted(c for c in cells if c is not None)]
+    words += sorted(t for t in tests if t)
     words += [fmt.short_path(c) for c in call_sites]
     if row["nested"]:
         words.append("nested")
@@ -208,7 +225,8 @@ def history_view(report: Report, function_id: str) -> dict:
 
 def column_spec(columns) -> list[dict]:
     """A column spec as the JS view receives it (the view holds no copy of its own)."""
-    return [{"name": c.name, "label": c.label, "kind": c.kind, "title": c.title} for c in columns]
+    return [{"name": c.name, "label": c.label, "kind": c.kind, "title": c.title, "collapse": c.collapse}
+            for c in columns]
 
 
 SPECS = {"columns": column_spec(TABLE_COLUMNS), "group_columns": column_spec(GROUP_COLUMNS),

@@ -133,6 +133,25 @@ def run(script: str | None, args: list[str], *, module: str | None = None, persi
     recording = _Recording(persist, max_traces, max_retraces)
     status = {"interrupted": False, "pid": os.getpid()}
     title = title or f"jaxtrace_nb run {target}"
+    runner = _runner(script, module, args)
+    if isinstance(runner, int):
+        return runner
+    # Registered before the program runs, so it runs after the program's own atexit handlers.
+    atexit.register(_at_exit, recording, title, status)
+    after_import("jax", recording.begin)
+    try:
+        runner()
+    except SystemExit:
+        raise  # python prints its message, if any, and exits with its code; the report at exit
+    except BaseException as e:  # noqa: BLE001 - printed as python prints an uncaught exception
+        _print_uncaught(e, status)
+        return 1
+    return 0
+
+
+def _runner(script: str | None, module: str | None, args: list[str]):
+    """What runs the program, with ``sys.argv`` and ``sys.path[0]`` set as python sets them; or
+    python's exit status when there is nothing to run."""
     if module is not None:
         import importlib.util
 
@@ -144,7 +163,7 @@ def run(script: str | None, args: list[str], *, module: str | None = None, persi
         if not found:
             print(f"{sys.executable}: No module named {module}", file=sys.stderr)
             return 1
-        runner = lambda: _run_module(module)  # noqa: E731
+        return lambda: _run_module(module)
     else:
         assert script is not None
         if not os.path.exists(script):
@@ -153,30 +172,24 @@ def run(script: str | None, args: list[str], *, module: str | None = None, persi
             return 2
         sys.argv = [script, *args]
         _set_path0(script)
-        runner = lambda: _run_path(script)  # noqa: E731
-    # Registered before the program runs, so it runs after the program's own atexit handlers.
-    atexit.register(_at_exit, recording, title, status)
-    after_import("jax", recording.begin)
-    try:
-        runner()
-    except SystemExit:
-        raise  # python prints its message, if any, and exits with its code; the report at exit
-    except BaseException as e:  # noqa: BLE001 - printed as python prints an uncaught exception
-        tb = _user_traceback(e.__traceback__)
-        e.__traceback__ = tb  # python's display reads the exception's own traceback
-        sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
-        if sys.version_info >= (3, 12):
-            sys.last_exc = e
-        try:
-            sys.excepthook(type(e), e, tb)
-        except Exception:
-            import traceback
+        return lambda: _run_path(script)
 
-            traceback.print_exception(type(e), e, tb)
-        if isinstance(e, KeyboardInterrupt):
-            status["interrupted"] = True  # exit as python does: killed by SIGINT, after atexit
-        return 1
-    return 0
+
+def _print_uncaught(e: BaseException, status: dict) -> None:
+    """Print an exception the program did not catch as python does, and note a ^C."""
+    tb = _user_traceback(e.__traceback__)
+    e.__traceback__ = tb  # python's display reads the exception's own traceback
+    sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
+    if sys.version_info >= (3, 12):
+        sys.last_exc = e
+    try:
+        sys.excepthook(type(e), e, tb)
+    except Exception:
+        import traceback
+
+        traceback.print_exception(type(e), e, tb)
+    if isinstance(e, KeyboardInterrupt):
+        status["interrupted"] = True  # exit as python does: killed by SIGINT, after atexit
 
 
 def _set_path0(script: str) -> None:

@@ -28,9 +28,11 @@ class Session:
 
     def __init__(self):
         self.log = EventLog()
-        self.lifecycle = Lifecycle(self.log, fault=self.fault, cell=lambda: self.current_cell, place=self._place)
+        self.lifecycle = Lifecycle(self.log, fault=self.fault, cell=lambda: self.current_cell, place=self._place,
+                                   test=lambda: self.current_test)
         self.probe = Probe(self.lifecycle)
         self.current_cell: int | None = None
+        self.current_test: str | None = None  # the pytest node id of the test running (the pytest plugin)
         self.notice = ""
         self.untested_ok = False  # record in full on a newer JAX without the self-check (the check itself)
         self.fault_counts: collections.Counter = collections.Counter()
@@ -115,6 +117,13 @@ class Session:
             self.probe.forget_unprofiled()
             self.lifecycle.reset()
             self.log.reset()
+
+    def forget_functions(self) -> None:
+        """Count every function afresh from now on (its next trace is its first), keeping the log:
+        what a test run from empty JAX caches sees (the pytest plugin's baseline)."""
+        with self.lifecycle.lock:
+            self.lifecycle.publish()  # the events recorded so far keep what they knew
+            self.lifecycle.reset()
 
     # -------------------------------------------------------------- faults
     def fault(self, stage: str, exc: BaseException) -> None:

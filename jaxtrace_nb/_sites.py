@@ -16,11 +16,14 @@ import weakref
 from typing import Any, Callable, NamedTuple
 
 from ._bounded import Bounded
+from ._records import Binding
 from ._values import printable
 
 CELL_FILE = re.compile(r"^<ipython-input-\d+-[0-9a-f]+>$|ipykernel_\d+[/\\]\d+\.py$")
 MAX_CALL_SITE_DEPTH = 64
 _MAX_KEPT = 4096
+MAX_BINDING_FRAMES = 8  # user frames searched for the variable holding a new function object
+_STORES = frozenset(("STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF"))
 
 
 def package_dirs(name: str) -> tuple[str, ...]:
@@ -71,6 +74,7 @@ class CallSites:
         self._call_path: CallPath | None = None  # the stack of the last `call_site`, as it keeps it
         self._last_site = LastSite(_dead_ref, -1, "")
         self._package_dirs: dict[str, tuple] = {}  # a library's package name -> its folders
+        self._store_lines = Bounded(_MAX_KEPT)  # (id(code), variable name) -> (weak ref to the code, lines)
 
     def location(self, filename: str, line: int) -> str:
         """"file:line", or "In[5]:3" for a notebook cell (asked each time; other files' texts are kept)."""
@@ -171,3 +175,108 @@ class CallSites:
             return line
         self._lines.put(key, KnownLine(ref, line))
         return line
+
+    # ------------------------------------------------------------------ bindings
+    def binding(self, fun: Any, frame=None) -> Binding | None:
+        """Where the user's code bound `fun`, a function object traced for the first time: the
+        innermost user frame (from `frame` outwards) with a variable that holds it, or holds the
+        jit wrapper around it, and the lines of that frame's code that assign the variable. None
+        when no readable frame holds it (``jax.jit(f)(x)``: made where it is called) or when that
+        frame's code assigns no such variable.
+
+        What Python keeps: which variable holds an object, and where the code assigns it; not which
+        assignment ran (an object keeps no record of where it was made), so every assigning line is
+        named. Only variables that can be read without side effects are read (`_variables`): a
+        module's (a script, a notebook cell) and, from Python 3.13, a function's. Nothing is called
+        on the user's objects but `callable` and the read of their instance dictionary."""
+        f, frames = frame, 0
+        while f is not None and frames < MAX_BINDING_FRAMES:
+            code = f.f_code
+            if self.is_library(code.co_filename) or code.co_filename.startswith("<frozen"):
+                f = f.f_back
+                continue
+            frames += 1
+            name = _holder(_variables(f), fun, self.library_dirs)
+            if name is not None:
+                stores = self._stores(code, name)
+                if not stores:
+                    return None  # held, not assigned by this code (a global another function sets)
+                return Binding(printable(name, 100), tuple(self.location(code.co_filename, n) for n in stores))
+            f = f.f_back  # not held here (a parameter, a function frame not read): the caller's
+        return None
+
+    def _stores(self, code: Any, name: str) -> tuple[int, ...]:
+        """The lines of `code` that assign the variable `name` (its bytecode's stores), kept per code."""
+        key = (id(code), name)
+        known = self._store_lines.get(key)
+        if known is not None and known[0]() is code:
+            return known[1]
+        import dis
+
+        lines = []
+        for instruction in dis.get_instructions(code):
+            if instruction.opname in _STORES and instruction.argval == name:
+                line = instruction.positions.lineno if instruction.positions else None
+                if line is not None and line not in lines:
+                    lines.append(line)
+        found = tuple(lines)
+        try:
+            self._store_lines.put(key, (weakref.ref(code), found))
+        except TypeError:
+            pass
+        return found
+
+
+def _variables(frame) -> Any:
+    """`frame`'s variables where reading them changes nothing, else None: a module's code (a script,
+    a notebook cell) stores its variables in its globals; a function's are read through
+    ``f_locals`` only from Python 3.13 (a view, PEP 667). Before, ``f_locals`` of a running function
+    is a snapshot the frame keeps: it would hold every local value alive until the function returns,
+    even one the function deletes."""
+    if frame.f_code.co_name == "<module>":
+        return frame.f_globals
+    if sys.version_info >= (3, 13):
+        try:
+            return frame.f_locals
+        except Exception:
+            return None
+    return None
+
+
+def _holder(names, fun: Any, library_dirs: tuple[str, ...]) -> str | None:
+    """The name of the variable in `names` that holds `fun`, or the jit object wrapping it: its
+    instance dictionary's ``__wrapped__`` (``jax.jit``, ``nnx.jit``), or, for an object of a
+    library's own type, its ``__wrapped__`` attribute (``eqx.filter_jit``'s, a property). No code of
+    the user's objects runs."""
+    if names is None:
+        return None
+    try:
+        items = list(names.items())
+    except Exception:
+        return None
+    for name, value in items:
+        if value is fun:
+            return name
+        if not callable(value):
+            continue
+        try:
+            own = object.__getattribute__(value, "__dict__")
+        except Exception:
+            continue
+        if type(own) is not dict:
+            continue
+        if own.get("__wrapped__") is fun:
+            return name
+        if _library_type(value, library_dirs):
+            try:
+                if getattr(value, "__wrapped__", None) is fun:
+                    return name
+            except Exception:
+                continue
+    return None
+
+
+def _library_type(value: Any, library_dirs: tuple[str, ...]) -> bool:
+    module = sys.modules.get(getattr(type(value), "__module__", "") or "")
+    file = getattr(module, "__file__", None) or ""
+    return bool(library_dirs) and file.startswith(library_dirs)

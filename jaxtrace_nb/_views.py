@@ -21,7 +21,9 @@ from ._rows import HINT_LABEL, GroupText, group_row, group_text, table_row, why_
 MAX_GROUPS_SHOWN = 20
 MAX_ROWS_SHOWN = 200
 _NUMERIC = ("int", "num", "seconds", "bar")
-_BREAK_AFTER = re.compile(r"(?<=[./\[])")
+# Where code may wrap: after "/" or "[", and after a "." that is no decimal point (never inside a number:
+# `0.0375` stays whole). `_widget.js` splits alike.
+_BREAK_AFTER = re.compile(r"(?<=[/\[])|(?<=\.)(?!\d)")
 
 
 @functools.lru_cache(maxsize=1)
@@ -62,7 +64,8 @@ def plain_text(spans: list) -> str:
 def group_line(t: GroupText) -> str:
     """The one-line title of a group of retraces: where, which, then its why (`_rows.why_line`)."""
     cells = f"{t.cells} " if t.cells else ""
-    return f"{cells}{t.function} {t.numbers} {t.kind}: {plain_text(why_line(t))}"
+    tests = f" in {t.tests}" if t.tests else ""
+    return f"{cells}{t.function} {t.numbers} {t.kind}{tests}: {plain_text(why_line(t))}"
 
 
 def render_text(report: Report, *, sections: bool = False) -> str:
@@ -101,7 +104,7 @@ def _e(value) -> str:
 
 
 def breakable(text) -> str:
-    """Escaped `text` that wraps only at spaces and after `.`, `/` or `[`, never inside a word."""
+    """Escaped `text` that wraps only at spaces and after `.`, `/` or `[`, never inside a word or a number."""
     return "<wbr>".join(_e(piece) for piece in _BREAK_AFTER.split(str(text)))
 
 
@@ -127,11 +130,22 @@ def rich_html(blocks: list | None) -> str:
     return "".join(parts)
 
 
+def _css(column: Column) -> str:
+    """A column's classes, the same in the widget (`_widget.js`): its name, numeric, collapsible."""
+    return f"jtnb-c-{column.name}" + (" jtnb-n" if column.kind in _NUMERIC else "") + \
+        (" jtnb-narrow" if column.collapse == "narrow" else "")
+
+
+def shown_columns(columns: tuple[Column, ...], rows: list[dict]) -> tuple[Column, ...]:
+    """`columns` less those left out where empty (`Column.collapse`) that no row has a value of."""
+    return tuple(c for c in columns if c.collapse != "empty" or any(r.get(c.name) not in (None, "") for r in rows))
+
+
 def _cell_html(column: Column, row: dict, scale: float) -> str:
     value, kind = row.get(column.name), column.kind
     full = row.get("full", {}).get(column.name)
     title = f" title='{_e(full)}'" if full else ""
-    css = f"jtnb-c-{column.name}" + (" jtnb-n" if kind in _NUMERIC else "")
+    css = _css(column)
     if kind in ("seconds", "bar"):
         inner = fmt.seconds(value)
         if kind == "bar" and value:
@@ -148,8 +162,8 @@ def _cell_html(column: Column, row: dict, scale: float) -> str:
 
 
 def _html_table(name: str, columns: tuple[Column, ...], rows: list[dict], scale: float = 0.0) -> str:
-    head = "".join(f"<th class='jtnb-c-{c.name}{' jtnb-n' if c.kind in _NUMERIC else ''}' title='{_e(c.title)}'>"
-                   f"{_e(c.label)}</th>" for c in columns)
+    columns = shown_columns(columns, rows)
+    head = "".join(f"<th class='{_css(c)}' title='{_e(c.title)}'>{_e(c.label)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(_cell_html(c, r, scale) for c in columns) + "</tr>" for r in rows)
     return (f"<div class='jtnb-scroll'><table class='jtnb-table jtnb-{name}'><thead><tr>{head}</tr></thead>"
             f"<tbody>{body}</tbody></table></div>")

@@ -13,10 +13,11 @@ function h(tag, className, text) {
   return node;
 }
 
-// Text that may wrap at spaces and after . / [ but never inside a word.
+// Text that may wrap at spaces and after / [ or a . that is no decimal point: never inside a word or a
+// number (`_views._BREAK_AFTER`).
 function breakable(text) {
   const out = document.createDocumentFragment();
-  String(text ?? "").split(/(?<=[./[])/).forEach((piece, i) => {
+  String(text ?? "").split(/(?<=[/[])|(?<=\.)(?!\d)/).forEach((piece, i) => {
     if (i) out.appendChild(document.createElement("wbr"));
     out.appendChild(document.createTextNode(piece));
   });
@@ -90,8 +91,19 @@ const DRAW = {
   rich: (td, v) => { td.appendChild(rich(v)); },
 };
 
+// A column's classes, as the static HTML has them (`_views._css`): its name, numeric, collapsible.
+function css(column) {
+  return `jtnb-c-${column.name}${NUMERIC.has(column.kind) ? " jtnb-n" : ""}${column.collapse === "narrow" ? " jtnb-narrow" : ""}`;
+}
+
+// The columns less those left out where empty (`_report.Column.collapse`) that no row has a value of.
+function shown(columns, rows) {
+  const has = (v) => v !== null && v !== undefined && v !== "";
+  return columns.filter((c) => c.collapse !== "empty" || rows.some((r) => has(r[c.name])));
+}
+
 function cell(column, row, scale) {
-  const td = h("td", `jtnb-c-${column.name}${NUMERIC.has(column.kind) ? " jtnb-n" : ""}`);
+  const td = h("td", css(column));
   const value = row[column.name];
   const draw = DRAW[column.kind];
   if (draw) draw(td, value, row, column, scale);
@@ -105,7 +117,7 @@ function head(columns, onSort) {
   const thead = h("thead");
   const tr = h("tr");
   for (const column of columns) {
-    const th = h("th", `jtnb-c-${column.name}${NUMERIC.has(column.kind) ? " jtnb-n" : ""}`, column.label);
+    const th = h("th", css(column), column.label);
     th.title = column.title;
     th.dataset.column = column.name;
     if (onSort) {
@@ -163,8 +175,9 @@ function controls(model, set) {
   const box = h("div", "jtnb-controls");
   const filter = h("input", "jtnb-filter");
   filter.type = "search";
-  filter.placeholder = "filter: function, leaf, cause, In[n], file";
-  filter.title = "shows the functions whose name, leaves, causes, cells, locations or call sites contain every word";
+  filter.placeholder = "filter: function, leaf, cause, In[n], test, file";
+  filter.title = "shows the functions whose name, changed leaves, causes, cells, tests, locations or call sites " +
+    "contain every word";
   let debounce = null; // while set, the box holds an edit the model has not seen yet
   filter.addEventListener("input", () => {
     clearTimeout(debounce);
@@ -212,7 +225,7 @@ function summaryTable(model, set, tbody, pagerBox) {
   const rows = visibleRows(model);
   const size = Math.max(1, model.get("page_size"));
   const page = Math.min(Math.max(0, model.get("page")), Math.max(0, Math.ceil(rows.length / size) - 1));
-  const columns = model.get("columns");
+  const columns = shown(model.get("columns"), allRows(model));
   const scale = Math.max(0, ...rows.map((r) => r.compile_s || 0));
   const selected = model.get("selected");
   const trs = rows.slice(page * size, (page + 1) * size).map((row) => {
@@ -236,9 +249,9 @@ function summaryTable(model, set, tbody, pagerBox) {
   pagerBox.replaceChildren(...(rows.length > size ? [pager(page, size, rows.length, (p) => set({ page: p }))] : []));
 }
 
-function groupRows(model, group, open, toggle) {
+function groupRows(model, group, open, toggle, groupColumns) {
   const tr = h("tr", `jtnb-group${open ? " jtnb-open-group" : ""}`);
-  for (const column of model.get("group_columns")) tr.appendChild(cell(column, group, 0));
+  for (const column of groupColumns) tr.appendChild(cell(column, group, 0));
   const button = h("button", "jtnb-expand", `${open ? "▾" : "▸"} ${group.count} event(s)`);
   button.title = "list the events of this group";
   tr.firstChild.prepend(button, " ");
@@ -246,8 +259,8 @@ function groupRows(model, group, open, toggle) {
   if (!open) return [tr];
   const sub = h("tr", "jtnb-events-row");
   const td = h("td");
-  td.colSpan = model.get("group_columns").length;
-  const columns = model.get("event_columns");
+  td.colSpan = groupColumns.length;
+  const columns = shown(model.get("event_columns"), group.events);
   const table = h("table", "jtnb-table jtnb-events");
   const body = h("tbody");
   const scale = Math.max(0, ...group.events.map((e) => e.total_s || 0));
@@ -278,13 +291,14 @@ function historyPanel(model, box, opened) {
   title.append(close);
   const note = h("div", "jtnb-note", `${history.note} · repeats grouped by cause and leaf: click a group for its events`);
   const body = h("tbody");
+  const groupColumns = shown(model.get("group_columns"), history.groups);
   for (const group of history.groups) {
     const id = `${history.key}:${group.first_seq}`;
     const toggle = () => { opened.has(id) ? opened.delete(id) : opened.add(id); historyPanel(model, box, opened); };
-    body.append(...groupRows(model, group, opened.has(id), toggle));
+    body.append(...groupRows(model, group, opened.has(id), toggle, groupColumns));
   }
   const table = h("table", "jtnb-table jtnb-groups");
-  table.append(head(model.get("group_columns")), body);
+  table.append(head(groupColumns), body);
   const scroll = h("div", "jtnb-scroll");
   scroll.appendChild(table);
   box.replaceChildren(title, note, scroll, ...whereBoxes(history));
@@ -389,7 +403,7 @@ function render({ model, el }) {
     bar.refresh();
   };
   const drawTable = () => {
-    table.replaceChildren(head(model.get("columns"), onSort), tbody);
+    table.replaceChildren(head(shown(model.get("columns"), allRows(model)), onSort), tbody);
     for (const th of table.querySelectorAll("th")) {
       const active = th.dataset.column === model.get("sort_by");
       th.classList.toggle("jtnb-sorted", active);
@@ -448,5 +462,7 @@ class LocalModel {
   }
 }
 
-export { LocalModel, render };
+// anywidget's current form: a default export holding `render` (a named `render` export is deprecated).
+// The self-contained report inlines this module and calls `render` and `LocalModel` directly.
+export { LocalModel };
 export default { render };

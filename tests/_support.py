@@ -11,6 +11,7 @@
 import contextlib
 import gc
 import importlib.util
+import inspect
 import logging
 import pathlib
 import re
@@ -56,13 +57,30 @@ def error(e: BaseException) -> tuple:
             None if cause is None else (type(cause).__name__, _ADDRESS.sub("0x?", str(cause))))
 
 
+def _next_seq() -> int:
+    from jaxtrace_nb._session import get_session
+
+    return get_session().log.next_seq
+
+
+def calling_line(thunk) -> str | None:
+    """`file:line` of a one-line ``lambda`` (the line it calls from, read from its own source with
+    `inspect`); None for any other callable."""
+    if getattr(thunk, "__name__", None) != "<lambda>":
+        return None
+    lines, first = inspect.getsourcelines(thunk)
+    return f"{inspect.getsourcefile(thunk)}:{first}" if len(lines) == 1 else None
+
+
 class Run:
-    """What a program did: step outcomes, warnings, body runs, cache sizes."""
+    """What a program did: step outcomes, warnings, body runs, cache sizes, and where each step called
+    from (`calls`: (label, the line of a one-line lambda step or None, the log's event numbers it made))."""
 
     def __init__(self):
         self.steps: list[tuple] = []
         self.bodies: dict[str, int] = {}
         self.jitted: dict[str, object] = {}
+        self.calls: list[tuple] = []
 
     def body(self, name: str) -> None:
         """Count one run of a traced Python body (call it inside the body)."""
@@ -74,10 +92,12 @@ class Run:
         return fn
 
     def step(self, label: str, thunk) -> None:
+        first = _next_seq()
         try:
             self.steps.append((label, outcome(thunk())))
         except Exception as e:  # noqa: BLE001 - the outcome is what we compare
             self.steps.append((label, error(e)))
+        self.calls.append((label, calling_line(thunk), range(first, _next_seq())))
 
     def cache_sizes(self) -> dict[str, int]:
         sizes = {}

@@ -130,7 +130,6 @@ def test_event_has_every_column():
 
 
 def test_start_stop_idempotent_and_restores_jax():
-    from jax import monitoring
     from jax._src import monitoring as mon
     from jax._src import pjit
 
@@ -148,4 +147,41 @@ def test_start_stop_idempotent_and_restores_jax():
         jt_module.stop()
     after = (hooked.test_event, traced, list(mon._event_duration_secs_listeners), list(mon._event_listeners))
     assert after == before
-    assert monitoring is not None
+
+
+def test_start_adds_its_own_listeners_and_stop_removes_only_those():
+    """Another library's `jax.monitoring` listeners, registered before `start`, are still there after
+    `stop` (jaxtrace_nb never calls `clear_event_listeners`, which removes everyone's); the ones `start`
+    adds are jaxtrace_nb's, and `stop` removes exactly them."""
+    from jax import monitoring
+    from jax._src import monitoring as mon
+
+    from jaxtrace_nb._jax_internals import listener_api
+
+    jt_module.stop()
+
+    def foreign_duration(event, seconds, **kwargs):
+        pass
+
+    def foreign_event(event, **kwargs):
+        pass
+
+    monitoring.register_event_duration_secs_listener(foreign_duration)
+    monitoring.register_event_listener(foreign_event)
+    try:
+        before = list(mon._event_duration_secs_listeners), list(mon._event_listeners)
+        jt_module.start()
+        during = list(mon._event_duration_secs_listeners), list(mon._event_listeners)
+        jt_module.stop()
+        after = list(mon._event_duration_secs_listeners), list(mon._event_listeners)
+    finally:
+        if foreign_duration in mon._event_duration_secs_listeners:
+            listener_api("duration")[1](foreign_duration)
+        if foreign_event in mon._event_listeners:
+            listener_api("event")[1](foreign_event)
+    added = [[f for f in now if f not in then] for now, then in zip(during, before)]
+    assert added[0] and added[1], "start registers a duration and an event listener of its own"
+    assert all(f.__module__.startswith("jaxtrace_nb") for f in added[0] + added[1]), added
+    assert during[0][:len(before[0])] == before[0] and during[1][:len(before[1])] == before[1]
+    assert after == before, "stop removes its own listeners and nothing else"
+    assert foreign_duration in after[0] and foreign_event in after[1]

@@ -348,3 +348,158 @@ def test_self_contained_report_offline(tmp_path, jt):
         assert external == [] and [u for u in requests if not u.startswith("file://")] == []
     text = Path(path).read_text(encoding="utf-8")
     assert not re.search(r"(src|href)\s*=\s*['\"]?(https?:)?//", text)
+
+
+# For `element_handle.evaluate(NUMBERS_WHOLE)`: every number in the why cells under the element drawn
+# on one line, and no line-break opportunity (<wbr>) inside one: [{text, lines, wbr_inside}].
+NUMBERS_WHOLE = """(root) => {
+  const out = [];
+  for (const cell of root.querySelectorAll("td.jtnb-c-why")) {
+    const nodes = [];
+    const walk = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT | NodeFilter.SHOW_ELEMENT);
+    let text = "";
+    const wbr = new Set();
+    for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+      if (n.nodeType === Node.ELEMENT_NODE) { if (n.tagName === "WBR") wbr.add(text.length); continue; }
+      nodes.push([n, text.length]);
+      text += n.data;
+    }
+    for (const m of text.matchAll(/\\d+(?:\\.\\d+)?(?:e-?\\d+)?/g)) {
+      const at = (offset) => { let k = nodes.length - 1; while (k > 0 && nodes[k][1] > offset) k--; return k; };
+      const [a, b] = [at(m.index), at(m.index + m[0].length - 1)];
+      const range = document.createRange();
+      range.setStart(nodes[a][0], m.index - nodes[a][1]);
+      range.setEnd(nodes[b][0], m.index + m[0].length - nodes[b][1]);
+      const tops = new Set([...range.getClientRects()].filter((r) => r.width > 0).map((r) => Math.round(r.top)));
+      const inside = [...wbr].some((p) => p > m.index && p < m.index + m[0].length);
+      out.push({ text: m[0], lines: tops.size, wbr_inside: inside });
+    }
+  }
+  return out;
+}"""
+
+LAYOUT_CELLS = [
+    "%load_ext jaxtrace_nb\nimport equinox as eqx, jax, jax.numpy as jnp",
+    "@jax.jit\ndef two(x, mask):\n    return x.sum() + mask.sum()\n\n"
+    "@eqx.filter_jit\ndef train_with_a_long_name(w, lr):\n    return w * lr",
+    "%%tracewatch\ntwo(jnp.ones(2), jnp.ones(2))\ntwo(jnp.ones(3), jnp.ones(2, jnp.int32))\nw = jnp.ones(2)\n"
+    "for lr in (0.0375, 0.0412578125, 0.0451171875, 0.04962890625):\n    w = train_with_a_long_name(w, lr)",
+]
+
+
+@pytest.mark.browser
+def test_table_fits_1280_px_with_the_file_browser_open(tmp_path):
+    """JupyterLab at 1,280 px with its file browser open: the table fits without a horizontal
+    scroll (its less important columns give way, the why wraps), no number breaks across lines,
+    the filter finds a leaf named only under "Also changed", and anywidget warns of nothing."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=60_000)
+    root, home, nb = _folders_and_notebook(tmp_path, LAYOUT_CELLS)
+    nbformat.write(nb, root / "layout.ipynb")
+    with jupyterlab(root, home) as url, chromium_page(home) as (page, external):
+        console = []
+        page.on("console", lambda m: console.append(m.text))
+        page.set_viewport_size({"width": 1280, "height": 900})
+        open_notebook(page, url, "layout.ipynb")
+        expect(page.locator(".jp-FileBrowser")).to_be_visible()  # JupyterLab's default: the file browser open
+        run_all(page)
+        table = page.locator(".jtnb-widget").filter(has_text="%%tracewatch")
+        expect(table.locator(".jtnb-live")).to_have_text("")
+        expect(table.locator("tr.jtnb-row")).to_have_count(2)
+        train = table.locator("tr.jtnb-row").filter(has_text="train_with_a_long_name")
+        expect(train.locator(".jtnb-why-line")).to_contain_text("×3 static at lr: 0.0375 → 0.0413, 0.0413 → 0.0451")
+
+        size = table.evaluate("""(w) => { const s = w.querySelector('.jtnb-scroll');
+            const panel = w.closest('.jp-NotebookPanel').getBoundingClientRect();
+            return {scroll: s.scrollWidth, room: s.clientWidth, right: w.querySelector('table').getBoundingClientRect().right,
+                    panel: panel.right, widget: w.getBoundingClientRect().width}; }""")
+        print(f"\n1,280 px, file browser open: {size}")
+        assert size["widget"] < 1000 and size["scroll"] <= size["room"] + 1 and size["right"] <= size["panel"], size
+        for name in ("trace_s", "lower_s", "eqns_total", "last_cause", "last_leaf"):  # gave way
+            expect(table.locator(f"th[data-column={name}]")).to_be_hidden()
+        for name in ("function", "why", "traces", "compiles", "compile_s", "total_s", "location"):
+            expect(table.locator(f"th[data-column={name}]")).to_be_visible()
+        why = train.locator("td.jtnb-c-why").element_handle()
+        lines = why.evaluate("(td) => { const r = document.createRange(); r.selectNodeContents(td);"
+                             " return new Set([...r.getClientRects()].map((x) => Math.round(x.top))).size; }")
+        assert lines > 2, lines  # the why wraps (its line and its hint), it does not widen the table
+        numbers = table.element_handle().evaluate(NUMBERS_WHOLE)
+        assert {n["text"] for n in numbers} >= {"0.0375", "0.0413", "0.0496"}, numbers
+        assert [n for n in numbers if n["lines"] != 1 or n["wbr_inside"]] == [], numbers
+
+        page.screenshot(path=str(tmp_path / "layout-1280.png"))
+
+        # the filter matches a leaf named only under "Also changed" (the retrace's leaf is `x`)
+        two = table.locator("tr.jtnb-row").filter(has_text="two")
+        expect(two.locator(".jtnb-why-line")).to_contain_text("shape at x")
+        for words, expected in (("mask", ["two"]), ("lr", ["train_with_a_long_name"]), ("mask lr", [])):
+            table.locator(".jtnb-filter").fill(words)
+            expect(table.locator("tr.jtnb-row td.jtnb-c-function code")).to_have_text(expected)
+        assert [m for m in console if "anywidget" in m.lower() or "deprecat" in m.lower()] == [], console
+        assert external == []
+
+
+_PYTEST_SUITE = '''
+import jax
+import jax.numpy as jnp
+import pytest
+
+
+@jax.jit
+def step(x, mask):
+    return x.sum() + mask.sum()
+
+
+def test_one():
+    step(jnp.ones(2), jnp.ones(2))
+    step(jnp.ones(3), jnp.ones(2, jnp.int32))
+
+
+@pytest.mark.parametrize("n", [5])
+def test_two(n):
+    step(jnp.ones(n), jnp.ones(2))
+'''
+
+
+@pytest.mark.browser
+def test_pytest_report_shows_and_filters_by_test(tmp_path):
+    """`pytest --jaxtrace-report=report.html`: each group and event names its test, the filter
+    finds a function by test and by a leaf named only under "Also changed"."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=30_000)
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "test_steps.py").write_text(_PYTEST_SUITE)
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join(
+        p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                           "--jaxtrace-report=report.html"], cwd=suite, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    home = tmp_path / "home"
+    home.mkdir()
+    with chromium_page(home) as (page, external):
+        page.goto((suite / "report.html").as_uri())
+        table = page.locator(".jtnb-widget")
+        expect(table.locator("tr.jtnb-row")).to_have_count(1)
+        for words, count in (("test_steps.py::test_one", 1), ("test_three", 0), ("test_two[5]", 1), ("dtype", 0),
+                             ("mask", 1)):
+            table.locator(".jtnb-filter").fill(words)
+            expect(table.locator("tr.jtnb-row")).to_have_count(count)
+        table.locator(".jtnb-filter").fill("")
+        table.locator("tr.jtnb-row").first.click()
+        groups = table.locator(".jtnb-history tr.jtnb-group")
+        expect(table.locator(".jtnb-history th.jtnb-c-tests")).to_have_text("test")
+        expect(table.locator(".jtnb-history th.jtnb-c-cells")).to_have_count(0)  # no notebook here
+        shape = groups.filter(has_text="shape")
+        expect(shape.locator("td.jtnb-c-tests")).to_have_text("▸ 2 event(s) test_steps.py::test_one, "
+                                                              "test_steps.py::test_two[5]")
+        shape.click()
+        events = table.locator("tr.jtnb-event")
+        expect(events).to_have_count(2)
+        expect(events.nth(0).locator("td.jtnb-c-test")).to_have_text("test_steps.py::test_one")
+        expect(events.nth(1).locator("td.jtnb-c-test")).to_have_text("test_steps.py::test_two[5]")
+        expect(events.nth(0).locator("td.jtnb-c-explanation")).to_contain_text("Also changed: mask (dtype)")
+        assert external == []

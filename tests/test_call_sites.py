@@ -707,6 +707,11 @@ def test_program_is_the_same_with_recording(name):
     for fn_name in r.jitted:  # recording is on: each run of a registered jit body is one trace
         recorded = traces[traces["function"].str.split(".").str[-1] == fn_name]
         assert len(recorded) == r.bodies.get(fn_name, 0), (fn_name, recorded[["function", "cause"]])
+    # Each trace a one-line lambda step started is called from that lambda's line (read from its source).
+    checked = [(label, line, row.function, row.call_site) for label, line, seqs in r.calls if line is not None
+               for row in traces[traces["seq"].isin(seqs)].itertuples()]
+    assert not [c for c in checked if c[3] != c[1]], checked
+    assert len(checked) >= sum(r.bodies.get(name, 0) for name in r.jitted)  # a registered jit's traces are checked
 
 
 @pytest.mark.parametrize("site", [site_id(s) for s in inventory_sites()])

@@ -12,10 +12,9 @@ import weakref
 
 import jax
 import jax.numpy as jnp
+import optax  # installed by the [test] extra: a broken install fails this file, it never skips it
 import pytest
-
-nnx = pytest.importorskip("flax.nnx")
-optax = pytest.importorskip("optax")
+from flax import nnx
 
 from _support import rows
 

@@ -29,7 +29,7 @@ LAYERS = {
     5: {"_jax_internals", "_decode", "_cost", "_lineprof", "_probe"},
     6: {"_log", "_frames"},
     7: {"_functions", "_lifecycle"},
-    8: {"_session", "_self_check", "_persist", "_watch"},
+    8: {"_session", "_self_check", "_persist", "_watch", "_baseline"},
     9: {"_report", "_rows", "_views", "_widget", "_display", "_standalone", "_census", "_timeline", "_where"},
     10: {"_ipython", "_pytest_plugin", "_run", "_cli", "__init__", "__main__"},
 }

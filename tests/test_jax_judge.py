@@ -109,6 +109,40 @@ def test_a_container_type_change_is_that_not_an_argument_missing(jt):
     assert ids(e) == ["structure.container_type"]
 
 
+def test_a_flax_struct_static_field_is_not_called_a_register_dataclass_meta_field(jt):
+    import flax.struct
+
+    @flax.struct.dataclass
+    class Cfg:
+        w: jax.Array
+        depth: int = flax.struct.field(pytree_node=False)
+
+    @jax.jit
+    def f(c):
+        return c.w * c.depth
+
+    with jt.watch() as w:
+        f(Cfg(jnp.ones(2), 1))
+        f(Cfg(jnp.ones(2), 2))
+    e = retrace(w, "f")
+    assert (e.cause, e.leaf) == ("static", "c.depth")
+    assert "pytree_node=False" in e.hint and "register_dataclass" not in e.hint
+    assert ids(e) == ["static.value"]  # an explanation: no fix for this mechanism was proven
+
+
+def test_a_list_become_a_tuple_gets_no_frozendict_example(jt):
+    @jax.jit
+    def f(p):
+        return p[0] * 2
+
+    with jt.watch() as w:
+        f([jnp.ones(2)])
+        f((jnp.ones(2),))
+    e = retrace(w, "f")
+    assert (e.cause, e.leaf, ids(e)) == ("structure", "p", ["structure.container_type"])
+    assert "`list`" in e.hint and "`tuple`" in e.hint and "FrozenDict" not in e.hint
+
+
 def test_a_class_defined_again_is_another_node_type(jt):
     def make():
         class Box(eqx.Module):
@@ -239,6 +273,19 @@ def test_a_weakly_typed_array_is_not_called_a_python_scalar(jt):
     e = retrace(w, "f")
     assert e.cause == "weak_type" and "was a Python scalar" not in e.hint
     assert "weakly typed" in e.hint
+
+
+def test_a_weak_type_hint_keeps_the_leafs_own_dtype(jt):
+    @jax.jit
+    def f(step, x):
+        return x * step  # e.g. a TrainState's int32 `step`
+
+    with jt.watch() as w:
+        f(jnp.asarray(1, jnp.int32), 1.0)
+        f(2, 1.0)
+    e = retrace(w, "f")
+    assert (e.cause, e.leaf) == ("weak_type", "step")
+    assert "jnp.int32" in e.hint and "float32" not in e.hint
 
 
 def test_retraces_of_one_static_flag_get_one_hint(jt):

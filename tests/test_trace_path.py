@@ -8,6 +8,9 @@ here compares the remembered or deferred answer with the one found without it.
 """
 
 import functools
+import importlib.util
+import inspect
+import pathlib
 import random
 import sys
 import threading
@@ -39,7 +42,17 @@ class _CountingDict(Bounded):
 
 
 def _via_helper(f, x, depth):
-    return f(x) if depth == 0 else _via_helper(f, x, depth - 1)
+    return f(x) if depth == 0 else _via_helper(f, x, depth - 1)  # the helper's call
+
+
+def _line(obj, marker: str) -> str:
+    """`file:line` of the one line of `obj`'s own source that ends with `marker` (a comment), found with
+    `inspect`: the line a call site must name, computed from the program's text, not from a walk of
+    the stack."""
+    lines, first = inspect.getsourcelines(obj)
+    hits = [first + i for i, text in enumerate(lines) if text.rstrip().endswith(marker)]
+    assert len(hits) == 1, f"{marker!r} is on lines {hits} of {obj!r}"
+    return f"{inspect.getsourcefile(obj)}:{hits[0]}"
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -68,21 +81,142 @@ def test_call_site_from_the_remembered_stack_is_the_one_walked(jt, seed, monkeyp
         return x * 2
 
     ways = [
-        lambda x: f(x),
-        lambda x: f.trace(x),
+        lambda x: f(x),  # way 0
+        lambda x: f.trace(x),  # way 1
         lambda x: _via_helper(f, x, 1),
         lambda x: _via_helper(f, x, 3),
-        lambda x: jax.tree.map(lambda a: f(a), [x])[0],
-        lambda x: list(map(f, [x]))[0],
+        lambda x: jax.tree.map(lambda a: f(a), [x])[0],  # way 4
+        lambda x: list(map(f, [x]))[0],  # way 5
         functools.partial(_via_helper, f, depth=2),
     ]
+    this = test_call_site_from_the_remembered_stack_is_the_one_walked
+    helper = _line(_via_helper, "# the helper's call")
+    lines = [_line(this, "# way 0"), _line(this, "# way 1"), helper, helper, _line(this, "# way 4"),
+             _line(this, "# way 5"), helper]  # where each way calls `f`, from the source
     order = [rng.randrange(len(ways)) for _ in range(12)]
+    expected = []
     for n, i in enumerate((i for i in order for _ in range(rng.randint(1, 3))), start=1):  # some ways repeated
         ways[i](jax.ShapeDtypeStruct((n,), jnp.float32) if i == 1 else np.ones(n, np.float32))
+        expected.append(lines[i])
     assert decoder is get_session().probe.decoder and len(compared) >= 12
     assert [got for got, _ in compared] == [walked for _, walked in compared]
-    assert all(got is not None and got.startswith(__file__) for got, _ in compared)
+    assert [got for got, _ in compared] == expected
+    assert jt.log(internal=False)["call_site"].tolist() == expected
     assert any(remembered)  # the remembered stack served the traces that came the same way as the one before
+
+
+def _helper_in_another_file():
+    path = pathlib.Path(__file__).parent / "programs" / "call_helper.py"
+    spec = importlib.util.spec_from_file_location("_jaxtrace_call_helper", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _outer_calls_inner():
+    @jax.jit
+    def inner(x):
+        return x - 1
+
+    @jax.jit
+    def outer(x):
+        return inner(x) * 2  # the nested call
+
+    outer(jnp.ones(2))  # the outer call
+    return {"inner": [_line(_outer_calls_inner, "# the nested call")],
+            "outer": [_line(_outer_calls_inner, "# the outer call")]}
+
+
+def _calls_of_each_kind():
+    """Traces started from each kind of caller; {function name: the call sites its traces must have,
+    computed from the source}."""
+    import equinox as eqx
+    from flax import nnx
+
+    this = _calls_of_each_kind
+
+    @jax.jit
+    def plain(x):
+        return x + 1
+
+    plain(jnp.ones(2))  # plain, first
+    plain(jnp.ones(3))  # plain, a new shape
+
+    @eqx.filter_jit
+    def filtered(x, n):
+        return x * n
+
+    filtered(jnp.ones(2), 2)  # filter_jit, first
+    filtered(jnp.ones(2), 3)  # filter_jit, a new static value
+
+    @nnx.jit
+    def apply(model, x):
+        return model(x)
+
+    model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    apply(model, jnp.ones((1, 2)))  # nnx.jit, first
+    apply(model, jnp.ones((4, 2)))  # nnx.jit, a new shape
+
+    @jax.jit
+    def helped(x):
+        return x * 3
+
+    _via_helper(helped, jnp.ones(2), 2)
+    _helper_in_another_file().call(helped, jnp.ones(5))
+
+    for n in range(2):
+        recreated = jax.jit(lambda x: x / 2)  # created anew
+        recreated(jnp.ones(2))  # the re-created function's call
+
+    helper = _line(_via_helper, "# the helper's call")
+    other_file = _line(_helper_in_another_file().call, "# the helper's call")
+    return {"plain": [_line(this, "# plain, first"), _line(this, "# plain, a new shape")],
+            "filtered": [_line(this, "# filter_jit, first"), _line(this, "# filter_jit, a new static value")],
+            "apply": [_line(this, "# nnx.jit, first"), _line(this, "# nnx.jit, a new shape")],
+            "helped": [helper, other_file],
+            "<lambda>": [_line(this, "# the re-created function's call")] * 2}, _line(this, "# created anew")
+
+
+def test_call_site_is_the_line_that_called(jt):
+    """Each trace's `call_site` is the line of the user's code that made the call, as the program's
+    own source says (`inspect`): a plain `jax.jit`, `eqx.filter_jit`, `nnx.jit`, a jit called inside
+    another, a helper in this file and one in another file; a function re-created at each call is
+    defined (`location`) where it was created."""
+    expected, created = _calls_of_each_kind()
+    expected.update(_outer_calls_inner())
+    df = jt.log(internal=False)
+    df = df[df["kind"] == "trace"]
+    got = {name: df[df["function"].str.split(".").str[-1] == name]["call_site"].tolist() for name in expected}
+    assert got == expected
+    recreated = df[df["function"].str.endswith("<lambda>")]
+    assert recreated["cause"].tolist() == ["first", "new_function"]
+    assert set(recreated["location"]) == {created}
+    assert df[df["function"].str.endswith("inner")]["nested"].tolist() == [True]
+
+
+def test_call_site_in_a_cell_is_its_line_in_that_cell(shell):
+    """In IPython a call site reads `In[n]:k`: line k of the cell that ran n-th, found in that cell's
+    own text; a helper defined in one cell and called from another is at its own cell's line."""
+    import jaxtrace_nb
+
+    shell.run_cell("%load_ext jaxtrace_nb")
+    helper_cell = "def run(f, x):\n    return f(x)  # the helper's call\n"
+    caller_cell = ("@jax.jit\n"
+                   "def step(x):\n"
+                   "    return x + 1\n"
+                   "\n"
+                   "step(jnp.ones(2))  # the call\n"
+                   "run(step, jnp.ones(3))\n")
+    numbers = [shell.run_cell(cell, store_history=True).execution_count for cell in (helper_cell, caller_cell)]
+
+    def at(n, cell, marker):
+        (k,) = [k for k, text in enumerate(cell.splitlines(), start=1) if text.endswith(marker)]
+        return f"In[{n}]:{k}"
+
+    df = jaxtrace_nb.log(internal=False)
+    assert df["call_site"].tolist() == [at(numbers[1], caller_cell, "# the call"),
+                                        at(numbers[0], helper_cell, "# the helper's call")]
+    assert df["cell"].tolist() == [numbers[1]] * 2
 
 
 def _program(jt):

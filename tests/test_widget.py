@@ -162,7 +162,8 @@ def test_static_html_and_widget_mark_up_rich_text_alike():
     block = block[:block.index("};")]
     in_js = {style: (tag, css) for style, tag, css in re.findall(r'(\w+): \["(\w+)", "([\w-]*)"\]', block)}
     assert in_js == _views._STYLE_MARKUP
-    assert "split(/(?<=[./[])/)" in script and _views._BREAK_AFTER.pattern == r"(?<=[./\[])"  # the same breaks
+    assert "split(/(?<=[/[])|(?<=\\.)(?!\\d)/)" in script  # the same breaks
+    assert _views._BREAK_AFTER.pattern == r"(?<=[/\[])|(?<=\.)(?!\d)"
 
 
 def test_filter_words_cover_function_leaf_cause_cell_and_location():

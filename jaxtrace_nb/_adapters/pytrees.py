@@ -23,6 +23,7 @@ class PytreeOrigin(StrEnum):
 
     DATACLASS_META = "register_dataclass meta field"
     PARTIAL_FUNC = "Partial func"  # the function inside a jax.tree_util.Partial
+    STRUCT_FIELD = "pytree_node=False field"  # flax.struct.field(pytree_node=False), and its kin
 
 
 @register
@@ -35,6 +36,7 @@ class Jax(Library):
         Origin.NODE_METADATA: " (a custom pytree node's metadata)",
         PytreeOrigin.DATACLASS_META: " (a `register_dataclass` meta field)",
         PytreeOrigin.PARTIAL_FUNC: " (the function of a `jax.tree_util.Partial`)",
+        PytreeOrigin.STRUCT_FIELD: " (a dataclass field declared `pytree_node=False`, e.g. `flax.struct.field`)",
     }
     hints = (
         Hint("static.dataclass_meta",
@@ -77,9 +79,14 @@ def _walk_node(walker, prefix: str, obj: Any) -> bool:
         # (an ``eqx.Module``'s static fields).
         children = {_child_name(k) for k, _ in
                     jax.tree_util.tree_flatten_with_path(obj, is_leaf=lambda x: x is not obj)[0]}
-        meta = [f.name for f in dataclasses.fields(obj)
+        meta = [f for f in dataclasses.fields(obj)
                 if f.name not in children and walker.leaf(f"{prefix}.{f.name}") is None]
-        walker.static_fields(prefix, obj, meta, PytreeOrigin.DATACLASS_META)
+        # `flax.struct.field(pytree_node=False)` is another mechanism than `register_dataclass`'s
+        # meta fields, with another fix: the hint for the latter does not apply to it.
+        struct = [f.name for f in meta if f.metadata.get("pytree_node", True) is False]
+        walker.static_fields(prefix, obj, struct, PytreeOrigin.STRUCT_FIELD)
+        walker.static_fields(prefix, obj, [f.name for f in meta if f.name not in struct],
+                             PytreeOrigin.DATACLASS_META)
         return False
     if aux is None or (type(aux) in (tuple, list) and not aux):
         return False
