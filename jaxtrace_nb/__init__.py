@@ -26,7 +26,7 @@ __version__ = "0.1.0"
 __all__ = [
     "JaxtraceWarning", "RetraceError", "SUPPORTED_JAX", "Watch", "dropped", "faults", "load",
     "load_ipython_extension", "log", "reset", "start", "stop", "summary", "unload_ipython_extension", "watch",
-    "report", "show",
+    "report", "show", "compile_profile", "plot_timeline", "export", "shape_census",
 ]
 
 
@@ -192,3 +192,98 @@ def show(events_or_paths) -> None:
     from ._ipython import show as display
 
     display(events_or_paths)
+
+
+def _events(events, internal: bool):
+    """The events to look at: the live log's (None), or those of a DataFrame, a log's path or paths."""
+    if events is None:
+        found = get_session().log.events()
+    else:
+        from ._standalone import events_from
+
+        found = events_from(events)
+    return found if internal else [e for e in found if not e.internal]
+
+
+def compile_profile(fn=None, *, events=None, internal: bool = False):
+    """Where each traced program's equations come from: a DataFrame with one row per (function,
+    trace, line of your code), the lines under which most equations were made first.
+
+    `eqns` counts the equations whose innermost line of your code is that line (they sum to the
+    trace's `eqns_total`; a library's equations count for the line of yours that called it);
+    `eqns_incl` counts every equation made under the line, in the functions it calls too (an
+    unrolled loop's line holds all of its body's). `compile_s_est` is the compile's seconds
+    shared out by `eqns`: equations are a proxy, XLA does not report seconds per line. The row
+    ``<other>`` holds the lines past the top 20. `fn` keeps one function (a name or the function);
+    `events` reads another log (a DataFrame, a path or a list of paths). Example::
+
+        simulate(state, 0.05)
+        jt.compile_profile(simulate).head()
+        #   function  trace_number  location     eqns  eqns_incl  share  ...
+        #   simulate             1  sim.py:9      300       1200   0.25
+        #   simulate             1  sim.py:4      500        500   0.42
+    """
+    from ._where import profile_frame
+
+    return profile_frame(_events(events, internal), fn, internal=internal)
+
+
+def shape_census(fn=None, *, sizes=None, max_padding: float = 0.15, events=None, internal: bool = False):
+    """For every leaf that retraced on `shape`: the shapes seen, their compiles and seconds, and
+    how padding its varying dimensions would have compiled fewer times: a DataFrame with one row
+    per (leaf, scheme), ``as is`` first, the pick marked ``suggested``.
+
+    Schemes: ``multiple_of(N)``, ``pow2``, ``buckets(K)`` (K sizes chosen to pad the least). A
+    scheme's ``compiles`` is exact for the shapes this run saw. ``padding`` is the share of
+    extra elements, per distinct shape seen (a cache hit never reaches jaxtrace_nb, so calls are
+    not counted) unless `sizes`, a sample of the real sizes, weights it by calls. The pick has
+    the fewest compiles within `max_padding`. Example::
+
+        for batch in batches:            # 248 distinct lengths
+            step(params, batch)
+        df = jt.shape_census()
+        df[df.suggested][["function", "leaf", "scheme", "buckets", "compiles", "padding", "code"]]
+        #   step  tokens  buckets(5)  103,151,203,283,512  5  0.118  n = next(b for b in [...] if b >= n)
+    """
+    import pandas as pd
+
+    from ._census import CENSUS_FRAME_COLUMNS, census, census_rows
+    from ._where import matches
+
+    found = [c for c in census(_events(events, internal), sizes=sizes, max_padding=max_padding, internal=True)
+             if matches(c.function, fn)]
+    return pd.DataFrame(census_rows(found), columns=list(CENSUS_FRAME_COLUMNS))
+
+
+def plot_timeline(*, events=None, internal: bool = False, ax=None):
+    """Every compile of the run over wall time, with matplotlib: one row per function, each
+    compile a mark whose area is its trace + lower + compile seconds, coloured by cause, and the
+    cumulative seconds on the right axis. Returns the Axes (needs matplotlib; the live table and
+    `jt.report` draw the same timeline without it). Example::
+
+        train(steps=10_000)
+        ax = jt.plot_timeline()
+        ax.figure.savefig("compiles.png")
+    """
+    from ._timeline import plot, timeline
+
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ImportError("jt.plot_timeline() needs matplotlib (pip install matplotlib); the live table "
+                          "and jt.report() draw the timeline without it") from None
+    return plot(timeline(_events(events, internal), internal=internal), ax=ax)
+
+
+def export(path, *, events=None, internal: bool = False) -> str:
+    """Write the run's compiles to `path` in the Trace Event Format (JSON), which Perfetto
+    (ui.perfetto.dev) and chrome://tracing open: one process per JAX process of the log, one
+    thread per function, a slice per stage (trace, lower, XLA compile) of each compile with its
+    cause and leaf, and a counter of cumulative seconds. Returns the path. Example::
+
+        jt.export("run.trace.json")
+        jt.export("all.trace.json", events=["p0.jsonl", "p1.jsonl"])   # a multi-process run
+    """
+    from ._timeline import write_trace_events
+
+    return write_trace_events(path, _events(events, internal), internal=True)

@@ -189,5 +189,5 @@ def report(logs: list[str], *, output: str | None = None, internal: bool = False
         write_report(output, list(logs), internal=internal)
         print(f"jaxtrace_nb: wrote {output}", file=sys.stderr)
         return 0
-    print(render_text(Report(events, title, internal=internal)))
+    print(render_text(Report(events, title, internal=internal), sections=True))
     return 0

@@ -113,24 +113,31 @@ def _count_equations(jaxpr: Any, eqns: Sequence[Any], memo: dict) -> int:
     if _PLAIN_PRIMITIVES.issuperset(map(_PRIMITIVE, eqns)):  # no parameter of any equation may hold a jaxpr
         memo[key] = total
         return total
-    candidates = _JAXPR_PARAMS.get
     for eqn in eqns:
-        names = candidates(eqn.primitive)
-        if names is None:
-            names = _jaxpr_params(eqn)
-        if not names:
-            continue
-        params = eqn.params
-        for name in names:
-            value = params.get(name)
-            if value is None:
-                continue
-            for sub in value if isinstance(value, (tuple, list)) else (value,):
-                inner = getattr(sub, "jaxpr", sub) if type(sub).__name__ == "ClosedJaxpr" else sub
-                if type(inner).__name__ == "Jaxpr":
-                    total += _sub_total(inner, memo)
+        for inner in sub_jaxprs(eqn):
+            total += _sub_total(inner, memo)
     memo[key] = total
     return total
+
+
+def sub_jaxprs(eqn: Any) -> list:
+    """The jaxprs an equation's parameters hold (a scan, cond or while body, a nested jit), open."""
+    names = _JAXPR_PARAMS.get(eqn.primitive)
+    if names is None:
+        names = _jaxpr_params(eqn)
+    if not names:
+        return []
+    out = []
+    params = eqn.params
+    for name in names:
+        value = params.get(name)
+        if value is None:
+            continue
+        for sub in value if isinstance(value, (tuple, list)) else (value,):
+            inner = getattr(sub, "jaxpr", sub) if type(sub).__name__ == "ClosedJaxpr" else sub
+            if type(inner).__name__ == "Jaxpr":
+                out.append(inner)
+    return out
 
 
 class _SubTotal(NamedTuple):

@@ -241,6 +241,15 @@ def user_frames(traceback: Any):
     return source_info_util.user_frames(traceback)
 
 
+def traceback_lines() -> tuple[Callable[[Any, int], int], str]:
+    """(the line of a raw traceback frame: ``Traceback.code_addr2line(code, offset)``, the file of
+    JAX's partial_eval, whose ``trace_to_*`` frames start a trace): what `_lineprof` reads frames with."""
+    from jax._src.interpreters import partial_eval
+    from jax._src.lib import xla_client
+
+    return xla_client.Traceback.code_addr2line, partial_eval.__file__
+
+
 def exclude_from_tracebacks(directory: str) -> None:
     """Hide `directory`'s frames from JAX's filtered tracebacks."""
     from jax._src import traceback_util

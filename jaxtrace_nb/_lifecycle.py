@@ -27,6 +27,7 @@ from ._diagnosis import (FIRST, NO_SIGNATURE, NOT_DIAGNOSED, REDUCED, REDUCED_CO
                          diagnose, diagnose_compile, first_after_failures, join_hints, join_ids, kept_lowering,
                          unrolled_loop_hint)
 from ._functions import FunctionState, keep, new_object, user_names
+from ._lineprof import profile_text
 from ._log import Event, EventLog, now, when
 from ._processes import signature_column
 from ._records import CacheKeyRecord, FunctionIdentity, GraphStats, LoweringRecord, Stage, TraceRecord, XlaCost
@@ -67,13 +68,13 @@ class Draft:
     """A trace's event before it is built: what its start and end said, and its ticks."""
 
     __slots__ = ("record", "time", "cell", "test", "start", "end", "new_object", "diagnosis", "pending",
-                 "trace_number", "seconds", "graph", "event", "seq")
+                 "trace_number", "seconds", "graph", "event", "seq", "profile")
 
     def __init__(self, record: TraceRecord, cell: int | None, test: str | None):
         self.record, self.time, self.cell, self.test = record, time.time(), cell, test
         self.start = self.end = self.seq = None  # ticks; the log's number, reserved at its end
         self.new_object, self.diagnosis, self.pending = False, None, None  # read at `Lifecycle._begin`
-        self.trace_number = self.seconds = self.graph = self.event = None
+        self.trace_number = self.seconds = self.graph = self.event = self.profile = None
 
     @property
     def leaves(self) -> int:
@@ -277,6 +278,8 @@ class Lifecycle:
             event.set_seconds(Stage.TRACE, draft.seconds)
         if draft.graph is not None:
             _set_graph(event, draft.graph)
+        if draft.profile is not None and event.line_profile is None:
+            event.line_profile = profile_text(draft.profile)
 
     def on_trace_end(self, draft: Draft, seconds: float | None, graph: GraphStats | None) -> Event | Draft | None:
         draft.seconds, draft.graph = seconds, graph
@@ -388,6 +391,20 @@ class Lifecycle:
     def on_xla_cost(self, event: Event, cost: XlaCost) -> None:
         event.set_xla_cost(cost)
         self.log.updated(event)
+
+    def on_line_profile(self, handle: Event | Draft, rows: tuple) -> None:
+        try:
+            with self.lock:
+                event = handle.event if type(handle) is Draft else handle
+                if event is None:  # not built yet: with its build
+                    handle.profile = rows
+                    return
+                if event.line_profile is not None:
+                    return
+                event.line_profile = profile_text(rows)
+            self.log.updated(event)
+        except Exception as e:
+            self.fault("profile", e)
 
     def on_cache(self, event: Event, hit: bool) -> None:
         event.cache_hit = bool(hit)

@@ -29,6 +29,7 @@ COLUMN_TYPES = (
     ("loop_line", _TEXT), ("flops", _FLOAT), ("arg_bytes", _INT), ("out_bytes", _INT), ("temp_bytes", _INT),
     ("compile_s_per_keqn", _FLOAT), ("jit", _TEXT), ("thread", _INT), ("key", _TEXT), ("seq", _INT),
     ("host", _TEXT), ("process", _INT), ("signature", _TEXT), ("hint_ids", _TEXT), ("persistent_cache", _TEXT),
+    ("line_profile", _TEXT),
     ("test", _TEXT), ("created_at", _TEXT),
 )
 COLUMNS = tuple(name for name, _ in COLUMN_TYPES)

@@ -18,6 +18,7 @@ public listeners are installed (traces and their seconds per function name).
 
 from __future__ import annotations
 
+import collections
 import os
 import sys
 import threading
@@ -36,6 +37,7 @@ XLA_COST_S_PER_ARGUMENT = 25e-6  # what reading them costs (benchmarks/run.py, "
 _MAX_HELPER_VERDICTS = 4096
 _MAX_PENDING = 64  # top-level traces pending inside one another on one thread, at most
 _MAX_PENDING_WALK = 512  # frames walked to tell which pending traces are gone
+_MAX_UNPROFILED = 256  # traces whose program waits for its line profile (until its compile, or a read)
 _TRACE_EVENT = jaxi.TRACE_EVENT
 _CACHE_EVENTS = (jaxi.CACHE_HIT_EVENT, jaxi.CACHE_MISS_EVENT)  # listened to always
 _KEY_EVENTS = frozenset((*_CACHE_EVENTS, REQUEST_EVENT))  # while the persistent cache is on (keys read)
@@ -64,6 +66,10 @@ class Probe:
         self.keys = KeyReader(self._keys_switched)  # the persistent cache's keys, read while the cache is on
         self._cache_events = _CACHE_EVENTS  # the `jax.monitoring` events `_on_event` handles
         self._key_notice = ""  # why keys cannot be read on this JAX, said once the cache is used
+        self._profiler = None  # a `_lineprof.LineProfiler`, made at the first profile
+        # id(handle) -> (handle, weak reference to its traced program): top-level traces not compiled
+        # yet; profiled at their compile, or when the log is read (`profile_pending`).
+        self._unprofiled: collections.OrderedDict = collections.OrderedDict()
 
     @property
     def cell_label(self):
@@ -327,6 +333,10 @@ class Probe:
             pending = tls.__dict__.get("lowering")
             tls.lowering = None
             handle = pending[1] if pending is not None and pending[0] == name else None
+            program = None
+            if handle is not None and len(pending) > 2:
+                program = pending[2]
+                self._unprofiled.pop(id(handle), None)  # profiled at its compile
             stage = jaxi.stage_frame(event) if self.full else None
             if stage is not None and stage.raised:
                 return  # the lowering failed: nothing is compiled
@@ -334,6 +344,7 @@ class Probe:
                 if self.full else _public_lowering(name)
             handle = self._sink.on_lowering(handle, record)
             tls.compiling = handle
+            tls.program = program
             tls.arguments = len(record.signature.leaves) if record.signature is not None else 0
             if handle is not None:
                 self._sink.on_timing(handle, Stage.LOWER, duration)
@@ -344,6 +355,10 @@ class Probe:
                 self._sink.on_timing(handle, Stage.COMPILE, duration)
                 if self.capture_cost and self.full:
                     self._xla_cost(handle, duration, tls.__dict__.get("arguments", 0))
+                program = tls.__dict__.get("program")
+                tls.program = None
+                if program is not None:
+                    self._profile(handle, program())
         elif event == jaxi.CACHE_SAVED_EVENT:
             handle = tls.__dict__.get("compiling")
             if handle is not None:
@@ -401,7 +416,47 @@ class Probe:
         graph = graph_stats(jaxpr, self.decoder.location) if jaxpr is not None else None
         handle = self._sink.on_trace_end(pending[2], duration, graph)
         if handle is not None:
-            tls.lowering = (pending[1], handle)
+            program = None
+            if jaxpr is not None:
+                try:
+                    program = weakref.ref(jaxpr)  # its line profile: at its compile, or when read
+                except TypeError:
+                    pass
+            if program is None:
+                tls.lowering = (pending[1], handle)
+            else:
+                tls.lowering = (pending[1], handle, program)
+                unprofiled = self._unprofiled
+                unprofiled[id(handle)] = (handle, program)
+                if len(unprofiled) > _MAX_UNPROFILED:
+                    unprofiled.popitem(last=False)
+
+    # ------------------------------------------------------- line profiles
+    def _profile(self, handle, jaxpr) -> None:
+        """Equations per user line of a traced program (`_lineprof`), to the sink; never raises."""
+        if jaxpr is None or (self._profiler is None and self.decoder is None):
+            return
+        try:
+            if self._profiler is None:
+                from ._lineprof import LineProfiler
+
+                self._profiler = LineProfiler(self.decoder.is_library, self.decoder.location)
+            self._sink.on_line_profile(handle, self._profiler.profile(jaxpr))
+        except Exception as e:
+            self._sink.fault("profile", e)
+
+    def forget_unprofiled(self) -> None:
+        self._unprofiled.clear()
+
+    def profile_pending(self) -> None:
+        """Profile the traces recorded but not compiled (yet) whose program JAX still holds."""
+        unprofiled = self._unprofiled
+        while unprofiled:
+            try:
+                _, (handle, program) = unprofiled.popitem(last=False)
+            except KeyError:  # emptied by another thread
+                return
+            self._profile(handle, program())
 
     def _on_event(self, *args, **kwargs) -> None:
         try:

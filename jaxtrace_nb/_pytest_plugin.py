@@ -431,5 +431,5 @@ def _write_report(path: str, events: list) -> str:
         from ._views import Report, render_text
 
         with open(path, "w", encoding="utf-8") as f:
-            f.write(render_text(Report(events, "pytest session")) + "\n")
+            f.write(render_text(Report(events, "pytest session"), sections=True) + "\n")
     return f"report written to {path} ({what})"

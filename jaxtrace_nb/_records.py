@@ -188,6 +188,9 @@ class Sink(Protocol):
     def on_xla_cost(self, handle: object, cost: XlaCost) -> None:
         """XLA's cost analysis of the compiled program."""
 
+    def on_line_profile(self, handle: object, rows: tuple) -> None:
+        """Equations per user line of the traced program: ((location, self, inclusive), ...)."""
+
     def on_cache(self, handle: object, hit: bool) -> None:
         """Whether the persistent compilation cache served the compile."""
 

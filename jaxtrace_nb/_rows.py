@@ -235,6 +235,9 @@ def history_view(report: Report, function_id: str) -> dict:
         item["omitted"] = len(g.events) - len(shown)
         groups.append(item)
     first = events[0]
+    from ._census import census
+    from ._where import census_view, profile_view
+
     where = f" ({fmt.short_path(first.location)})" if first.location else ""
     cause = f" ({slowest.cause}{' at ' + slowest.leaf if slowest.leaf else ''})" if slowest.cause else ""
     return {
@@ -242,6 +245,7 @@ def history_view(report: Report, function_id: str) -> dict:
         "note": (f"slowest: #{slowest.trace_number} {slowest.kind}{cause}, {slowest.total_s:.3f} s, "
                  f"event {events.index(slowest) + 1} of {len(events)}"),
         "groups": groups,
+        "profile": profile_view(events), "census": census_view(census(events, internal=True)),
     }
 
 
@@ -258,9 +262,12 @@ SPECS = {"columns": column_spec(TABLE_COLUMNS), "group_columns": column_spec(GRO
 def table_content(report: Report) -> dict:
     """What the view draws of `report`, beside the columns: both headlines, and every row as one
     JSON text (ipywidgets walks nested lists and dicts on every send; a string it does not)."""
+    from ._timeline import caption, svg, timeline
+
     rows = ",".join(_row_json(row) for row in report.rows(internal=True))
+    tl = timeline(report.all_events())
     return {"headline": report.headline(internal=False), "headline_all": report.headline(internal=True),
-            "rows_json": f"[{rows}]"}
+            "rows_json": f"[{rows}]", "timeline_svg": svg(tl), "timeline_caption": caption(tl)}
 
 
 def _row_json(row: dict) -> str:

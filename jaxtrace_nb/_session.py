@@ -48,6 +48,12 @@ class Session:
         self._where: tuple | None = None  # (host, JAX process index), read at the first event
         self._host: str | None = None
         self.log.on_fault = lambda exc: self.fault("log", exc)
+        self.log.before_read = self._before_read
+
+    def _before_read(self) -> None:
+        """Before the log is read: the line profiles of traces not compiled, then every event."""
+        self.probe.profile_pending()
+        self.lifecycle.publish()
 
     # ------------------------------------------------------------ lifecycle
     def acquire(self) -> None:
@@ -118,6 +124,7 @@ class Session:
 
     def reset(self) -> None:
         with self.lifecycle.lock:
+            self.probe.forget_unprofiled()
             self.lifecycle.reset()
             self.log.reset()
 

@@ -75,7 +75,10 @@ def _script_json(value) -> str:
 
 def page(report: Report) -> str:
     """The report as one self-contained HTML page."""
-    state = {**SPECS, **table_content(report), "show_all": report.internal, "sort_by": "total_s",
+    from ._where import html_sections
+
+    # The timeline, the equations per line and the census: drawn once, below the table (not by the view).
+    state = {**SPECS, **table_content(report), "timeline_svg": "", "show_all": report.internal, "sort_by": "total_s",
              "descending": True, "filter": "", "page": 0, "page_size": 50, "selected": "", "history": {},
              "variable": "", "status": "", "live": False, "exportable": False}
     histories = {row["id"]: history_view(report, row["id"]) for row in report.functions()}
@@ -92,6 +95,7 @@ def page(report: Report) -> str:
         "</div>\n"
         "<div id='jtnb-app'></div>\n"
         f"{render_html(report)}\n"
+        f"<div class='jtnb-where'>{html_sections(report)}</div>\n"
         f"<script type='application/json' id='jtnb-data'>{_script_json({'state': state, 'histories': histories})}"
         "</script>\n<script type='module'>\n"
         f"{script}\n"

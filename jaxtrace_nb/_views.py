@@ -68,7 +68,9 @@ def group_line(t: GroupText) -> str:
     return f"{cells}{t.function} {t.numbers} {t.kind}{tests}: {plain_text(why_line(t))}"
 
 
-def render_text(report: Report) -> str:
+def render_text(report: Report, *, sections: bool = False) -> str:
+    """The text report; with `sections`, also the timeline, the equations per line and the shape
+    census (the reports of `python -m jaxtrace_nb report` and pytest; not %%tracewatch)."""
     rows = report.rows()
     lines = [report.headline()]
     if not rows:
@@ -90,6 +92,11 @@ def render_text(report: Report) -> str:
             lines.append(f"  … {len(groups) - MAX_GROUPS_SHOWN} earlier group(s) in jt.log()")
     for section in _process_section(report, "text"):
         lines += ["", section]
+    if sections:
+        from ._where import text_sections
+
+        for section in text_sections(report):
+            lines += ["", section]
     return "\n".join(lines)
 
 

@@ -302,7 +302,72 @@ function historyPanel(model, box, opened) {
   table.append(head(groupColumns), body);
   const scroll = h("div", "jtnb-scroll");
   scroll.appendChild(table);
-  box.replaceChildren(title, note, scroll);
+  box.replaceChildren(title, note, scroll, ...whereBoxes(history));
+}
+
+// Where the function's compile time goes (`_where`): the equations per source line of its largest
+// trace, as a bar list, and the shape census of its leaves with the suggested padding.
+function whereBoxes(history) {
+  const out = [];
+  const profile = history.profile;
+  if (profile && profile.rows && profile.rows.length) {
+    const box = h("div", "jtnb-profile");
+    const title = h("div", "jtnb-profile-title", profile.title);
+    title.title = profile.note;
+    const body = h("tbody");
+    for (const row of profile.rows) {
+      const tr = h("tr");
+      const where = h("td", "jtnb-c-location");
+      where.appendChild(code(row.location));
+      const bar = h("span", "jtnb-bar");
+      bar.style.width = `${Math.round(120 * (row.share || 0))}px`;
+      const count = h("td", "jtnb-n");
+      count.append(bar, row.text);
+      tr.append(where, count);
+      body.appendChild(tr);
+    }
+    const table = h("table", "jtnb-table jtnb-profile-table");
+    table.appendChild(body);
+    box.append(title, table);
+    if (profile.other) box.appendChild(h("div", "jtnb-note", `${profile.other} equation(s) elsewhere`));
+    out.push(box);
+  }
+  if (history.census && history.census.length) {
+    const box = h("div", "jtnb-census");
+    box.appendChild(h("div", "jtnb-profile-title", "shape census: the shapes that compiled, and the padding that would have compiled fewer"));
+    for (const item of history.census) {
+      const line = h("div", "jtnb-census-line", item.text);
+      if (item.code) line.append(" ", code(item.code));
+      box.appendChild(line);
+    }
+    out.push(box);
+  }
+  return out;
+}
+
+// The compiles over wall time: an SVG the kernel drew (`_timeline.svg`, every text escaped),
+// parsed as SVG (never as HTML) and shown on demand.
+function timelineBox(model) {
+  const box = h("details", "jtnb-timeline-box");
+  const summary = h("summary", "jtnb-note");
+  box.appendChild(summary);
+  const holder = h("div", "jtnb-scroll");
+  box.appendChild(holder);
+  box.open = Boolean(model.get("timeline_open"));
+  box.addEventListener("toggle", () => { if (box.open) draw(); });
+  let drawn = null;
+  const draw = () => {
+    const text = model.get("timeline_svg") || "";
+    box.hidden = !text;
+    summary.textContent = `timeline: ${model.get("timeline_caption") || ""}`;
+    if (!box.open || drawn === text) return;
+    drawn = text;
+    const doc = new DOMParser().parseFromString(text, "image/svg+xml");
+    const svg = doc.documentElement;
+    holder.replaceChildren(...(text && svg.nodeName === "svg" ? [document.importNode(svg, true)] : []));
+  };
+  draw();
+  return { box, draw };
 }
 
 function render({ model, el }) {
@@ -328,7 +393,8 @@ function render({ model, el }) {
   const pagerBox = h("div");
   const offer = h("div", "jtnb-note jtnb-offer", "▸ click a function for its history: every trace, repeats grouped, before → after");
   const historyBox = h("div", "jtnb-history");
-  root.append(top, bar.box, scroll, pagerBox, offer, historyBox);
+  const timeline = timelineBox(model);
+  root.append(top, bar.box, scroll, pagerBox, timeline.box, offer, historyBox);
   el.appendChild(root);
   const opened = new Set();
 
@@ -358,6 +424,7 @@ function render({ model, el }) {
   listen(["headline", "headline_all", "live", "status", "show_all", "filter", "variable"], drawTop);
   listen(["rows_json", "columns", "sort_by", "descending", "selected", "filter", "show_all", "page", "page_size"], drawTable);
   listen(["history"], drawHistory);
+  listen(["timeline_svg", "timeline_caption"], timeline.draw);
   for (const [event, handler] of handlers) model.on(event, handler);
   return () => {
     bar.cleanup();

