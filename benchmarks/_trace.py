@@ -35,7 +35,7 @@ class _SelfTimer:
     Shadowed only while `on` (the hook and listeners are taken at `jt.start()`: switch before it)."""
 
     def __init__(self, session):
-        from jaxtrace_nb import _probe
+        from jaxtrace_nb import _listeners
         from jaxtrace_nb._decode import Decoder
 
         probe = session.probe
@@ -98,7 +98,7 @@ class _SelfTimer:
                     self.listener_s += time.perf_counter() - start
             return listener
 
-        owners = {"decoder": Decoder, "probe_module": _probe, "lifecycle": session.lifecycle}
+        owners = {"decoder": Decoder, "probe_module": _listeners, "lifecycle": session.lifecycle}
         # (owner, name, original, shadow): the instances' attributes shadow their class's methods
         self._shadows = [(probe, "_on_trace_start", None, start_hook), (probe, "_trace_end", None, end_hook),
                          (probe, "_on_duration", None, timed_listener(on_duration)),

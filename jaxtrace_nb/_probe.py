@@ -9,7 +9,8 @@ Two kinds of observation point (where and how they read JAX: `_jax_internals`):
   cache-hit call of a jitted function never reaches Python, so never reaches this code;
 * ``jax.monitoring`` listeners (public API): JAX's trace / lower / XLA compile seconds,
   read with the traced program, the lowering's inputs or the executable from the frame
-  that reports them, and the persistent compilation cache's events.
+  that reports them, and the persistent compilation cache's events (`_listeners`, the
+  base class of `Probe`: this module installs them).
 
 Nothing is wrapped: no frame is added to any trace, lowering or compile, and the user's
 exceptions and tracebacks pass untouched. Outside the supported JAX range only the
@@ -26,24 +27,18 @@ import weakref
 from typing import Callable
 
 from . import _jax_internals as jaxi
-from ._cost import graph_stats, xla_cost
 from ._decode import Decoder
-from ._jax_cache_key import REQUEST_EVENT, KeyReader
-from ._records import Sink, Stage
+from ._jax_cache_key import KeyReader
+from ._listeners import _CACHE_EVENTS, Listeners
+from ._records import Sink
 
 _TRACEBACKS_EXCLUDED = False  # JAX cannot remove a traceback exclusion: add ours once per process
-XLA_COST_SHARE = 0.02  # at most this share of a compile's seconds goes to reading XLA's cost figures
-XLA_COST_S_PER_ARGUMENT = 25e-6  # what reading them costs (benchmarks/run.py, "XLA cost read")
 _MAX_HELPER_VERDICTS = 4096
 _MAX_PENDING = 64  # top-level traces pending inside one another on one thread, at most
 _MAX_PENDING_WALK = 512  # frames walked to tell which pending traces are gone
-_MAX_UNPROFILED = 256  # traces whose program waits for its line profile (until its compile, or a read)
-_TRACE_EVENT = jaxi.TRACE_EVENT
-_CACHE_EVENTS = (jaxi.CACHE_HIT_EVENT, jaxi.CACHE_MISS_EVENT)  # listened to always
-_KEY_EVENTS = frozenset((*_CACHE_EVENTS, REQUEST_EVENT))  # while the persistent cache is on (keys read)
 
 
-class Probe:
+class Probe(Listeners):
     """Installs and removes the observation points; forwards typed records to `sink`."""
 
     def __init__(self, sink: Sink):
@@ -307,235 +302,12 @@ class Probe:
         helpers[id(fun)] = (ref, verdict)
         return verdict
 
-    # ---------------------------------------------------------- monitoring
-    def _on_duration(self, *args, **kwargs) -> None:
-        try:
-            event, duration = args[0], args[1]
-            if event == _TRACE_EVENT and self._full:  # the trace's own listener: the common case
-                self._trace_end(float(duration))
-            elif type(event) is str and event.startswith("/jax/co"):
-                self._duration(event, float(duration), str(kwargs.get("fun_name")))
-        except Exception as e:
-            self._sink.fault("timing", e)
-
-    def _duration(self, event: str, duration: float, fun_name: str) -> None:
-        tls = self._tls
-        if event == jaxi.TRACE_EVENT:
-            if self.full:
-                self._trace_end(duration)
-            else:
-                handle = self._sink.on_public_trace(fun_name, duration, threading.get_ident())
-                tls.lowering = None if handle is None else (fun_name, handle)
-        elif event == jaxi.LOWER_EVENT:
-            name = _jit_inner_name(fun_name)
-            if name is None:
-                return
-            pending = tls.__dict__.get("lowering")
-            tls.lowering = None
-            handle = pending[1] if pending is not None and pending[0] == name else None
-            program = None
-            if handle is not None and len(pending) > 2:
-                program = pending[2]
-                self._unprofiled.pop(id(handle), None)  # profiled at its compile
-            stage = jaxi.stage_frame(event) if self.full else None
-            if stage is not None and stage.raised:
-                return  # the lowering failed: nothing is compiled
-            record = self.decoder.lowering_record(stage and stage.locals, name, threading.get_ident()) \
-                if self.full else _public_lowering(name)
-            handle = self._sink.on_lowering(handle, record)
-            tls.compiling = handle
-            tls.program = program
-            tls.arguments = len(record.signature.leaves) if record.signature is not None else 0
-            if handle is not None:
-                self._sink.on_timing(handle, Stage.LOWER, duration)
-        elif event == jaxi.COMPILE_EVENT:
-            handle = tls.__dict__.get("compiling")
-            tls.compiling = None
-            if handle is not None:
-                self._sink.on_timing(handle, Stage.COMPILE, duration)
-                if self.capture_cost and self.full:
-                    self._xla_cost(handle, duration, tls.__dict__.get("arguments", 0))
-                program = tls.__dict__.get("program")
-                tls.program = None
-                if program is not None:
-                    self._profile(handle, program())
-        elif event == jaxi.CACHE_SAVED_EVENT:
-            handle = tls.__dict__.get("compiling")
-            if handle is not None:
-                self._sink.on_timing(handle, Stage.CACHE_SAVED, duration)
-
-    def _xla_cost(self, handle, compile_s: float, arguments: int) -> None:
-        """XLA's FLOPs and bytes of the program just compiled, when reading them is cheap.
-
-        Reading them is XLA work that grows with the program's buffers (about 25 µs per argument
-        on a 2-core CPU: 25 ms for a program of a thousand arguments), so it is skipped when
-        that predicts more than `XLA_COST_SHARE` of this compile's own seconds.
-        """
-        if XLA_COST_S_PER_ARGUMENT * arguments > XLA_COST_SHARE * compile_s:
-            return
-        stage = jaxi.stage_frame(jaxi.COMPILE_EVENT)
-        executable = stage.locals.get("xla_executable") if stage is not None and not stage.raised else None
-        if executable is None:
-            return
-        self._sink.on_xla_cost(handle, xla_cost(executable))
-
-    def _trace_end(self, duration: float) -> None:
-        """A top-level trace finished: complete the pending trace if this event is its own.
-
-        JAX reports the duration of the call of its cached tracing function, so the event
-        also comes when nothing was traced; it belongs to a pending trace only if it carries
-        the same debug info object (the innermost pending one, unless those inside it raised).
-        """
-        tls = self._tls
-        stack = tls.__dict__.get("pending")
-        if not stack:
-            return
-        layout = self.internals.layout
-        for walk in (False, True):  # where it was last time; if that is not its trace, frame by frame
-            local = jaxi.trace_end_locals(layout, walk)
-            if local is None:
-                return
-            token = id(local.get(layout.end_token))
-            if token == stack[-1][0]:
-                break
-        else:  # the reporting frame's trace is not the innermost one pending
-            for i in range(len(stack) - 2, -1, -1):
-                if stack[i][0] == token:
-                    break
-            else:
-                return  # a trace not recorded, or a hit of JAX's tracing cache
-            while len(stack) > i + 1:  # started inside it and never ended: they raised
-                self._sink.on_trace_failed(stack.pop()[2])
-        pending = stack.pop()
-        jaxpr = local.get("jaxpr")
-        if jaxpr is None:  # it raised: JAX cached nothing, and no trace is recorded
-            self._sink.on_trace_failed(pending[2])
-            return
-        if not self.capture_cost:
-            jaxpr = None
-        graph = graph_stats(jaxpr, self.decoder.location) if jaxpr is not None else None
-        handle = self._sink.on_trace_end(pending[2], duration, graph)
-        if handle is not None:
-            program = None
-            if jaxpr is not None:
-                try:
-                    program = weakref.ref(jaxpr)  # its line profile: at its compile, or when read
-                except TypeError:
-                    pass
-            if program is None:
-                tls.lowering = (pending[1], handle)
-            else:
-                tls.lowering = (pending[1], handle, program)
-                unprofiled = self._unprofiled
-                unprofiled[id(handle)] = (handle, program)
-                if len(unprofiled) > _MAX_UNPROFILED:
-                    unprofiled.popitem(last=False)
-
-    # ------------------------------------------------------- line profiles
-    def _profile(self, handle, jaxpr) -> None:
-        """Equations per user line of a traced program (`_lineprof`), to the sink; never raises."""
-        if jaxpr is None or (self._profiler is None and self.decoder is None):
-            return
-        try:
-            if self._profiler is None:
-                from ._lineprof import LineProfiler
-
-                self._profiler = LineProfiler(self.decoder.is_library, self.decoder.location)
-            self._sink.on_line_profile(handle, self._profiler.profile(jaxpr))
-        except Exception as e:
-            self._sink.fault("profile", e)
-
-    def forget_unprofiled(self) -> None:
-        self._unprofiled.clear()
-
-    def profile_pending(self) -> None:
-        """Profile the traces recorded but not compiled (yet) whose program JAX still holds."""
-        unprofiled = self._unprofiled
-        while unprofiled:
-            try:
-                _, (handle, program) = unprofiled.popitem(last=False)
-            except KeyError:  # emptied by another thread
-                return
-            self._profile(handle, program())
-
-    def _on_event(self, *args, **kwargs) -> None:
-        try:
-            event = args[0] if args else None
-            if event not in self._cache_events:
-                return
-            tls = self._tls.__dict__
-            if self._cache_events is _KEY_EVENTS:
-                if event == REQUEST_EVENT:  # the key is computed, the cache not read yet
-                    tls["cache_key"] = self.keys.begin(_caller(sys._getframe(1), "compile_or_get_cached"))
-                    return
-                pending = tls.get("cache_key")
-                if pending is not None:
-                    pending.outcome = "hit" if event == jaxi.CACHE_HIT_EVENT else "written"
-            elif self._key_notice:  # the cache is used, and its keys cannot be read on this JAX
-                print(self._key_notice, file=sys.stderr)
-                self._key_notice = ""
-            handle = tls.get("compiling")
-            if handle is not None:
-                self._sink.on_cache(handle, event == jaxi.CACHE_HIT_EVENT)
-        except Exception as e:
-            self._sink.fault("timing", e)
-
-    # ------------------------------------------------------ persistent cache keys
-    def _keys_switched(self, on: bool) -> None:
-        """JAX's persistent cache went on or off: listen to its lookups and compiles' ends, or not.
-        Off, the listeners run exactly the code they ran before keys were read."""
-        if on:
-            self._cache_events = _KEY_EVENTS
-            self._duration = self._duration_with_key
-        else:
-            self._cache_events = _CACHE_EVENTS
-            self.__dict__.pop("_duration", None)
-            self._tls.__dict__.pop("cache_key", None)
-
-    def _duration_with_key(self, event: str, duration: float, fun_name: str) -> None:
-        """`_duration`, and at a compile's end its key's record, with the lookup's outcome."""
-        if event != jaxi.COMPILE_EVENT:
-            Probe._duration(self, event, duration, fun_name)
-            return
-        tls = self._tls.__dict__
-        handle = tls.get("compiling")
-        Probe._duration(self, event, duration, fun_name)
-        pending = tls.pop("cache_key", None)
-        if pending is not None:
-            try:
-                record = self.keys.finish(pending, duration)
-            except Exception as e:
-                self._sink.fault("persistent cache", e)
-                return
-            self._sink.on_cache_key(handle, record)
-
 
 def decoder_source_file(debug_info) -> str:
     """The file of JAX's "f at file:line" source info of a traced function."""
     src = str(getattr(debug_info, "func_src_info", "") or "")
     at = src.rfind(" at ")
     return src[at + 4:].rsplit(":", 1)[0] if at >= 0 else ""
-
-
-def _caller(frame, name: str, depth: int = 4):
-    """The frame of function `name` within `depth` frames up from `frame` (None if not there)."""
-    for _ in range(depth):
-        if frame is None or frame.f_code.co_name == name:
-            return frame
-        frame = frame.f_back
-    return None
-
-
-def _public_lowering(jax_name: str):
-    from ._records import LoweringRecord
-
-    return LoweringRecord(jax_name, "", None, threading.get_ident(), None)
-
-
-def _jit_inner_name(fun_name: str) -> str | None:
-    if fun_name.startswith("jit(") and fun_name.endswith(")"):
-        return fun_name[4:-1]
-    return None
 
 
 def _exclude_from_tracebacks() -> None:

@@ -222,10 +222,10 @@ def test_persistent_cache_hit_is_marked(tmp_path):
 
 
 def test_xla_figures_are_skipped_when_reading_them_would_cost_a_share_of_the_compile(jt, monkeypatch):
-    from jaxtrace_nb import _probe
+    from jaxtrace_nb import _listeners
 
     params = {f"w{i}": jnp.ones(2) for i in range(8)}
-    monkeypatch.setattr(_probe, "XLA_COST_S_PER_ARGUMENT", 1.0)  # as if reading them took 1 s per argument
+    monkeypatch.setattr(_listeners, "XLA_COST_S_PER_ARGUMENT", 1.0)  # as if reading them took 1 s per argument
     jax.jit(lambda p: jax.tree.map(lambda a: a + 1, p))(params)
     skipped = jt.log(internal=False).iloc[-1]
     assert skipped["compile_s"] > 0 and pd_isna(skipped["flops"]) and pd_isna(skipped["arg_bytes"])

@@ -26,7 +26,7 @@ LAYERS = {
     3: {"_adapters", "_adapters._registry", "_adapters._nnx_graph", "_adapters.pytrees", "_adapters.equinox",
         "_adapters.flax_nnx", "_adapters.optax", "_adapters.diffrax"},
     4: {"_hints", "_diagnosis", "_module_diff", "_cache_words"},
-    5: {"_jax_internals", "_decode", "_cost", "_lineprof", "_probe", "_jax_cache_key"},
+    5: {"_jax_internals", "_decode", "_cost", "_lineprof", "_listeners", "_probe", "_jax_cache_key"},
     6: {"_log", "_frames", "_cache_index"},
     7: {"_functions", "_lifecycle"},
     8: {"_session", "_self_check", "_persist", "_watch", "_cache_explainer", "_baseline"},
