@@ -192,7 +192,7 @@ def _search(row: dict) -> str:
               for code, piece in fmt.code_spans(fmt.short_paths_in(text)) if code]
     words += [fmt.cell_label(c) for c in sorted(c for c in cells if c is not None)]
     words += sorted(t for t in tests if t)
-    words += [fmt.short_path(c) for c in call_sites]
+    words += sorted(fmt.short_path(c) for c in call_sites if c)
     if row["nested"]:
         words.append("nested")
     return "\n".join(dict.fromkeys(w for w in words if w)).lower()
