@@ -35,7 +35,7 @@ class Session:
         self.cache = CacheExplainer(self.log, fault=self.fault, host=self._hostname, place=self._source_place,
                                     is_library=self._is_library)
         self.lifecycle.cache_keys = self.cache.submit
-        self.log.before_read = self.settle  # the lifecycle's drafts, then the persistent cache's words
+        self.log.before_read = self.settle
         self.current_cell: int | None = None
         self.current_test: str | None = None  # the pytest node id of the test running (the pytest plugin)
         self.notice = ""
@@ -48,12 +48,6 @@ class Session:
         self._where: tuple | None = None  # (host, JAX process index), read at the first event
         self._host: str | None = None
         self.log.on_fault = lambda exc: self.fault("log", exc)
-        self.log.before_read = self._before_read
-
-    def _before_read(self) -> None:
-        """Before the log is read: the line profiles of traces not compiled, then every event."""
-        self.probe.profile_pending()
-        self.lifecycle.publish()
 
     # ------------------------------------------------------------ lifecycle
     def acquire(self) -> None:
@@ -109,7 +103,9 @@ class Session:
             self.lifecycle.keep_signatures = self._persist is not None
 
     def settle(self) -> None:
-        """Before the log is read: every trace's event built, every persistent cache miss worded."""
+        """Before the log is read: the line profiles of traces not compiled, every trace's event
+        built, every persistent cache miss worded."""
+        self.probe.profile_pending()
         self.lifecycle.publish()
         self.cache.settle()
 

@@ -107,9 +107,11 @@ def test_history_view_is_the_history_applied():
             "seq": seq, "cell": f"In[{CELLS[seq]}]", "test": None, "time": f"12:00:{seq:02d}", "trace_number": seq + 1,
             "kind": "trace", "cause": ["first", "shape", "shape", "shape", "shape", "static"][seq],
             "leaf": [None, "x", "x", "x", "x", "n"][seq], "change": change, "call_site": f"train.py:{9 + seq}",
-            "explanation": e["explanation"], "eqns_total": 8, "flops": 100.0 + seq, "cache_hit": False,
+            "explanation": e["explanation"], "eqns_total": 8, "flops": 100.0 + seq,
+            "persistent_cache": "miss",
             "trace_s": trace_s, "lower_s": lower_s, "compile_s": compile_s,
-            "total_s": trace_s + lower_s + compile_s, "slowest": seq == slowest, "full": {"change": change}}
+            "total_s": trace_s + lower_s + compile_s, "slowest": seq == slowest,
+            "full": {"change": change, "persistent_cache": ""}}
         assert HINT not in json.dumps(e["explanation"])  # an event shows no hint: its group does, once
     assert history_view(report, "no such id") == {"key": "", "title": "", "note": "", "groups": []}
 
