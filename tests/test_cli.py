@@ -94,7 +94,7 @@ def test_max_traces_stops_the_program_at_the_retrace(program, tmp_path):
     assert "sum 6.0" in ours.stdout and "end of program" not in ours.stdout
     before, report = _split_report(ours.stderr, f"jaxtrace_nb run {script}:")
     assert before.startswith("Traceback (most recent call last):")
-    assert "jaxtrace_nb._watch.RetraceError: step (" in before
+    assert "jaxtrace_nb.RetraceError: step (" in before
     assert "past max_traces=1" in before and "`x`: f64[3] → f64[4]" in before and "Hint:" in before
     assert "`x`" in report and "f64[3] → f64[4]" in report and f"(log: {log})" in report
     rows = [(e.function, e.trace_number, e.cause, e.leaf) for e in load_events(log) if not e.internal]

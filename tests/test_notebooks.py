@@ -220,6 +220,7 @@ _TIMED = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?= ?(?:s|ms|µs)\b)|(?<=trace )\d+
                     r"|(?<=XLA compile )\d+\.\d+|(?<=\+ compile )\d+\.\d+")
 _MODEL_ID = re.compile(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_FRAME_LINE = re.compile(r"^(Cell In\[\d+\], line \d+|File \S+|-+> ?\d+ )")
 TIME = "<time>"
 # Another run's identity, which a persistent cache miss names: when it ran, its process and host.
 _RUN = re.compile(r"the run of \d{4}-\d\d-\d\d \d\d:\d\d:\d\d, pid \d+ on [^\s)]+")
@@ -346,9 +347,15 @@ def _output(output, ids: dict) -> tuple:
     """What a reader sees of one stored output, its timings masked (see `TIMED_COLUMNS`)."""
     kind = output.output_type
     if kind == "stream":
-        return kind, output.name, _report_text(output.text)  # a script's report, printed
+        # A script's report, printed at its exit. Its notes are left out: the words of a persistent cache
+        # miss come from the index's writer thread and may not be ready when the script exits.
+        return kind, output.name, _report_text(output.text.split("\nRetraces and notes", 1)[0].rstrip())
     if kind == "error":
-        return kind, output.ename, _untimed(output.evalue), _untimed(_ANSI.sub("", "\n".join(output.traceback)))
+        # IPython's own layout of the source around each frame differs between its versions: the
+        # frames (cell and line, file) and the line each points at are compared, not the context.
+        frames = [line for line in _ANSI.sub("", "\n".join(output.traceback)).splitlines()
+                  if _FRAME_LINE.match(line)]
+        return kind, output.ename, _untimed(output.evalue), _untimed("\n".join(frames))
     data = output.get("data", {})
     seen = []
     for mime in sorted(data):
