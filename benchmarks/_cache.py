@@ -80,7 +80,13 @@ def _key_cost(jt, step, params, x, repeats: int) -> dict:
     try:
         jax.block_until_ready(step(params, x))
     finally:
-        jax.monitoring.unregister_event_listener(capture)
+        # JAX 0.8.0 has no public unregister (0.8.1 added it): its private one by callback.
+        unregister = getattr(jax.monitoring, "unregister_event_listener", None)
+        if unregister is None:
+            from jax._src import monitoring
+
+            unregister = monitoring._unregister_event_listener_by_callback
+        unregister(capture)
     args = (captured["computation"], captured["devices"], captured["compile_options"], captured["backend"])
     from jax._src import cache_key
 
