@@ -29,6 +29,7 @@ _spec.loader.exec_module(build)
 pytestmark = pytest.mark.kernel
 
 RAISES_TAG = "raises-exception"
+NOTEBOOKS_JAX = "0.10.2"  # the JAX the stored notebooks were built with (`python notebooks/build.py`)
 # Run after a notebook's last cell, then removed: prints the session's log, each cell's
 # per-function summary (of the functions every view shows), and the kernel's working folder (the
 # views show a file's path relative to it), as JSON.
@@ -417,6 +418,12 @@ def as_shown(nb) -> list:
 def test_stored_outputs_are_not_stale(path, executed):
     """Every stored output (streams, errors, reports in text, HTML and widget state, DataFrames) says
     what a fresh run of the notebook says: the same texts and numbers, timings masked."""
+    import jax
+
+    if jax.__version__ != NOTEBOOKS_JAX:
+        pytest.skip(f"the stored outputs were made with JAX {NOTEBOOKS_JAX} (notebooks/build.py), and another JAX "
+                    f"gives its own equation counts and internal functions: {jax.__version__} is checked by the "
+                    f"cause-and-leaf tests only; CI's newest environment runs this check")
     stored = nbformat.read(path, as_version=4)
     counts = [c.execution_count for c in stored.cells if c.cell_type == "code"]
     assert counts == list(range(1, len(counts) + 1)), "stored outputs must come from one run, top to bottom"
