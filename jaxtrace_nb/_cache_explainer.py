@@ -145,7 +145,7 @@ class CacheExplainer:
     def _computation(self, old: bytes | None, record: CacheKeyRecord, new_bytes: bytes | None):
         if old is None:
             return None
-        from ._jax_cache_key import canonical_text, module_text
+        from ._jax_cache_text import canonical_text, module_text
 
         module = record.module_ref() if record.module_ref is not None else None
         if module is not None:
@@ -165,7 +165,7 @@ def _decoded_options(old: bytes | None, new: bytes | None):
     """The compile options' fields that differ (None when they cannot be decoded here)."""
     if not old or not new:
         return None
-    from ._jax_cache_key import compile_options_fields
+    from ._jax_cache_text import compile_options_fields
 
     try:
         return compile_option_changes(compile_options_fields(old), compile_options_fields(new))
@@ -225,7 +225,7 @@ def _against(reader: Reader, key: EarlierKey, earlier: list[EarlierKey]) -> str:
     if "computation" in differing and "jax_lib version" not in differing:
         old, new = reader.module(other), reader.module(key)
         if old is not None and new is not None:
-            from ._jax_cache_key import canonical_text
+            from ._jax_cache_text import canonical_text
 
             try:
                 computation = first_difference(canonical_text(old), canonical_text(new))

@@ -209,7 +209,7 @@ def _compile_options(changes: list[tuple[str, str, str]] | None, flags_differ: b
 
 
 def compile_option_changes(old: dict[str, str], new: dict[str, str]) -> list[tuple[str, str, str]]:
-    """(field, before, after) of every compile option field that differs (`_jax_cache_key.compile_options_fields`)."""
+    """(field, before, after) of every compile option field that differs (`_jax_cache_text.compile_options_fields`)."""
     return [(k, old.get(k, "(absent)"), new.get(k, "(absent)")) for k in sorted(set(old) | set(new))
             if old.get(k) != new.get(k)]
 

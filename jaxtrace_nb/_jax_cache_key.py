@@ -20,8 +20,8 @@ Both rebinds exist only while JAX's persistent cache is on (a cache directory, a
 ``jax_enable_compilation_cache``), followed through those two options' update hooks: with the
 cache off nothing of JAX is rebound and no code of this module runs at a compile.
 
-The explanation path (`canonical_text`, `module_text`, `compile_options_fields`) runs only when
-a view asks for the words of a miss, never at a compile.
+The explanation path (`_jax_cache_text`) runs only when a view asks for the words of a miss,
+never at a compile.
 """
 
 from __future__ import annotations
@@ -376,47 +376,3 @@ def _devices(devices) -> dict:
             kinds[printable(str(getattr(device, "device_kind", "?")), 60)] += 1
         count += 1
     return {"count": count, "kinds": dict(kinds)}
-
-
-# ------------------------------------------------------------ explanation path (lazy)
-def canonical_text(bytecode: bytes) -> str:
-    """The canonical module JAX hashed (MLIR bytecode, no locations), printed."""
-    from jax._src.interpreters import mlir
-    from jax._src.lib.mlir import ir
-
-    with mlir.make_ir_context():
-        return ir.Module.parse(bytecode).operation.get_asm()
-
-
-def module_text(module) -> str:
-    """The module JAX compiled, printed with its locations (``#loc`` aliases)."""
-    return module.operation.get_asm(enable_debug_info=True)
-
-
-def compile_options_fields(serialized: bytes) -> dict[str, str]:
-    """The compile options JAX hashed, field by field as jaxlib shows them (nested options
-    flattened with dots): what `_cache_words` compares."""
-    from jax._src.lib import xla_client
-
-    options = xla_client.CompileOptions.ParseFromString(serialized)
-    fields: dict[str, str] = {}
-
-    def walk(value, prefix: str, depth: int) -> None:
-        for name in dir(value):
-            if name.startswith("_") or name in ("ParseFromString", "SerializeAsString"):
-                continue
-            try:
-                item = getattr(value, name)
-            except Exception:
-                continue
-            if callable(item):
-                continue
-            if name in ("executable_build_options", "debug_options") and depth < 2:
-                walk(item, f"{prefix}{name}.", depth + 1)
-            elif isinstance(item, (list, tuple)):
-                fields[prefix + name] = clip(repr(list(item)), 300)
-            else:
-                fields[prefix + name] = clip(repr(item), 300)
-
-    walk(options, "", 0)
-    return fields

@@ -20,67 +20,22 @@ from __future__ import annotations
 import collections
 import itertools
 import threading
-import time
-from typing import Callable, NamedTuple
+from typing import Callable
 
-from ._diagnosis import (FIRST, NO_SIGNATURE, NOT_DIAGNOSED, REDUCED, REDUCED_COMPILE, Diagnosis, InvariantError,
-                         diagnose, diagnose_compile, first_after_failures, join_hints, join_ids, kept_lowering,
-                         unrolled_loop_hint)
+from ._diagnosis import FIRST, NO_SIGNATURE, REDUCED, REDUCED_COMPILE, Diagnosis, diagnose_compile, \
+    first_after_failures, join_hints, join_ids, kept_lowering
+from ._drafts import Draft, PendingDiagnosis, apply_end
 from ._functions import FunctionState, keep, new_object, user_names
 from ._lineprof import profile_text
 from ._log import Event, EventLog, now, when
 from ._processes import signature_column
 from ._records import CacheKeyRecord, FunctionIdentity, GraphStats, LoweringRecord, Stage, TraceRecord, XlaCost
-from ._signature import Signature
 
 MAX_FUNCTIONS = 20_000
 # Events not yet in the log (drafts, diagnoses not made yet): at most this many, holding at most
 # this many signature leaves, before they are finished anyway (memory stays bounded).
 MAX_UNPUBLISHED_EVENTS = 4096
 MAX_UNPUBLISHED_LEAVES = 200_000
-
-
-class PendingDiagnosis(NamedTuple):
-    """A retrace's diagnosis, made when its event is published: plain signatures and flags only."""
-
-    signature: Signature  # or a DeferredSignature: leaves read at `get()`
-    previous: tuple  # the function's earlier signatures when it was traced, newest last
-    new_object: bool
-    rerun: str | None
-    cache_cleared: bool
-
-    @property
-    def leaves(self) -> int:
-        return self.signature.n_leaves
-
-    def run(self, fault: Callable[[str, BaseException], None]) -> Diagnosis:
-        try:
-            return diagnose(self.signature.get(), [s.get() for s in self.previous], new_object=self.new_object,
-                            rerun_note=self.rerun, cache_cleared=self.cache_cleared)
-        except InvariantError as e:  # a diagnosis JAX's comparison does not back: said as not diagnosed
-            fault("invariant", e)
-        except Exception as e:
-            fault("diagnosis", e)
-        return NOT_DIAGNOSED
-
-
-class Draft:
-    """A trace's event before it is built: what its start and end said, and its ticks."""
-
-    __slots__ = ("record", "time", "cell", "test", "start", "end", "new_object", "diagnosis", "pending",
-                 "trace_number", "seconds", "graph", "event", "seq", "profile")
-
-    def __init__(self, record: TraceRecord, cell: int | None, test: str | None):
-        self.record, self.time, self.cell, self.test = record, time.time(), cell, test
-        self.start = self.end = self.seq = None  # ticks; the log's number, reserved at its end
-        self.new_object, self.diagnosis, self.pending = False, None, None  # read at `Lifecycle._begin`
-        self.trace_number = self.seconds = self.graph = self.event = self.profile = None
-
-    @property
-    def leaves(self) -> int:
-        """What it holds, for the bound on unpublished events."""
-        signature = self.record.signature
-        return signature.n_leaves if signature is not None else 1
 
 
 class Lifecycle:
@@ -268,18 +223,8 @@ class Lifecycle:
             event.signature = signature_column({path: leaf.text
                                                 for path, leaf in record.signature.get().leaves.items()})
         draft.event = event
-        self._ended(event, draft)
+        apply_end(event, draft)
         return event
-
-    def _ended(self, event: Event, draft: Draft) -> None:
-        """What the trace's end reported (nothing before it has ended)."""
-        event.trace_number = draft.trace_number
-        if draft.seconds is not None:
-            event.set_seconds(Stage.TRACE, draft.seconds)
-        if draft.graph is not None:
-            _set_graph(event, draft.graph)
-        if draft.profile is not None and event.line_profile is None:
-            event.line_profile = profile_text(draft.profile)
 
     def on_trace_end(self, draft: Draft, seconds: float | None, graph: GraphStats | None) -> Event | Draft | None:
         draft.seconds, draft.graph = seconds, graph
@@ -291,7 +236,7 @@ class Lifecycle:
                     return draft
                 if draft.event is not None:  # built at its start, followed since
                     self._end(draft)
-                    self._ended(draft.event, draft)
+                    apply_end(draft.event, draft)
                 else:  # followed since it began, not before: its event now, in order
                     self._publish()
                     self._build(draft)
@@ -439,11 +384,3 @@ class Lifecycle:
         if d is not None:
             event.set_diagnosis(d, d.hint, d.hint_id)
         return event
-
-
-def _set_graph(event: Event, graph: GraphStats) -> None:
-    event.eqns, event.eqns_total, event.loop_line = graph.eqns, graph.eqns_total, graph.loop_where
-    if graph.unrolled is not None:
-        event.loop_repeats = graph.unrolled.repeats
-        event.hint = join_hints(event.hint, unrolled_loop_hint(graph.unrolled, graph.eqns, graph.loop_where))
-        event.hint_ids = join_ids(event.hint_ids, "unrolled_loop")

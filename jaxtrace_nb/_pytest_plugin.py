@@ -34,6 +34,8 @@ import os
 
 import pytest
 
+from ._pytest_results import add_properties, end_at_user_line, github_annotation, past_limit, split_site, write_report
+
 _ACTIVE = "jaxtrace-active"
 _MARKER = ("jaxtrace(max_traces=N): fail this test if any one jitted function is traced more than N "
            "times while it runs (N=1 for a bare @pytest.mark.jaxtrace; overrides --jaxtrace-max-traces "
@@ -200,7 +202,7 @@ class _Active:
 
                     self.counted[item.nodeid] = counts(watch.records, self.root)
         __tracebackhide__ = True
-        swallowed = _past_limit(watch, limit) if limit is not None else None
+        swallowed = past_limit(watch, limit) if limit is not None else None
         if swallowed is not None:  # the test caught the RetraceError and went on
             raise RetraceError(f"{swallowed} (raised inside the test, which caught it; limit set by {source})")
         if budget is not None and budget.stopped is not None:
@@ -233,7 +235,7 @@ class _Active:
 
         error = call.excinfo.value if call.excinfo is not None else None
         retrace = isinstance(error, RetraceError)
-        where = _end_at_user_line(call.excinfo) if retrace else None
+        where = end_at_user_line(call.excinfo) if retrace else None
         report = yield
         if call.when != "call":
             return report
@@ -246,7 +248,7 @@ class _Active:
     def _failure(self, item, report, error, where) -> None:
         event = getattr(error, "event", None)
         if where is None and event is not None and event.call_site:
-            where = _split_site(event.call_site)
+            where = split_site(event.call_site)
         if where is None:
             where = (os.path.join(self.root, item.location[0]), (item.location[1] or 0) + 1)
         message = str(error)
@@ -255,7 +257,7 @@ class _Active:
             properties += [(f"jaxtrace.{name}", getattr(event, name)) for name in
                            ("function", "kind", "trace_number", "cause", "leaf", "before", "after")
                            if getattr(event, name) is not None]
-        _add_properties(item, report, properties)
+        add_properties(item, report, properties)
         self.annotations.append(("error", where[0], where[1], f"jaxtrace_nb: {item.nodeid}", message))
 
     def _baseline_result(self, item, report) -> None:
@@ -273,7 +275,7 @@ class _Active:
         lines = fewer(now, self.baseline.budget(item.nodeid))
         if lines:
             self.fewer[item.nodeid] = lines
-            _add_properties(item, report, [("jaxtrace.fewer", line) for line in lines])
+            add_properties(item, report, [("jaxtrace.fewer", line) for line in lines])
             file = os.path.join(self.root, item.location[0])
             self.annotations.append(("notice", file, (item.location[1] or 0) + 1, f"jaxtrace_nb: {item.nodeid}",
                                      "fewer than the baseline: " + "; ".join(lines)))
@@ -303,7 +305,7 @@ class _Active:
                 self.wrote.append(f"could not write {self.baseline.path}: {type(e).__name__}: {e}")
         if self.report:
             try:
-                self.wrote.append(_write_report(self.report, self.events))
+                self.wrote.append(write_report(self.report, self.events))
             except Exception as e:  # a failed report must not turn a green session red
                 self.wrote.append(f"could not write {self.report}: {type(e).__name__}: {e}")
 
@@ -336,13 +338,6 @@ class _Active:
                 write(github_annotation(level, self._relative(file), line, title, message))
 
 
-def _add_properties(item, report, properties: list) -> None:
-    """JUnit XML properties of the test (pytest writes the test's own, `item.user_properties`, as its
-    teardown report carries them: the way of ``record_property``), also on this report."""
-    item.user_properties.extend(properties)
-    report.user_properties.extend(properties)
-
-
 def _cold_start(session) -> None:
     """A test's traces from empty JAX caches and a fresh count per function (the baseline's terms)."""
     import sys
@@ -351,85 +346,3 @@ def _cold_start(session) -> None:
     if jax is not None and hasattr(jax, "clear_caches"):
         jax.clear_caches()
     session.forget_functions()
-
-
-def _end_at_user_line(excinfo) -> tuple[str, int] | None:
-    """Make pytest's traceback of a `RetraceError` end at the user's line (leaving out the library
-    frames after it: a jit wrapper such as ``nnx.jit``'s, JAX's own when its filtering is off, ours);
-    returns that line (file, 1-based), or None when the error was raised after the test returned.
-
-    A new chain of traceback entries (`user_traceback`), not a slice of pytest's: pytest cuts a
-    traceback at the test function by following the raw entries' links from there."""
-    from ._watch import library_frame, user_traceback
-
-    tb = user_traceback(excinfo.tb)
-    last = tb
-    while last is not None and last.tb_next is not None:
-        last = last.tb_next
-    if last is None or library_frame(last.tb_frame):
-        return None
-    excinfo.traceback = type(excinfo.traceback)(tb)
-    return last.tb_frame.f_code.co_filename, last.tb_lineno
-
-
-def _split_site(site: str) -> tuple[str, int] | None:
-    """("file", line) of a call site "file:line" (None for a notebook cell's "In[5]:3")."""
-    file, _, line = site.rpartition(":")
-    if not line.isdigit() or not os.path.isabs(file):
-        return None
-    return file, int(line)
-
-
-def github_annotation(level: str, file: str, line: int, title: str, message: str) -> str:
-    """A GitHub Actions workflow command (``::error file=…,line=…,title=…::message``), escaped."""
-    def data(text: str) -> str:
-        return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-    def prop(text: str) -> str:
-        return data(text).replace(":", "%3A").replace(",", "%2C")
-
-    return f"::{level} file={prop(file)},line={int(line)},title={prop(title)}::{data(message)}"
-
-
-def _past_limit(watch, limit: int) -> str | None:
-    """The message of the RetraceError `watch` raised (the test caught it), or None if it raised none.
-
-    Read from the watch's own count, so that it agrees with the guard exactly.
-    """
-    counts = getattr(watch, "_traces", {})
-    over = [key for key, count in counts.items() if count > limit]
-    if not over:
-        return None
-    from ._diagnosis import retrace_message
-
-    seen: dict = {}
-    for e in watch.records:  # the trace the guard stopped is in the log, with its cause
-        if e.key in over and e.kind == "trace" and not e.internal:
-            seen[e.key] = seen.get(e.key, 0) + 1
-            if seen[e.key] == limit + 1:
-                return retrace_message(e, limit + 1, f"max_traces={limit}")
-    return f"a jitted function ({over[0]}) was traced more than {limit} times, past max_traces={limit}"
-
-
-def _write_report(path: str, events: list) -> str:
-    import jaxtrace_nb
-
-    from ._frames import function_row
-
-    functions: dict = {}
-    for e in events:
-        if not e.internal:
-            functions.setdefault(e.key, []).append(e)
-    rows = [function_row(history) for history in functions.values()]
-    what = (f"{sum(r['traces'] for r in rows)} trace(s) of {len(rows)} function(s), "
-            f"{sum(r['retraces'] for r in rows)} retrace(s)")
-    if path.lower().endswith((".html", ".htm")):
-        from ._frames import events_frame
-
-        jaxtrace_nb.report(path, events=events_frame(events))
-    else:
-        from ._views import Report, render_text
-
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(render_text(Report(events, "pytest session"), sections=True) + "\n")
-    return f"report written to {path} ({what})"

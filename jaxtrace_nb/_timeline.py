@@ -148,76 +148,113 @@ def _merged(tl: Timeline, px: float) -> list[Mark]:
     return list(cells.values())
 
 
+class _Plot(NamedTuple):
+    """The SVG's geometry: its width, the plot's width and height, the time axis's span (s)."""
+
+    width: int
+    plot_w: float
+    plot_h: float
+    span: float
+
+    @property
+    def axis_y(self) -> float:
+        return _TOP + self.plot_h
+
+    def x(self, t: float) -> float:
+        return _GUTTER + self.plot_w * t / self.span
+
+
 def svg(tl: Timeline, width: int = _WIDTH) -> str:
     """The timeline as one SVG element (a string; every text escaped), or "" with no compile."""
     if not tl.marks:
         return ""
-    plot_w = width - _GUTTER - _RIGHT
-    plot_h = _ROW_H * len(tl.rows)
-    height = _TOP + plot_h + _BOTTOM
-    span = tl.span if tl.span > 0 else 1e-3
-
-    def x(t: float) -> float:
-        return _GUTTER + plot_w * t / span
-
+    plot = _Plot(width, width - _GUTTER - _RIGHT, _ROW_H * len(tl.rows), tl.span if tl.span > 0 else 1e-3)
+    height = _TOP + plot.plot_h + _BOTTOM
+    caption = _e(_caption(tl))
     out = [f"<svg xmlns='http://www.w3.org/2000/svg' class='jtnb-timeline' width='{width}' height='{height}' "
-           f"viewBox='0 0 {width} {height}' role='img' aria-label='{_e(_caption(tl))}'>",
-           f"<title>{_e(_caption(tl))}</title>"]
-    # legend: the causes present
-    lx = _GUTTER
+           f"viewBox='0 0 {width} {height}' role='img' aria-label='{caption}'>", f"<title>{caption}</title>"]
+    out += _svg_legend(tl)
+    out += _svg_rows(tl, plot)
+    out += _svg_axis(plot)
+    out += _svg_cumulative(tl, plot)
+    out += _svg_marks(tl, plot)
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _svg_legend(tl: Timeline) -> list[str]:
+    """The causes present, each with its colour."""
+    out, lx = [], _GUTTER
     for cause in dict.fromkeys(m.cause for m in tl.marks):
         colour = CAUSE_COLOURS.get(cause, _NO_CAUSE)
         out.append(f"<circle cx='{lx + 4}' cy='9' r='4' fill='{colour}'/>"
                    f"<text class='jtnb-tl-legend' x='{lx + 11}' y='13'>{_e(cause or 'not diagnosed')}</text>")
         lx += 18 + 7 * len(cause or "not diagnosed")
-    # rows
+    return out
+
+
+def _svg_rows(tl: Timeline, plot: _Plot) -> list[str]:
+    """A row per function: its label, its compiles and their seconds; every other row striped."""
+    out = []
     for i, row in enumerate(tl.rows):
         y = _TOP + i * _ROW_H
         if i % 2:
-            out.append(f"<rect class='jtnb-tl-stripe' x='0' y='{y}' width='{width - _RIGHT}' height='{_ROW_H}'/>")
+            out.append(f"<rect class='jtnb-tl-stripe' x='0' y='{y}' width='{plot.width - _RIGHT}' "
+                       f"height='{_ROW_H}'/>")
         label = row.label if len(row.label) <= 26 else row.label[:25] + "…"
         out.append(f"<text class='jtnb-tl-label' x='4' y='{y + 14}'><title>{_e(row.label)} "
                    f"({_e(fmt.short_path(row.location))})</title>{_e(label)}</text>"
                    f"<text class='jtnb-tl-count' x='{_GUTTER - 6}' y='{y + 14}' text-anchor='end'>"
                    f"×{row.compiles} {row.seconds:.2f} s</text>")
-    # time axis
-    step = _nice_step(span)
-    axis_y = _TOP + plot_h
-    out.append(f"<line class='jtnb-tl-axis' x1='{_GUTTER}' y1='{axis_y}' x2='{_GUTTER + plot_w}' y2='{axis_y}'/>")
+    return out
+
+
+def _svg_axis(plot: _Plot) -> list[str]:
+    """The time axis, with a tick every round step."""
+    x, axis_y, step = plot.x, plot.axis_y, _nice_step(plot.span)
+    out = [f"<line class='jtnb-tl-axis' x1='{_GUTTER}' y1='{axis_y}' x2='{_GUTTER + plot.plot_w}' y2='{axis_y}'/>"]
     t = 0.0
-    while t <= span * 1.0001:
+    while t <= plot.span * 1.0001:
         out.append(f"<line class='jtnb-tl-tick' x1='{x(t):.1f}' y1='{_TOP}' x2='{x(t):.1f}' y2='{axis_y + 3}'/>"
                    f"<text class='jtnb-tl-tick-label' x='{x(t):.1f}' y='{axis_y + 14}' text-anchor='middle'>"
                    f"{t:g} s</text>")
         t += step
-    # cumulative seconds: a step line on its own axis, right
-    if tl.total_s > 0:
-        points = [f"{_GUTTER},{axis_y}"]
-        level = axis_y
-        for end, total in tl.cumulative:
-            new = axis_y - plot_h * total / tl.total_s
-            points.append(f"{x(end):.1f},{level:.1f} {x(end):.1f},{new:.1f}")
-            level = new
-        points.append(f"{_GUTTER + plot_w},{level:.1f}")
-        out.append(f"<polyline class='jtnb-tl-cumulative' points='{' '.join(points)}'/>"
-                   f"<text class='jtnb-tl-tick-label' x='{width - _RIGHT + 4}' y='{_TOP + 10}'>"
-                   f"{tl.total_s:.2f} s</text>"
-                   f"<text class='jtnb-tl-tick-label' x='{width - _RIGHT + 4}' y='{axis_y}'>0</text>"
-                   f"<text class='jtnb-tl-legend' x='{width - _RIGHT + 4}' y='{_TOP + 22}'>cumul.</text>")
-    # marks
+    return out
+
+
+def _svg_cumulative(tl: Timeline, plot: _Plot) -> list[str]:
+    """The cumulative compile seconds: a step line on its own axis, right."""
+    if tl.total_s <= 0:
+        return []
+    x, axis_y, right = plot.x, plot.axis_y, plot.width - _RIGHT + 4
+    points = [f"{_GUTTER},{axis_y}"]
+    level = axis_y
+    for end, total in tl.cumulative:
+        new = axis_y - plot.plot_h * total / tl.total_s
+        points.append(f"{x(end):.1f},{level:.1f} {x(end):.1f},{new:.1f}")
+        level = new
+    points.append(f"{_GUTTER + plot.plot_w},{level:.1f}")
+    return [f"<polyline class='jtnb-tl-cumulative' points='{' '.join(points)}'/>"
+            f"<text class='jtnb-tl-tick-label' x='{right}' y='{_TOP + 10}'>{tl.total_s:.2f} s</text>"
+            f"<text class='jtnb-tl-tick-label' x='{right}' y='{axis_y}'>0</text>"
+            f"<text class='jtnb-tl-legend' x='{right}' y='{_TOP + 22}'>cumul.</text>"]
+
+
+def _svg_marks(tl: Timeline, plot: _Plot) -> list[str]:
+    """A mark per compile (merged where they would overlap): area by seconds, colour by cause."""
+    out = []
     biggest = max(m.seconds for m in tl.marks) or 1.0
-    for m in _merged(tl, span / plot_w):
-        cx, cy = x(m.t), _TOP + m.row * _ROW_H + _ROW_H / 2
+    for m in _merged(tl, plot.span / plot.plot_w):
+        cx, cy = plot.x(m.t), _TOP + m.row * _ROW_H + _ROW_H / 2
         r = max(2.5, _MAX_R * math.sqrt(m.seconds / biggest)) if biggest > 0 else 2.5
         colour = CAUSE_COLOURS.get(m.cause, _NO_CAUSE)
-        bar = x(m.t + m.seconds) - cx
+        bar = plot.x(m.t + m.seconds) - cx
         duration = (f"<rect x='{cx:.1f}' y='{cy - 1.5:.1f}' width='{bar:.1f}' height='3' fill='{colour}'/>"
                     if bar >= 2 else "")
         out.append(f"<g class='jtnb-mark' data-count='{m.count}'>{duration}<circle cx='{cx:.1f}' cy='{cy:.1f}' "
                    f"r='{r:.1f}' fill='{colour}' fill-opacity='0.75' stroke='{colour}'/>"
                    f"<title>{_e(_title(tl, m))}</title></g>")
-    out.append("</svg>")
-    return "".join(out)
+    return out
 
 
 def _caption(tl: Timeline) -> str:

@@ -34,7 +34,7 @@ import numpy as np
 import pytest
 
 import jaxtrace_nb as jt
-from jaxtrace_nb import JaxtraceWarning, _lifecycle, _views
+from jaxtrace_nb import JaxtraceWarning, _drafts, _views
 from jaxtrace_nb._log import EventLog
 from jaxtrace_nb import _jax_internals, _jax_layouts
 from jaxtrace_nb._decode import Decoder
@@ -82,7 +82,7 @@ def _inject_stage_frame(mp):
 
 
 def _inject_diagnosis(mp):
-    mp.setattr(_lifecycle, "diagnose", _boom)
+    mp.setattr(_drafts, "diagnose", _boom)
 
 
 def _inject_log(mp):

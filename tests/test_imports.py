@@ -26,15 +26,15 @@ LAYERS = {
     3: {"_adapters", "_adapters._registry", "_adapters._nnx_graph", "_adapters.pytrees", "_adapters.equinox",
         "_adapters.flax_nnx", "_adapters.optax", "_adapters.diffrax"},
     4: {"_hints", "_diagnosis", "_module_diff", "_cache_words"},
-    5: {"_jax_internals", "_decode", "_cost", "_lineprof", "_listeners", "_probe", "_jax_cache_key"},
+    5: {"_jax_internals", "_decode", "_cost", "_lineprof", "_listeners", "_probe", "_jax_cache_key", "_jax_cache_text"},
     6: {"_log", "_frames", "_cache_index"},
-    7: {"_functions", "_lifecycle"},
+    7: {"_functions", "_drafts", "_lifecycle"},
     8: {"_session", "_self_check", "_persist", "_watch", "_cache_explainer", "_baseline"},
     9: {"_report", "_rows", "_views", "_widget", "_display", "_standalone", "_census", "_timeline", "_where"},
-    10: {"_ipython", "_pytest_plugin", "_run", "_cli", "__init__", "__main__"},
+    10: {"_ipython", "_pytest_plugin", "_pytest_results", "_run", "_cli", "__init__", "__main__"},
 }
 # The only modules that name JAX's internals (``jax._src``): the probe's.
-READS_JAX_INTERNALS = {"_jax_layouts", "_jax_internals", "_probe", "_jax_cache_key"}
+READS_JAX_INTERNALS = {"_jax_layouts", "_jax_internals", "_probe", "_jax_cache_key", "_jax_cache_text"}
 LAYER = {module: layer for layer, modules in LAYERS.items() for module in modules}
 
 

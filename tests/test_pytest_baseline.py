@@ -17,7 +17,7 @@ import pytest
 import jaxtrace_nb
 from jaxtrace_nb import _baseline
 from jaxtrace_nb._log import Event
-from jaxtrace_nb._pytest_plugin import github_annotation
+from jaxtrace_nb._pytest_results import github_annotation
 
 pytest_plugins = ["pytester"]
 

@@ -1,0 +1,79 @@
+"""A trace's event before it is built (`Draft`), its diagnosis before it is made
+(`PendingDiagnosis`), and what the trace's end puts on its event (`apply_end`).
+
+`Lifecycle` owns their order; these are records and plain functions of them, holding no
+user array, tracer or object.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, NamedTuple
+
+from ._diagnosis import NOT_DIAGNOSED, Diagnosis, InvariantError, diagnose, join_hints, join_ids, unrolled_loop_hint
+from ._lineprof import profile_text
+from ._log import Event
+from ._records import GraphStats, Stage, TraceRecord
+from ._signature import Signature
+
+
+class PendingDiagnosis(NamedTuple):
+    """A retrace's diagnosis, made when its event is published: plain signatures and flags only."""
+
+    signature: Signature  # or a DeferredSignature: leaves read at `get()`
+    previous: tuple  # the function's earlier signatures when it was traced, newest last
+    new_object: bool
+    rerun: str | None
+    cache_cleared: bool
+
+    @property
+    def leaves(self) -> int:
+        return self.signature.n_leaves
+
+    def run(self, fault: Callable[[str, BaseException], None]) -> Diagnosis:
+        try:
+            return diagnose(self.signature.get(), [s.get() for s in self.previous], new_object=self.new_object,
+                            rerun_note=self.rerun, cache_cleared=self.cache_cleared)
+        except InvariantError as e:  # a diagnosis JAX's comparison does not back: said as not diagnosed
+            fault("invariant", e)
+        except Exception as e:
+            fault("diagnosis", e)
+        return NOT_DIAGNOSED
+
+
+class Draft:
+    """A trace's event before it is built: what its start and end said, and its ticks."""
+
+    __slots__ = ("record", "time", "cell", "test", "start", "end", "new_object", "diagnosis", "pending",
+                 "trace_number", "seconds", "graph", "event", "seq", "profile")
+
+    def __init__(self, record: TraceRecord, cell: int | None, test: str | None):
+        self.record, self.time, self.cell, self.test = record, time.time(), cell, test
+        self.start = self.end = self.seq = None  # ticks; the log's number, reserved at its end
+        self.new_object, self.diagnosis, self.pending = False, None, None  # read at `Lifecycle._begin`
+        self.trace_number = self.seconds = self.graph = self.event = self.profile = None
+
+    @property
+    def leaves(self) -> int:
+        """What it holds, for the bound on unpublished events."""
+        signature = self.record.signature
+        return signature.n_leaves if signature is not None else 1
+
+
+def apply_end(event: Event, draft: Draft) -> None:
+    """What the trace's end reported (nothing before it has ended), onto its event."""
+    event.trace_number = draft.trace_number
+    if draft.seconds is not None:
+        event.set_seconds(Stage.TRACE, draft.seconds)
+    if draft.graph is not None:
+        _set_graph(event, draft.graph)
+    if draft.profile is not None and event.line_profile is None:
+        event.line_profile = profile_text(draft.profile)
+
+
+def _set_graph(event: Event, graph: GraphStats) -> None:
+    event.eqns, event.eqns_total, event.loop_line = graph.eqns, graph.eqns_total, graph.loop_where
+    if graph.unrolled is not None:
+        event.loop_repeats = graph.unrolled.repeats
+        event.hint = join_hints(event.hint, unrolled_loop_hint(graph.unrolled, graph.eqns, graph.loop_where))
+        event.hint_ids = join_ids(event.hint_ids, "unrolled_loop")
