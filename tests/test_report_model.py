@@ -149,3 +149,12 @@ def test_counts_and_headline_are_the_events_applied():
     assert [(g.first.seq, g.first.cause) for g in report.notable()] == [(1, "shape"), (5, "static")]
     assert [e.seq for e in report.all_events()] == list(range(8))
     assert Report(_history(), "t", dropped=4).headline().endswith("(4 oldest event(s) dropped by the log cap)")
+
+
+def test_a_report_made_with_internal_shows_the_internal_rows_by_default():
+    """`Report(..., internal=True).rows()` is the rows with `internal=True`: the helper the report was
+    given, shown. (mutant `Report.rows__mutmut_2` of benchmarks/mutation.py)"""
+    events = _report().all_events()
+    with_internal = Report(events, "t", internal=True)
+    assert [r["function"] for r in with_internal.rows()] == ["step", "other", "add"]
+    assert [r["function"] for r in Report(events, "t").rows()] == ["step", "other"]
