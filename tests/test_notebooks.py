@@ -348,9 +348,7 @@ def _output(output, ids: dict) -> tuple:
     """What a reader sees of one stored output, its timings masked (see `TIMED_COLUMNS`)."""
     kind = output.output_type
     if kind == "stream":
-        # A script's report, printed at its exit. Its notes are left out: the words of a persistent cache
-        # miss come from the index's writer thread and may not be ready when the script exits.
-        return kind, output.name, _report_text(output.text.split("\nRetraces and notes", 1)[0].rstrip())
+        return kind, output.name, _report_text(output.text.rstrip())  # (a script's report, printed at its exit)
     if kind == "error":
         # IPython's own layout of the source around each frame differs between its versions: the
         # frames (cell and line, file) and the line each points at are compared, not the context.
