@@ -123,7 +123,8 @@ def trace_section(quick: bool) -> dict:
     from _trace import history_profile
 
     _progress("trace path: one process, every mode rotated round by round")
-    raw = _spawn("trace", quick=quick, timeout=3000)
+    # 2,598 s on a quiet 2-core machine (cpu-2026-11-25-trace-c4d24f3.txt); 3,000 s ran out on 2026-11-26.
+    raw = _spawn("trace", quick=quick, timeout=5400)
     if "error" in raw:
         return raw
     out = []
