@@ -259,15 +259,18 @@ SPECS = {"columns": column_spec(TABLE_COLUMNS), "group_columns": column_spec(GRO
          "event_columns": column_spec(EVENT_COLUMNS)}
 
 
-def table_content(report: Report) -> dict:
+def table_content(report: Report, *, timeline_svg: bool = True) -> dict:
     """What the view draws of `report`, beside the columns: both headlines, and every row as one
-    JSON text (ipywidgets walks nested lists and dicts on every send; a string it does not)."""
+    JSON text (ipywidgets walks nested lists and dicts on every send; a string it does not); the
+    timeline's caption ("" without a compile) and, with `timeline_svg`, its drawing (megabytes for
+    thousands of compiles: the live table draws it only while its box is open)."""
     from ._timeline import caption, svg, timeline
 
     rows = ",".join(_row_json(row) for row in report.rows(internal=True))
     tl = timeline(report.all_events())
     return {"headline": report.headline(internal=False), "headline_all": report.headline(internal=True),
-            "rows_json": f"[{rows}]", "timeline_svg": svg(tl), "timeline_caption": caption(tl)}
+            "rows_json": f"[{rows}]", "timeline_svg": svg(tl) if timeline_svg else "",
+            "timeline_caption": caption(tl) if tl.marks else ""}
 
 
 def _row_json(row: dict) -> str:

@@ -78,9 +78,9 @@ def page(report: Report) -> str:
     from ._where import html_sections
 
     # The timeline, the equations per line and the census: drawn once, below the table (not by the view).
-    state = {**SPECS, **table_content(report), "timeline_svg": "", "show_all": report.internal, "sort_by": "total_s",
-             "descending": True, "filter": "", "page": 0, "page_size": 50, "selected": "", "history": {},
-             "variable": "", "status": "", "live": False, "exportable": False}
+    state = {**SPECS, **table_content(report, timeline_svg=False), "timeline_caption": "", "show_all": report.internal,
+             "sort_by": "total_s", "descending": True, "filter": "", "page": 0, "page_size": 50, "selected": "",
+             "history": {}, "variable": "", "status": "", "live": False, "exportable": False}
     histories = {row["id"]: history_view(report, row["id"]) for row in report.functions()}
     script = (pathlib.Path(__file__).parent / "_widget.js").read_text(encoding="utf-8")
     if "</script" in script.lower():

@@ -346,7 +346,7 @@ function whereBoxes(history) {
 }
 
 // The compiles over wall time: an SVG the kernel drew (`_timeline.svg`, every text escaped),
-// parsed as SVG (never as HTML) and shown on demand.
+// parsed as SVG (never as HTML), drawn and shown on demand.
 function timelineBox(model) {
   const box = h("details", "jtnb-timeline-box");
   const summary = h("summary", "jtnb-note");
@@ -354,12 +354,19 @@ function timelineBox(model) {
   const holder = h("div", "jtnb-scroll");
   box.appendChild(holder);
   box.open = Boolean(model.get("timeline_open"));
-  box.addEventListener("toggle", () => { if (box.open) draw(); });
+  box.addEventListener("toggle", () => {  // the kernel draws the SVG only while the box is open
+    if (Boolean(model.get("timeline_open")) !== box.open) {
+      model.set("timeline_open", box.open);
+      model.save_changes();
+    }
+    if (box.open) draw();
+  });
   let drawn = null;
   const draw = () => {
     const text = model.get("timeline_svg") || "";
-    box.hidden = !text;
-    summary.textContent = `timeline: ${model.get("timeline_caption") || ""}`;
+    const caption = model.get("timeline_caption") || "";
+    box.hidden = !caption;
+    summary.textContent = `timeline: ${caption}`;
     if (!box.open || drawn === text) return;
     drawn = text;
     const doc = new DOMParser().parseFromString(text, "image/svg+xml");

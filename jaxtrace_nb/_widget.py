@@ -49,7 +49,8 @@ class TraceTable(anywidget.AnyWidget):
     headline_all = t.Unicode("").tag(sync=True)  # internal functions shown
     rows_json = t.Unicode("[]").tag(sync=True)  # every function's row (JSON); `hidden` ones show with `show_all`
     timeline_svg = t.Unicode("").tag(sync=True)  # the compiles over wall time (`_timeline.svg`: escaped SVG)
-    timeline_caption = t.Unicode("").tag(sync=True)
+    timeline_caption = t.Unicode("").tag(sync=True)  # "" without a compile (the view hides the box)
+    timeline_open = t.Bool(False).tag(sync=True)  # the view's timeline box is open: `timeline_svg` is drawn
     # The view's own state, kept here so that a saved notebook reopens as it was left:
     show_all = t.Bool(False).tag(sync=True)
     sort_by = t.Unicode("total_s").tag(sync=True)
@@ -89,13 +90,18 @@ class TraceTable(anywidget.AnyWidget):
     def _on_select(self, _change) -> None:
         self.history = history_view(self._report, self.selected) if self.selected else {}
 
+    @t.observe("timeline_open")
+    def _on_timeline(self, change) -> None:
+        if change["new"]:
+            self._render()
+
     def _render(self) -> None:
         if self._rendering:
             return
         self._rendering = True
         try:
             with self.hold_sync():
-                for name, value in table_content(self._report).items():
+                for name, value in table_content(self._report, timeline_svg=self.timeline_open).items():
                     setattr(self, name, value)
                 self._on_select(None)
         finally:

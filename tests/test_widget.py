@@ -263,6 +263,31 @@ def test_live_table_is_throttled_flushed_and_closed(monkeypatch):
     assert len(log._subscribers) == 0
 
 
+def test_the_live_table_draws_the_timeline_only_while_its_box_is_open():
+    """The SVG of thousands of compiles is megabytes: the table sends its caption always and draws it
+    (the same SVG as `_timeline.svg`) only while the view's timeline box is open."""
+    from jaxtrace_nb._timeline import svg, timeline
+
+    log = EventLog()
+    table = TraceTable(Report((), "session"))
+    assert (table.timeline_caption, table.timeline_svg) == ("", "")  # no compile: the view hides the box
+    table.follow(log, since=0)
+    for e in _known_log():
+        log.append(e)
+    table.flush()
+    assert table.timeline_caption.startswith("6 compile(s) of 3 function(s)") and table.timeline_svg == ""
+    table.timeline_open = True  # the user opens the box
+    assert table.timeline_svg == svg(timeline(table._report.all_events()))
+    log.append(_event(8, "late", compile_s=1.0))
+    table.flush()
+    assert table.timeline_svg.count("class='jtnb-mark'") == 7  # redrawn while open
+    table.timeline_open = False
+    log.append(_event(9, "later", compile_s=1.0))
+    table.flush()
+    assert table.timeline_svg == "" and table.timeline_caption.startswith("8 compile(s)")
+    table.close()
+
+
 def test_compile_cost_columns_unrolled_loop_and_flops():
     events = _known_log()
     events.append(Event(
