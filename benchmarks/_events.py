@@ -47,13 +47,14 @@ def _own(value):
     return None if value is None else (value + "\x00")[:-1]  # a new string object, same text
 
 
-def synthetic(templates: list, n: int, functions: int = 200) -> list:
-    """`n` events cycling through `templates`, spread over `functions` distinct functions."""
+def synthetic(templates: list, n: int, functions: int = 200):
+    """`n` events cycling through `templates`, spread over `functions` distinct functions, made one
+    at a time as a session makes them (a list of a million fresh events, each with its own texts the
+    log then shares, would leave the freed texts' pages behind and measure the allocator, not the log)."""
     from jaxtrace_nb._log import COLUMNS, Event
 
     start = datetime.datetime(2025, 1, 1, 12, 0, 0)
     names = [f"{t.function}" for t in templates]
-    out = []
     for i in range(n):
         t = templates[i % len(templates)]
         fields = {c: getattr(t, c) for c in COLUMNS}
@@ -66,5 +67,4 @@ def synthetic(templates: list, n: int, functions: int = 200) -> list:
         fields["trace_number"] = i // functions + 1
         fields["cell"] = 1 + i // 1000
         fields["seq"] = None
-        out.append(Event(**fields))
-    return out
+        yield Event(**fields)

@@ -29,11 +29,11 @@ def worker(quick: bool) -> dict:
     functions = 0
     for _ in range(repeats):
         log = EventLog(max_events=n + 10)
-        events = synthetic(templates, n)
+        events = list(synthetic(templates, n))
         functions = len({event.key for event in events})
         for event in events:
             log.append(event)
-        extra = synthetic(templates, 1)[0]
+        extra = next(synthetic(templates, 1))
         gc.collect()
         start = time.perf_counter()
         table = TraceTable(Report((), "bench"))
