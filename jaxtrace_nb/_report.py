@@ -18,6 +18,7 @@ from typing import NamedTuple
 from ._cache_words import HIT, MISS, NOT_CACHED, notable_miss, verdict_word
 from ._frames import function_row
 from ._log import Event
+from ._timeline import Span, span_of, spans_caption
 
 SECONDS = ("trace_s", "lower_s", "compile_s")
 
@@ -170,6 +171,8 @@ class Report:
         self._history: dict[str, list[Event]] = {}
         self._ids: dict[str, str] = {}  # key -> a short id the views use (a key holds a file's path)
         self._rows: dict[str, dict] = {}
+        self._spans: dict[str, Span | None] = {}  # key -> its compiles, for the timeline's caption
+        self._verdicts: dict[str, tuple[int, int, int]] = {}  # key -> persistent cache hits, misses, not cached
         self._dirty: set[str] = set()
         for e in events:
             self.add(e)
@@ -181,6 +184,23 @@ class Report:
         self._history.setdefault(event.key, []).append(event)
         self._dirty.add(event.key)
         self.n_events += 1
+
+    def retain(self, kept: Iterable[Event]) -> None:
+        """Forget every event not in `kept` (those the log's cap dropped); only the functions that
+        lost events are re-aggregated, and a function left with none goes."""
+        ids = {id(e) for e in kept}
+        for key, history in list(self._history.items()):
+            left = [e for e in history if id(e) in ids]
+            if len(left) == len(history):
+                continue
+            self.n_events -= len(history) - len(left)
+            if left:
+                self._history[key] = left
+                self._dirty.add(key)
+            else:
+                for held in (self._history, self._ids, self._rows, self._spans, self._verdicts):
+                    held.pop(key, None)
+                self._dirty.discard(key)
 
     def touch(self, event: Event) -> None:
         """Note that an event already added gained fields (compile seconds, cache hit)."""
@@ -195,6 +215,9 @@ class Report:
             row["groups"] = group_events(history)
             row["id"] = self._ids[key]
             self._rows[key] = row
+            self._spans[key] = span_of(history)
+            verdicts = [verdict_word(e.persistent_cache) for e in history]
+            self._verdicts[key] = (verdicts.count(HIT), verdicts.count(MISS), verdicts.count(NOT_CACHED))
         self._dirty.clear()
         return [self._rows[key] for key in self._history]
 
@@ -226,15 +249,21 @@ class Report:
         rows = self.rows(internal)
         seconds = {c: sum(f[c] for f in rows if f[c] is not None and f[c] == f[c]) for c in SECONDS}
         shown_events = sum(len(self._history[f["key"]]) for f in rows)
-        verdicts = [verdict_word(e.persistent_cache) for f in rows for e in self._history[f["key"]]]
+        cache = tuple(sum(self._verdicts[f["key"]][i] for f in rows) for i in range(3))
         return Counts(len(rows), sum(f["traces"] for f in rows), sum(f["compiles"] for f in rows),
                       sum(f["retraces"] for f in rows), seconds["trace_s"], seconds["lower_s"],
                       seconds["compile_s"], len(self._history) - len(rows), self.n_events - shown_events,
-                      self.dropped, (verdicts.count(HIT), verdicts.count(MISS), verdicts.count(NOT_CACHED)))
+                      self.dropped, cache)
 
     def headline(self, internal: bool | None = None) -> str:
         """One line, the same in every view: the shown rows' counts and seconds, what is hidden."""
         return headline(self.title, self.counts(internal))
+
+    def timeline_caption(self) -> str:
+        """`caption(timeline(self.all_events()))`, from each function's compiles kept as they
+        arrive ("" without a compile): a live table says it on every update."""
+        self.functions()
+        return spans_caption(self._spans.values())
 
     def processes(self) -> list:
         """The JAX process indices the events come from (a multi-process run has several)."""

@@ -264,13 +264,12 @@ def table_content(report: Report, *, timeline_svg: bool = True) -> dict:
     JSON text (ipywidgets walks nested lists and dicts on every send; a string it does not); the
     timeline's caption ("" without a compile) and, with `timeline_svg`, its drawing (megabytes for
     thousands of compiles: the live table draws it only while its box is open)."""
-    from ._timeline import caption, svg, timeline
+    from ._timeline import svg, timeline
 
     rows = ",".join(_row_json(row) for row in report.rows(internal=True))
-    tl = timeline(report.all_events())
     return {"headline": report.headline(internal=False), "headline_all": report.headline(internal=True),
-            "rows_json": f"[{rows}]", "timeline_svg": svg(tl) if timeline_svg else "",
-            "timeline_caption": caption(tl) if tl.marks else ""}
+            "rows_json": f"[{rows}]", "timeline_svg": svg(timeline(report.all_events())) if timeline_svg else "",
+            "timeline_caption": report.timeline_caption()}
 
 
 def _row_json(row: dict) -> str:

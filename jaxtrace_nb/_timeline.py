@@ -106,6 +106,43 @@ def timeline(events: Iterable, *, internal: bool = False) -> Timeline:
     return Timeline(t0, span, total, tuple(row_list), tuple(marks), tuple(cumulative))
 
 
+class Span(NamedTuple):
+    """One function's compiles as the caption sums them up (`span_of`), kept per function by a
+    live report so that its caption costs one step per function, not per event (`spans_caption`)."""
+
+    compiles: int
+    rows: frozenset  # the timeline rows its compiles fall in: (host, process, key or function)
+    start: float  # epoch seconds: the first compile's start
+    end: float  # epoch seconds: the last compile's end
+    total_s: float
+
+
+def span_of(events: Iterable, *, internal: bool = False) -> Span | None:
+    """The compiles among `events` that `timeline` would draw, summed up; None without one."""
+    compiles, rows, start, end, total = 0, set(), math.inf, -math.inf, 0.0
+    for e in events:
+        if not is_compile(e) or e.time is None or (e.internal and not internal):
+            continue
+        seconds = sum(s for s in (_number(e.trace_s), _number(e.lower_s), _number(e.compile_s)) if s is not None)
+        t = e.time.timestamp()
+        compiles, total = compiles + 1, total + seconds
+        start, end = min(start, t), max(end, t + seconds)
+        rows.add((e.host, e.process, e.key or e.function))
+    return Span(compiles, frozenset(rows), start, end, total) if compiles else None
+
+
+def spans_caption(spans: Iterable[Span | None]) -> str:
+    """What `caption(timeline(events))` says, from the `span_of` of each function's events ("" for
+    no compile, where `caption` says so)."""
+    spans = [s for s in spans if s is not None]
+    if not spans:
+        return ""
+    rows = frozenset().union(*(s.rows for s in spans))  # from one process, one row per name all the same
+    start = min(s.start for s in spans)
+    return _caption_text(sum(s.compiles for s in spans), len(rows), max(s.end for s in spans) - start,
+                         sum(s.total_s for s in spans))
+
+
 # ------------------------------------------------------------------- SVG
 _WIDTH, _GUTTER, _RIGHT, _TOP, _ROW_H, _BOTTOM = 760, 200, 60, 22, 20, 26
 _MAX_R = 9.0
@@ -258,8 +295,12 @@ def _svg_marks(tl: Timeline, plot: _Plot) -> list[str]:
 
 
 def _caption(tl: Timeline) -> str:
-    return (f"{tl.compiles} compile(s) of {len(tl.rows)} function(s) over {tl.span:.2f} s of wall time; "
-            f"{tl.total_s:.2f} s of trace + lower + compile in all")
+    return _caption_text(tl.compiles, len(tl.rows), tl.span, tl.total_s)
+
+
+def _caption_text(compiles: int, rows: int, span: float, total_s: float) -> str:
+    return (f"{compiles} compile(s) of {rows} function(s) over {span:.2f} s of wall time; "
+            f"{total_s:.2f} s of trace + lower + compile in all")
 
 
 def caption(tl: Timeline) -> str:

@@ -172,8 +172,7 @@ class TraceTable(anywidget.AnyWidget):
         if self._log is not None:
             dropped = self._log.dropped if self._since == 0 else 0
             if self._report.n_events > self._log.max_events:  # the log dropped events: follow it
-                self._report = Report(self._log.events(self._since), self._report.title,
-                                      internal=self._report.internal)
+                self._report.retain(self._log.events(self._since))
             self._report.dropped = dropped
         self.changed_since_display = True
         self._render()

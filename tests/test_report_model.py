@@ -158,3 +158,35 @@ def test_a_report_made_with_internal_shows_the_internal_rows_by_default():
     with_internal = Report(events, "t", internal=True)
     assert [r["function"] for r in with_internal.rows()] == ["step", "other", "add"]
     assert [r["function"] for r in Report(events, "t").rows()] == ["step", "other"]
+
+
+def test_a_report_that_forgets_the_logs_dropped_events_is_the_report_of_what_the_log_kept():
+    """A live table at the log's cap drops what the log dropped (`Report.retain`) instead of
+    starting over: the same rows, counts, headline and timeline caption as a report of the log."""
+    import random
+
+    from jaxtrace_nb._log import EventLog
+
+    for seed in range(40):
+        rng = random.Random(seed)
+        log, live = EventLog(max_events=rng.randrange(1, 30)), Report(title="t")
+        log.subscribe(lambda e, what: live.add(e) if what == "append" else live.touch(e))
+        t0 = datetime.datetime(2026, 1, 1)
+        for i in range(rng.randrange(1, 80)):
+            fn = rng.choice("abcdef")
+            log.append(Event(function=fn, key=f"k::{fn}", kind="trace", time=t0 + datetime.timedelta(seconds=i),
+                             trace_number=i, cause=rng.choice(["first", "shape"]), compile_s=rng.choice([None, 0.5]),
+                             persistent_cache=rng.choice([None, "hit", "miss: flags"]), internal=fn == "f"))
+            if rng.random() < 0.3:
+                live.retain(log.events())
+            if rng.random() < 0.5:
+                live.headline()  # a flush: rows aggregated, the keys no longer pending
+        live.retain(log.events())
+        fresh = Report(log.events(), title="t")
+        by_key = lambda report: {r["key"]: {k: v for k, v in r.items() if k != "_row_json"}  # noqa: E731
+                                 for r in report.rows(internal=True)}
+        assert by_key(live) == by_key(fresh), seed
+        assert live.n_events == fresh.n_events == len(log.events())
+        for internal in (False, True):
+            assert live.counts(internal) == fresh.counts(internal)
+        assert live.timeline_caption() == fresh.timeline_caption()

@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections import Counter
 from pathlib import Path
 
 import jax
@@ -211,6 +210,38 @@ def test_the_timeline_svg_has_a_mark_per_compile_and_escapes_every_text():
     assert len(several.rows) == 4 and several.compiles == 8
 
 
+@pytest.mark.parametrize("seed", range(60))
+def test_a_live_reports_caption_is_the_timelines(seed):
+    """The live table's caption, kept per function as events arrive and gain compile seconds, says
+    what the caption of the whole timeline drawn from the same events says."""
+    import random
+
+    from jaxtrace_nb._report import Report
+    from jaxtrace_nb._timeline import caption, timeline
+
+    rng = random.Random(seed)
+    t0 = datetime.datetime(2026, 1, 1, 12, 0, 0)
+    report, late = Report(), []
+    seconds = [None, float("nan"), 0.0, 0.125, 0.5, 2.25]
+    for seq in range(rng.randrange(1, 40)):
+        fn = rng.choice(["step", "eval", "loss", "pjit"])
+        e = Event(time=None if rng.random() < 0.05 else t0 + datetime.timedelta(seconds=rng.randrange(100) / 8),
+                  function=fn, kind=rng.choice(["trace", "trace", "compile"]), internal=fn == "pjit",
+                  key=rng.choice([f"k::{fn}", f"k::{fn}", ""]), host=rng.choice(["a", "b"]),
+                  process=rng.choice([0, 0, 1]) if seed % 2 else 0, seq=seq, trace_s=rng.choice(seconds),
+                  lower_s=rng.choice(seconds), compile_s=rng.choice(seconds))
+        report.add(e)
+        if e.compile_s is None and rng.random() < 0.5:
+            late.append(e)
+        if rng.random() < 0.3:
+            report.timeline_caption()  # a flush before the rest arrives
+    for e in late:  # the compile's seconds arrive after the trace's event was shown
+        e.compile_s = rng.choice(seconds[2:])
+        report.touch(e)
+    tl = timeline(report.all_events())
+    assert report.timeline_caption() == (caption(tl) if tl.marks else "")
+
+
 def test_plot_timeline_draws_with_matplotlib(jt):
     import matplotlib  # in the test extra: missing, this fails (it is jt.plot_timeline()'s optional extra)
 
@@ -290,7 +321,7 @@ def test_perfetto_flags_a_broken_trace(perfetto):
 # ------------------------------------------------------------- reports
 def test_the_cli_report_and_the_html_report_show_where_and_when(tmp_path):
     program = tmp_path / "prog.py"
-    program.write_text(textwrap.dedent(f"""
+    program.write_text(textwrap.dedent("""
         import jax, jax.numpy as jnp, numpy as np
         def velocity(state):
             return jnp.stack([state[1], -jnp.sin(state[0])])
