@@ -26,7 +26,8 @@ import tempfile
 import time
 import types
 
-PROGRAMS = 4  # with 9 rounds: about 3.5 minutes on a 2-core CPU machine
+PROGRAMS = 4  # with 45 rounds: about 5 minutes on a 2-core CPU machine
+ROUNDS = 45  # a multiple of the 3 modes; 9 rounds' ratios spread 0.8–1.4, too wide to resolve a 2 % goal
 LAYERS = 16
 WIDTH = 96
 MODES = ("off", "recorded", "recorded_no_keys")
@@ -116,7 +117,7 @@ def worker(quick: bool) -> dict:
     import jaxtrace_nb as jt
     from jaxtrace_nb._session import get_session
 
-    rounds = 2 if quick else 9  # a multiple of the 3 modes: each mode runs first, second and third alike
+    rounds = 2 if quick else ROUNDS  # each mode runs first, second and third alike
     programs_per_round = 2 if quick else PROGRAMS
     cache = tempfile.mkdtemp(prefix="jaxtrace-bench-cache-")
     jax.config.update("jax_compilation_cache_dir", cache)

@@ -12,7 +12,27 @@ def spread(samples) -> dict:
     values = [float(v) for v in samples if v is not None]
     if not values:
         return {"median": None, "min": None, "max": None, "n": 0}
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values),
+            "median_ci95": median_ci(values)}
+
+
+def median_ci(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
+    """A distribution-free confidence interval of the median: the order statistics x(j), x(n+1-j)
+    with j the largest rank whose binomial(n, 1/2) tail stays within (1 - level) / 2. None below 6
+    samples, where no such rank exists at 95 %."""
+    from math import comb
+
+    n = len(values)
+    tail, j, cumulative = (1 - level) / 2, 0, 0.0
+    while j < n:
+        cumulative += comb(n, j) / 2 ** n  # P(fewer than j + 1 samples below the median)
+        if cumulative > tail:
+            break
+        j += 1
+    if j == 0:
+        return None
+    ordered = sorted(values)
+    return ordered[j - 1], ordered[n - j]
 
 
 def ratios(numerators, denominators) -> list[float]:

@@ -306,8 +306,10 @@ def figures(results: dict, quick: bool) -> list[dict]:
                                      ("recorded_vs_no_keys", "keys read / not read (both recording)", "≤ 1.02"),
                                      ("no_keys_vs_off", "recording without keys / off", "(reference)")):
                 r = cache[f"{phase}_ratio"][key]
+                ci = r.get("median_ci95")
                 rows.append(_figure("6 persistent cache", f"{what}: {label}", goal, fmt_spread(r),
-                                    r["median"] <= 1.02 if goal.startswith("≤") else None))
+                                    r["median"] <= 1.02 if goal.startswith("≤") else None,
+                                    f"median's 95 % interval {ci[0]:.3f}–{ci[1]:.3f} ({r['n']} rounds)" if ci else ""))
         key = cache.get("key_cost") or {}
         if key.get("parts_read"):
             compile_s = cache["miss_s"]["off"]["median"] / cache["programs_per_round"]
