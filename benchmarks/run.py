@@ -357,6 +357,11 @@ def machine() -> dict:
             "os": platform.platform(), "versions": versions, "commit": commit}
 
 
+def _interval(s: dict) -> str:
+    ci = s.get("median_ci95")
+    return f"{ci[0]:.3f}–{ci[1]:.3f}" if ci else "n/a"
+
+
 def render_text(results: dict) -> str:
     """The human-readable report: the figures table, then each section's details."""
     m = results["machine"]
@@ -433,6 +438,10 @@ def render_text(results: dict) -> str:
                            fmt_spread(cache[f"{phase}_ratio"]["recorded_vs_no_keys"])]
                           for phase in ("miss", "hit", "miss_cpu", "hit_cpu")]),
                   "  (miss_cpu, hit_cpu: the process's CPU seconds, every thread, not inflated by waiting for a core)",
+                  "  medians' 95 % intervals (order statistics), on / off and keys / no keys: " + "; ".join(
+                      f"{phase} " + " and ".join(_interval(cache[f"{phase}_ratio"][k]) for k in
+                                                 ("recorded_vs_off", "recorded_vs_no_keys"))
+                      for phase in ("miss", "hit", "miss_cpu", "hit_cpu")),
                   f"  recorded rounds: misses {cache['verdicts']['misses']}, hits {cache['verdicts']['hits']}, "
                   f"computation diffs {cache['verdicts']['explained']}; writer flush after a round "
                   f"{fmt_spread(cache['flush_s'], 'ms', 1e3)}; index {cache.get('index_bytes')} B; "

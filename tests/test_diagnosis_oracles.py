@@ -165,3 +165,169 @@ def test_a_custom_node_is_told_from_a_container():
     assert is_custom_node(node_leaf((CUSTOM_NODE, "m.Box"), "Box"))
     assert not is_custom_node(node_leaf(("dict", ("a",)), "dict with keys 'a'"))
     assert not is_custom_node(array_leaf((2,), "float32"))
+
+
+# ------------------------------------------- survivors of mutation-2026-11-26-42b3aaa.txt
+# Real programs: the test changes one thing (or two, in a known order) and JAX retraces; the
+# event must name what the test changed, in the test's own words.
+def _last(jt) -> dict:
+    return jt.log(internal=False).iloc[-1].to_dict()
+
+
+def test_a_replaced_container_is_named_before_a_leaf_that_comes_first(jt):
+    """Two changes: a shape at the first argument, a list replaced by a tuple at the second; the
+    replaced container is the change told, the shape is listed after it. (mutants
+    `collapse__mutmut_71`, `collapse__mutmut_73`: sorted by path, or replaced last)"""
+    import jax.numpy as jnp
+
+    f = jax.jit(lambda a_array, z_container: a_array.sum() + z_container[0].sum())
+    f(jnp.ones(2), [jnp.ones(1), jnp.ones(1)])
+    f(jnp.ones(3), (jnp.ones(1), jnp.ones(1)))
+    e = _last(jt)
+    assert (e["cause"], e["leaf"]) == ("structure", "z_container")
+    assert (e["before"], e["after"]) == ("list of 2 f32[1] arrays", "tuple of 2 f32[1] arrays")
+    assert "Also changed: `a_array` (shape)" in e["explanation"]
+
+
+def test_a_key_added_and_a_shape_changed_are_told_in_argument_order(jt):
+    """A dict gains a key at the first argument, the second changes shape: no container was replaced,
+    so the first argument's change is told first. (mutant `replaced_container__mutmut_10`, which took
+    any two leaves JAX compares as different, arrays included, for replaced containers)"""
+    import jax.numpy as jnp
+
+    f = jax.jit(lambda a_dict, z_array: a_dict["w"].sum() + z_array.sum())
+    f({"w": jnp.ones(2)}, jnp.ones(2))
+    f({"w": jnp.ones(2), "v": jnp.ones(2)}, jnp.ones(3))
+    e = _last(jt)
+    assert (e["cause"], e["leaf"]) == ("structure", "a_dict['v']")
+    assert "Also changed: `z_array` (shape)" in e["explanation"]
+
+
+@pytest.mark.parametrize("gone", [False, True])
+def test_a_leaf_added_or_removed_shows_its_own_text_and_absent(jt, gone):
+    """A dict entry removed (or added): its array's text on its side, "(absent)" on the other.
+    (mutants `describe__mutmut_15`, `describe__mutmut_20`)"""
+    import jax.numpy as jnp
+
+    f = jax.jit(lambda d: sum(v.sum() for v in d.values()))
+    small, large = {"w": jnp.ones(2)}, {"w": jnp.ones(2), "v": jnp.ones((2, 3), jnp.int32)}
+    for d in ((large, small) if gone else (small, large)):
+        f(d)
+    e = _last(jt)
+    assert (e["cause"], e["leaf"]) == ("structure", "d['v']")
+    assert (e["before"], e["after"]) == (("i32[2,3]", "(absent)") if gone else ("(absent)", "i32[2,3]"))
+
+
+@pytest.mark.parametrize("values", [(-1, -2), (tuple(range(20)), tuple(range(1, 21)))],
+                         ids=["ints whose hashes collide", "a tuple too long to hold"])
+def test_a_static_value_jax_finds_changed_is_named_even_where_hashes_say_equal(jt, values):
+    """JAX's ``==`` decides: -1 and -2 hash alike in CPython (our witness holds small values and
+    compares them); a 20-item tuple is not held (only its hash is kept, and it differs). (mutants
+    `_holdable__mutmut_2`: nothing held, the hashes of -1 and -2 compared; `Witness.__init____mutmut_18`:
+    every hash alike)"""
+    assert hash(-1) == hash(-2)
+    f = jax.jit(lambda x, k: x * len(str(k)), static_argnums=1)
+    for v in values:
+        f(1.0, v)
+    e = _last(jt)
+    assert (e["trace_number"], e["cause"], e["leaf"]) == (2, "static", "k")
+    assert e["before"] != e["after"]
+
+
+def test_a_nested_static_value_reads_as_python_prints_it():
+    """64 items of budget: 8 tuples of 6 ints (57 items) fit whole. (mutant `_fmt__mutmut_3`, an item
+    counted twice)"""
+    value = tuple(tuple(range(6)) for _ in range(8))
+    assert summarize_static(value).text == repr(value)
+
+
+def test_a_dict_in_a_node_s_data_reads_as_python_prints_it():
+    """A dict reaches a summary as a custom node's data (JAX compares it with ``==``). (mutant
+    `_fmt_one__mutmut_191`: the budget left out, every dict summarized as "<dict object>")"""
+    value = {"a": 1, "b": (2, "c")}
+    assert summarize_static(value).text == repr(value)
+
+
+def test_a_static_method_is_named_by_its_qualified_name():
+    """(mutant `_callable_name__mutmut_11`: the bare `__name__`)"""
+    class Model:
+        def forward(self):
+            return 0
+
+    assert summarize_static(Model.forward).name == Model.forward.__qualname__
+
+
+def test_a_module_that_defines_a_function_again_says_both_lines(jt, tmp_path, monkeypatch):
+    """One name jitted at two definitions of one file: a new function, re-defined at the second line,
+    was the first (both read with `inspect`). (mutant `new_object__mutmut_12`: the locations compared
+    with ==)"""
+    import importlib
+    import inspect
+
+    (tmp_path / "twice.py").write_text("import jax\n\ndef f(x):\n    return x + 1\n\nfirst = jax.jit(f)\n\n"
+                                       "def f(x):\n    return x + 2\n\nsecond = jax.jit(f)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    twice = importlib.import_module("twice")
+    twice.first(1.0)
+    twice.second(1.0)
+    e = _last(jt)
+    lines = [inspect.getsourcelines(g)[1] for g in (twice.first, twice.second)]
+    assert e["cause"] == "new_function"
+    assert f"re-defined at {twice.__file__}:{lines[1]}, was {twice.__file__}:{lines[0]}" in e["explanation"]
+
+
+def test_a_function_made_again_by_a_later_cell_names_both_cells(shell):
+    """A factory defined in one cell makes a new jitted function in each later cell: the same
+    definition line, a new object, "re-created in cell M, last traced in cell N" with the cells the
+    test ran; two made in one cell say no cell. (mutants `new_object__mutmut_16`, `_19`,
+    `Lifecycle._end__mutmut_23`)"""
+    import jaxtrace_nb
+
+    shell.run_cell("%load_ext jaxtrace_nb", store_history=True)
+    shell.run_cell("def make():\n    return jax.jit(lambda x: x + 1)\n", store_history=True)
+    cells = []
+    for _ in range(2):
+        cells.append(shell.execution_count)
+        shell.run_cell("make()(1.0)", store_history=True)
+    shell.run_cell("make()(2.0); make()(3.0)", store_history=True)
+    df = jaxtrace_nb.log(internal=False)
+    explanations = df[df["cause"] == "new_function"]["explanation"].tolist()
+    assert df["cause"].tolist() == ["first", "new_function", "new_function", "new_function"]
+    assert f"re-created in cell {cells[1]}, last traced in cell {cells[0]}" in explanations[0]
+    assert f"re-created in cell {cells[1] + 1}, last traced in cell {cells[1]}" in explanations[1]
+    assert "re-created in cell" not in explanations[2]
+
+
+def test_a_compile_without_a_trace_names_its_leaf_as_the_user_passed_it(jt):
+    """Under `eqx.filter_jit` JAX names the arguments of Equinox's own wrapper; the compile that a
+    placement change makes (no new trace) names the user's argument. (mutant `user_names__mutmut_4`)"""
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    @eqx.filter_jit
+    def f(model_x, n):
+        return model_x * n
+
+    f(jnp.ones(3), 2)
+    f(jax.device_put(jnp.ones(3), jax.devices()[0]), 2)  # committed: compiled again, not traced
+    e = _last(jt)
+    assert (e["kind"], e["cause"], e["leaf"]) == ("compile", "sharding", "model_x")
+    assert (e["before"], e["after"]) == ("uncommitted", f"committed to {jax.devices()[0].platform}:0")
+
+
+def test_a_function_keeps_its_budget_of_signatures():
+    """At most `SIGNATURES_PER_FUNCTION` signatures, fewer when each is large (the leaf budget).
+    (mutant `keep__mutmut_1`: every signature kept)"""
+    import collections
+
+    from jaxtrace_nb._functions import LEAF_BUDGET_PER_FUNCTION, SIGNATURES_PER_FUNCTION, keep
+
+    leaf = array_leaf((2,), "float32")
+    kept: collections.deque = collections.deque()
+    for _ in range(3 * SIGNATURES_PER_FUNCTION):
+        kept = keep(kept, _sig({"x": leaf}))
+    assert len(kept) == SIGNATURES_PER_FUNCTION
+    large = _sig({f"x{i}": leaf for i in range(LEAF_BUDGET_PER_FUNCTION // 2)})
+    for _ in range(5):
+        kept = keep(kept, large)
+    assert len(kept) == 2 and kept[-1] is large
