@@ -331,3 +331,38 @@ def test_a_function_keeps_its_budget_of_signatures():
     for _ in range(5):
         kept = keep(kept, large)
     assert len(kept) == 2 and kept[-1] is large
+
+
+def test_an_optional_argument_given_an_array_gets_the_none_hint(jt):
+    """None, then an array, at one argument: the `structure.none` hint (the one
+    tests/test_hints_proven.py proves). (mutant `_structure__mutmut_15`: the new side's kind ignored)"""
+    import jax.numpy as jnp
+
+    @jax.jit
+    def step(x, bias):
+        return x if bias is None else x + bias
+
+    step(jnp.ones(3), None)
+    step(jnp.ones(3), jnp.ones(3))
+    e = _last(jt)
+    assert (e["cause"], e["leaf"]) == ("structure", "bias")
+    assert "structure.none" in e["hint_ids"].split(",")
+
+
+def test_a_loop_unrolled_50_times_says_so_with_its_hint_id(jt):
+    """(mutant `_set_graph__mutmut_20`: another hint id, which no proof in tests/test_hints_proven.py names)"""
+    import jax.numpy as jnp
+
+    from jaxtrace_nb._hints import HINTS
+
+    @jax.jit
+    def step(x):
+        for i in range(50):
+            x = (x * 3 + i) % 1000
+        return x
+
+    step(jnp.arange(4))
+    e = _last(jt)
+    assert e["loop_repeats"] == 50
+    ids = e["hint_ids"].split(",")
+    assert "unrolled_loop" in ids and all(i in HINTS for i in ids)
