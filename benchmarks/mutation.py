@@ -172,7 +172,7 @@ def report(command: list[str], seconds: float | None, names: list[str], how: str
     lines += ["", "Mutants not killed (mutmut's diff of the function: - original, + mutant):", ""]
     for name, s in sorted(status.items()):
         if s in NOT_KILLED:
-            lines.append(f"== {name}: {s}" + (f" — equivalent: {reasons[name]}" if name in reasons else ""))
+            lines.append(f"== {name}: {s}" + (f" — {reasons[name]}" if name in reasons else ""))
             lines.append(_diff(name))
             lines.append("")
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
