@@ -202,6 +202,7 @@ def cache_section(quick: bool) -> dict:
     out["flush_s"] = spread(r["flush_s"] for r in recorded)
     out["verdicts"] = {k: [r[k] for r in recorded] for k in ("misses", "hits", "explained")}
     out["key_cost"] = raw.get("key_cost")
+    out["listener_parts"] = raw.get("listener_parts")
     return out
 
 
@@ -446,6 +447,11 @@ def render_text(results: dict) -> str:
                   f"computation diffs {cache['verdicts']['explained']}; writer flush after a round "
                   f"{fmt_spread(cache['flush_s'], 'ms', 1e3)}; index {cache.get('index_bytes')} B; "
                   f"faults {cache.get('faults')}"]
+        parts = cache.get("listener_parts")
+        if parts:
+            lines.append(f"  recording's listeners, ms per compile over {parts['compiles']} compiles (misses and hits; "
+                         "the first three are the outermost, the rest inside them): "
+                         + ", ".join(f"{k} {v:.3f}" for k, v in parts["ms_per_compile"].items()))
     gpu = results["sections"].get("gpu", {})
     lines += ["", f"GPU: {gpu.get('status') or gpu.get('error')}"]
     for mo in gpu.get("models", []):
