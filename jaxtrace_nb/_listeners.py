@@ -21,7 +21,7 @@ from ._records import Stage
 
 XLA_COST_SHARE = 0.02  # at most this share of a compile's seconds goes to reading XLA's cost figures
 XLA_COST_S_PER_ARGUMENT = 25e-6  # what reading them costs (benchmarks/run.py, "XLA cost read")
-_MAX_UNPROFILED = 256  # traces whose program waits for its line profile; past it, the oldest is made
+_MAX_UNPROFILED = 256  # traces whose program waits for its line profile (until its compile, or a read)
 _TRACE_EVENT = jaxi.TRACE_EVENT
 _CACHE_EVENTS = (jaxi.CACHE_HIT_EVENT, jaxi.CACHE_MISS_EVENT)  # listened to always
 _KEY_EVENTS = frozenset((*_CACHE_EVENTS, REQUEST_EVENT))  # while the persistent cache is on (keys read)
@@ -151,11 +151,7 @@ class Listeners:
                 unprofiled = self._unprofiled
                 unprofiled[id(handle)] = (handle, program)
                 if len(unprofiled) > _MAX_UNPROFILED:
-                    try:
-                        _, (oldest, waiting) = unprofiled.popitem(last=False)
-                    except KeyError:  # emptied by another thread
-                        return
-                    self._profile(oldest, waiting())
+                    unprofiled.popitem(last=False)
 
     # ------------------------------------------------------- line profiles
     def _profile(self, handle, jaxpr) -> None:

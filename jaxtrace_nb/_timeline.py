@@ -75,10 +75,21 @@ def is_compile(e) -> bool:
     return e.compile_s is not None or e.kind == "compile"
 
 
+def _drawn(events: Iterable, internal: bool) -> list:
+    """The compiles among `events` a timeline draws (internal functions' only with `internal`), in
+    the order they started."""
+    compiles = [e for e in events if is_compile(e) and e.time is not None and (internal or not e.internal)]
+    return sorted(compiles, key=lambda e: (e.time, e.seq if e.seq is not None else 0))
+
+
+def _stages(e) -> list:
+    """A compile's trace, lower and XLA-compile seconds (None where JAX reported none)."""
+    return [_number(e.trace_s), _number(e.lower_s), _number(e.compile_s)]
+
+
 def timeline(events: Iterable, *, internal: bool = False) -> Timeline:
     """The compiles among `events` (internal functions' only with `internal`), over wall time."""
-    compiles = [e for e in events if is_compile(e) and e.time is not None and (internal or not e.internal)]
-    compiles.sort(key=lambda e: (e.time, e.seq if e.seq is not None else 0))
+    compiles = _drawn(events, internal)
     if not compiles:
         return Timeline(0.0, 0.0, 0.0, (), (), ())
     t0 = compiles[0].time.timestamp()
@@ -88,7 +99,7 @@ def timeline(events: Iterable, *, internal: bool = False) -> Timeline:
     for e in compiles:
         key = (e.host, e.process, e.key or e.function) if several else (None, None, e.key or e.function)
         row = rows.setdefault(key, [len(rows), e, 0, 0.0])
-        stages = [_number(e.trace_s), _number(e.lower_s), _number(e.compile_s)]
+        stages = _stages(e)
         seconds = sum(s for s in stages if s is not None)
         row[2] += 1
         row[3] += seconds
@@ -120,10 +131,8 @@ class Span(NamedTuple):
 def span_of(events: Iterable, *, internal: bool = False) -> Span | None:
     """The compiles among `events` that `timeline` would draw, summed up; None without one."""
     compiles, rows, start, end, total = 0, set(), math.inf, -math.inf, 0.0
-    for e in events:
-        if not is_compile(e) or e.time is None or (e.internal and not internal):
-            continue
-        seconds = sum(s for s in (_number(e.trace_s), _number(e.lower_s), _number(e.compile_s)) if s is not None)
+    for e in _drawn(events, internal):
+        seconds = sum(s for s in _stages(e) if s is not None)
         t = e.time.timestamp()
         compiles, total = compiles + 1, total + seconds
         start, end = min(start, t), max(end, t + seconds)
@@ -207,9 +216,9 @@ def svg(tl: Timeline, width: int = _WIDTH) -> str:
         return ""
     plot = _Plot(width, width - _GUTTER - _RIGHT, _ROW_H * len(tl.rows), tl.span if tl.span > 0 else 1e-3)
     height = _TOP + plot.plot_h + _BOTTOM
-    caption = _e(_caption(tl))
+    label = _e(caption(tl))
     out = [f"<svg xmlns='http://www.w3.org/2000/svg' class='jtnb-timeline' width='{width}' height='{height}' "
-           f"viewBox='0 0 {width} {height}' role='img' aria-label='{caption}'>", f"<title>{caption}</title>"]
+           f"viewBox='0 0 {width} {height}' role='img' aria-label='{label}'>", f"<title>{label}</title>"]
     out += _svg_legend(tl)
     out += _svg_rows(tl, plot)
     out += _svg_axis(plot)
@@ -294,10 +303,6 @@ def _svg_marks(tl: Timeline, plot: _Plot) -> list[str]:
     return out
 
 
-def _caption(tl: Timeline) -> str:
-    return _caption_text(tl.compiles, len(tl.rows), tl.span, tl.total_s)
-
-
 def _caption_text(compiles: int, rows: int, span: float, total_s: float) -> str:
     return (f"{compiles} compile(s) of {rows} function(s) over {span:.2f} s of wall time; "
             f"{total_s:.2f} s of trace + lower + compile in all")
@@ -305,7 +310,7 @@ def _caption_text(compiles: int, rows: int, span: float, total_s: float) -> str:
 
 def caption(tl: Timeline) -> str:
     """One line saying what the timeline holds."""
-    return _caption(tl) if tl.marks else "no compile recorded"
+    return _caption_text(tl.compiles, len(tl.rows), tl.span, tl.total_s) if tl.marks else "no compile recorded"
 
 
 # ----------------------------------------------------------- Trace Event Format
@@ -315,8 +320,7 @@ def trace_events(events: Iterable, *, internal: bool = False) -> dict:
     ``X`` event per stage (trace, lower, compile) of each compile, and a counter of cumulative
     seconds per process. Times are integer nanoseconds written as microseconds (``ns / 1000``):
     stages of one compile touch exactly, never overlap by a rounding."""
-    compiles = [e for e in events if is_compile(e) and e.time is not None and (internal or not e.internal)]
-    compiles.sort(key=lambda e: (e.time, e.seq if e.seq is not None else 0))
+    compiles = _drawn(events, internal)
     t0 = compiles[0].time.timestamp() if compiles else 0.0
     meta, out = [], []
     pids: dict[tuple, int] = {}
@@ -341,8 +345,7 @@ def trace_events(events: Iterable, *, internal: bool = False) -> dict:
         args = {"function": e.function, "location": fmt.short_path(e.location), "trace_number": e.trace_number,
                 "cause": e.cause, "leaf": e.leaf}
         seconds = 0.0
-        for stage in ("trace", "lower", "compile"):
-            value = _number(getattr(e, f"{stage}_s"))
+        for stage, value in zip(("trace", "lower", "compile"), _stages(e)):
             if value is None:
                 continue
             dur = max(round(value * 1e9), 1)
