@@ -90,29 +90,6 @@ def test_the_profile_is_made_off_the_trace_path_and_lazily(jt, monkeypatch):
     del traced
 
 
-def _walks(monkeypatch) -> list:
-    from jaxtrace_nb._lineprof import LineProfiler
-
-    walked, original = [], LineProfiler.profile
-    monkeypatch.setattr(LineProfiler, "profile", lambda self, j, *a: walked.append(1) or original(self, j, *a))
-    return walked
-
-
-def test_past_the_waiting_bound_the_oldest_profile_is_made_not_dropped(jt, monkeypatch):
-    """Traces never compiled wait for a read; past `_MAX_UNPROFILED` the oldest is profiled then."""
-    from jaxtrace_nb import _listeners
-
-    monkeypatch.setattr(_listeners, "_MAX_UNPROFILED", 2)
-    x = jnp.ones(3)
-    jt.get_session().log.events()
-    walked = _walks(monkeypatch)
-    traced = [jax.jit(lambda x, k=k: x * k).trace(x) for k in range(5)]  # they hold their programs
-    assert len(walked) == 3  # five waited, two may: the three oldest were made as the next arrived
-    events = [e for e in jt.get_session().log.events() if not e.internal]
-    assert len(walked) == 5 and len(events) == 5 and all(e.line_profile for e in events)
-    del traced
-
-
 def test_profile_rows_are_bounded_and_plain():
     assert profile_rows(None) == [] and profile_rows("not json") == [] and profile_rows("[[1]]") == []
     assert profile_rows('[["a.py:3",2,5],["<other>",1,null]]') == [("a.py:3", 2, 5), ("<other>", 1, None)]
