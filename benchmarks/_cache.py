@@ -1,7 +1,7 @@
 """Persistent compilation cache: what reading each key's parts costs, on a compile-heavy workload.
 
 One process, JAX's persistent cache on (a fresh directory, every compile written). Each round
-compiles `PROGRAMS` new programs (a 16-layer MLP train step, value and gradient; a constant of
+compiles `PROGRAMS` new program(s) (a 16-layer MLP train step, value and gradient; a constant of
 the round's own makes every key new, so each compile misses and is written), then, with JAX's
 in-memory caches cleared, calls them again: every compile is then a hit of the persistent cache.
 Modes, rotated round by round so that noise hits each alike:
@@ -26,8 +26,12 @@ import tempfile
 import time
 import types
 
-PROGRAMS = 4  # with 45 rounds: about 5 minutes on a 2-core CPU machine
-ROUNDS = 45  # a multiple of the 3 modes; 9 rounds' ratios spread 0.8–1.4, too wide to resolve a 2 % goal
+# A round is one compile (and its hit), so that the rounds of the three modes compared are a
+# third of a second apart (1.4 s with 4 compiles a round), and slow stretches of a shared
+# machine fall on each mode alike.
+PROGRAMS = 1
+ROUNDS = 180  # a multiple of the 3 modes: about 5 minutes on a 2-core CPU machine
+PARTS_PROGRAMS = 4  # compiles a round where the listeners are timed
 LAYERS = 16
 WIDTH = 96
 MODES = ("off", "recorded", "recorded_no_keys")
@@ -146,7 +150,7 @@ def _listener_parts(jt, session, params, x, rounds: int) -> dict:
     compiles = 0
     try:
         for r in range(rounds):
-            programs = [_program(3.0 + r * 1e-3 + i * 1e-6) for i in range(PROGRAMS)]
+            programs = [_program(3.0 + r * 1e-3 + i * 1e-6) for i in range(PARTS_PROGRAMS)]
             jax.clear_caches()
             jt.reset()
             jt.start()
@@ -160,6 +164,53 @@ def _listener_parts(jt, session, params, x, rounds: int) -> dict:
         for cls, name, original in originals:
             setattr(cls, name, original)
     return {"compiles": compiles, "ms_per_compile": {k: v * 1e3 / compiles for k, v in spent.items()}}
+
+
+# MLP steps of (layers, width) from 27 to 2,694 equations: what reading XLA's figures costs
+# against the compile, which `_cost.XLA_READ_S_PER_EQN` and `_listeners.XLA_COST_SHARE` rest on.
+XLA_READ_PROGRAMS = ((1, 8), (2, 32), (4, 96), (16, 96), (64, 32), (128, 16))
+
+
+def _xla_reads(repeats: int) -> list[dict]:
+    """Per program: its equations (`eqns_total`), and the median over `repeats` compiles of XLA's
+    compile seconds (JAX's own event, as recording reads them) and of the first read of its FLOPs
+    (``cost_analysis``) and bytes (``get_compiled_memory_stats``)."""
+    import jax.numpy as jnp
+
+    from jaxtrace_nb._cost import count_equations
+    from jaxtrace_nb._jax_internals import COMPILE_EVENT, listener_api
+
+    compiled = []
+    register, unregister = listener_api("duration")
+
+    def on_duration(event, duration, **kwargs):
+        if event == COMPILE_EVENT:
+            compiled.append(duration)
+
+    register(on_duration)
+    out = []
+    try:
+        for layers, width in XLA_READ_PROGRAMS:
+            params = [(jnp.full((width, width), 0.01), jnp.zeros(width)) for _ in range(layers)]
+            x = jnp.ones((8, width))
+            times = {"compile": [], "flops": [], "bytes": []}
+            equations = 0
+            for i in range(repeats):
+                traced = _program(2.0 + i).trace(params, x)
+                equations = count_equations(traced.jaxpr.jaxpr, {})
+                executable = traced.lower().compile()._executable.xla_executable
+                times["compile"].append(compiled[-1])
+                for figure, read in (("flops", executable.cost_analysis),
+                                     ("bytes", executable.get_compiled_memory_stats)):
+                    start = time.perf_counter()
+                    read()
+                    times[figure].append(time.perf_counter() - start)
+            median = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
+            out.append({"layers": layers, "width": width, "eqns_total": equations, "compile_s": median["compile"],
+                        "flops_s": median["flops"], "bytes_s": median["bytes"]})
+    finally:
+        unregister(on_duration)
+    return out
 
 
 def worker(quick: bool) -> dict:
@@ -218,8 +269,9 @@ def worker(quick: bool) -> dict:
             runs[mode].append(row)
     key_cost = _key_cost(jt, _program(0.25), params, x, 20 if quick else 100)
     parts = _listener_parts(jt, session, params, x, 1 if quick else 5)
+    xla_reads = _xla_reads(2 if quick else 7)
     index = os.path.join(cache, "jaxtrace_nb", "index.sqlite")
-    return {"key_cost": key_cost, "listener_parts": parts,
+    return {"key_cost": key_cost, "listener_parts": parts, "xla_reads": xla_reads,
             "modes": list(MODES), "rounds": rounds, "programs_per_round": programs_per_round, "runs": runs,
             "layers": LAYERS, "width": WIDTH, "faults": jt.faults(),
             "index_bytes": sum(os.path.getsize(index + end) for end in ("", "-wal") if os.path.exists(index + end))}

@@ -203,6 +203,7 @@ def cache_section(quick: bool) -> dict:
     out["verdicts"] = {k: [r[k] for r in recorded] for k in ("misses", "hits", "explained")}
     out["key_cost"] = raw.get("key_cost")
     out["listener_parts"] = raw.get("listener_parts")
+    out["xla_reads"] = raw.get("xla_reads")
     return out
 
 
@@ -430,7 +431,7 @@ def render_text(results: dict) -> str:
                     lines += [f"    {p}" for p in r[key]]
     cache = results["sections"].get("cache", {})
     if "miss_s" in cache:
-        lines += ["", f"Persistent cache: seconds per round of {cache['programs_per_round']} compiles "
+        lines += ["", f"Persistent cache: seconds per round of {cache['programs_per_round']} compile(s) "
                       f"({cache['layers']}-layer MLP step, width {cache['width']}), median (min–max) of "
                       f"{cache['rounds']} rounds per mode, modes rotated",
                   _table(["phase", *cache["modes"], "on / off", "keys / no keys"],
@@ -452,6 +453,12 @@ def render_text(results: dict) -> str:
             lines.append(f"  recording's listeners, ms per compile over {parts['compiles']} compiles (misses and hits; "
                          "the first three are the outermost, the rest inside them): "
                          + ", ".join(f"{k} {v:.3f}" for k, v in parts["ms_per_compile"].items()))
+        for read in cache.get("xla_reads") or ():
+            lines.append(f"  XLA figures read, {read['layers']}-layer MLP step (width {read['width']}, "
+                         f"{read['eqns_total']} equations): compile {read['compile_s'] * 1e3:.1f} ms, FLOPs "
+                         f"{read['flops_s'] * 1e3:.3f} ms ({read['flops_s'] / read['eqns_total'] * 1e6:.1f} µs an "
+                         f"equation), bytes {read['bytes_s'] * 1e3:.3f} ms ({read['bytes_s'] / read['eqns_total'] * 1e6:.1f}"
+                         f" µs), both {(read['flops_s'] + read['bytes_s']) / read['compile_s'] * 100:.2f} % of the compile")
     gpu = results["sections"].get("gpu", {})
     lines += ["", f"GPU: {gpu.get('status') or gpu.get('error')}"]
     for mo in gpu.get("models", []):

@@ -3,7 +3,7 @@
 `graph_stats` measures a traced jaxpr: its equations at the top level and in every
 sub-jaxpr, and the longest stretch in which one block of primitives repeats back to
 back (`find_unrolled`), which is what a Python ``for`` loop leaves in a jaxpr once
-unrolled. `xla_cost` reads what XLA reports of a compiled executable. Jaxprs and
+unrolled. `XlaReads` reads what XLA reports of a compiled executable, where that is cheap. Jaxprs and
 executables are read by duck typing, never kept.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -89,13 +90,13 @@ def graph_stats(closed_jaxpr: Any, location: Callable[[str, int], str]) -> Graph
     found = find_unrolled([eqn.primitive.name for eqn in eqns]) if n >= 2 * MIN_REPEATS else None
     where = _loop_location(eqns[found.start:found.start + found.period], location) if found else None
     # No equation can hold a sub-jaxpr (the common case): no count to walk.
-    total = n if _PLAIN_PRIMITIVES.issuperset(map(_PRIMITIVE, eqns)) else _count_equations(jaxpr, eqns, {})
+    total = n if PLAIN_PRIMITIVES.issuperset(map(_PRIMITIVE, eqns)) else _count_equations(jaxpr, eqns, {})
     # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this runs at every trace.
     return tuple.__new__(GraphStats, (n, total, found, where))
 
 
 _JAXPR_PARAMS: dict = {}  # primitive -> names of its parameters that may hold a sub-jaxpr
-_PLAIN_PRIMITIVES: set = set()  # the primitives in `_JAXPR_PARAMS` with none
+PLAIN_PRIMITIVES: set = set()  # the primitives in `_JAXPR_PARAMS` with none
 _PRIMITIVE = operator.attrgetter("primitive")
 
 
@@ -110,12 +111,13 @@ def _count_equations(jaxpr: Any, eqns: Sequence[Any], memo: dict) -> int:
         return memo[key]
     memo[key] = 0  # a cycle cannot happen in a jaxpr, but never recurse forever
     total = len(eqns)
-    if _PLAIN_PRIMITIVES.issuperset(map(_PRIMITIVE, eqns)):  # no parameter of any equation may hold a jaxpr
+    if PLAIN_PRIMITIVES.issuperset(map(_PRIMITIVE, eqns)):  # no parameter of any equation may hold a jaxpr
         memo[key] = total
         return total
     for eqn in eqns:
-        for inner in sub_jaxprs(eqn):
-            total += _sub_total(inner, memo)
+        if eqn.primitive not in PLAIN_PRIMITIVES:
+            for inner in sub_jaxprs(eqn):
+                total += _sub_total(inner, memo)
     memo[key] = total
     return total
 
@@ -164,21 +166,30 @@ def _sub_total(jaxpr: Any, memo: dict) -> int:
 
 
 def _jaxpr_params(eqn: Any) -> tuple:
-    """The parameters of `eqn`'s primitive that hold, or may hold, a jaxpr: a jaxpr or a sequence
-    in this equation (a parameter's kind is the same in every equation of a primitive), or None
-    under a name that says so (Pallas's ``custom_fusion`` has ``pallas_jaxpr=None`` in some
-    equations; every optional jaxpr parameter in JAX is named so: ``tests/test_compile_cost.py``)."""
+    """The parameters of `eqn`'s primitive that hold, or may hold, a jaxpr: a jaxpr, or a sequence
+    that holds one, is empty or holds None, in this equation (a parameter's kind is the same in
+    every equation of a primitive: `dimensions=(0, 1)` is never a jaxpr's place), or None under a
+    name that says so (Pallas's ``custom_fusion`` has ``pallas_jaxpr=None`` in some equations;
+    every optional jaxpr parameter in JAX is named so: ``tests/test_compile_cost.py``)."""
     names = tuple(name for name, value in eqn.params.items()
-                  if isinstance(value, (tuple, list)) or type(value).__name__ in ("Jaxpr", "ClosedJaxpr")
-                  or (value is None and "jaxpr" in name))
+                  if (isinstance(value, (tuple, list)) and (not value or any(map(_may_be_jaxpr, value))))
+                  or _is_jaxpr(value) or (value is None and "jaxpr" in name))
     try:
         if len(_JAXPR_PARAMS) < 4096:
             _JAXPR_PARAMS[eqn.primitive] = names
             if not names:
-                _PLAIN_PRIMITIVES.add(eqn.primitive)
+                PLAIN_PRIMITIVES.add(eqn.primitive)
     except TypeError:  # an unhashable primitive
         pass
     return names
+
+
+def _is_jaxpr(value: Any) -> bool:
+    return type(value).__name__ in ("Jaxpr", "ClosedJaxpr")
+
+
+def _may_be_jaxpr(value: Any) -> bool:
+    return value is None or _is_jaxpr(value)
 
 
 def _loop_location(body: Sequence[Any], location: Callable[[str, int], str]) -> str | None:
@@ -203,23 +214,81 @@ def _loop_location(body: Sequence[Any], location: Callable[[str, int], str]) -> 
     return location(*stacks[0][0])
 
 
-def xla_cost(executable: Any) -> XlaCost:
-    """FLOPs and argument / output / temporary bytes XLA reports for a compiled program."""
-    flops = arg_bytes = out_bytes = temp_bytes = None
+# What reading XLA's figures of a compiled program costs, seconds per equation of its traced
+# program (FLOPs: ``cost_analysis``; bytes: ``get_compiled_memory_stats``), until a read in this
+# process is measured: the highest of the programs of 27 to 2,694 equations that
+# `python benchmarks/run.py --sections cache` compiles ("XLA figures read"), on a 2-core CPU.
+XLA_READ_S_PER_EQN = (4e-6, 14e-6)
+
+
+class XlaReads:
+    """Reads XLA's figures of compiled programs, each only where its predicted cost fits the
+    budget given. A figure's cost per equation is its reads' seconds over their equations, both
+    summed with a decay (`_DECAY` a read), so large programs weigh as much as they cost and a small
+    program's fixed cost does not scale up to a large one's prediction."""
+
+    def __init__(self):
+        # per figure (FLOPs, bytes): [decayed seconds, decayed equations], the prior as one read
+        self._sums = [[rate * _PRIOR_EQUATIONS, float(_PRIOR_EQUATIONS)] for rate in XLA_READ_S_PER_EQN]
+
+    @property
+    def rates(self) -> list[float]:
+        """Seconds per equation of each figure's read, as predicted now."""
+        return [seconds / equations for seconds, equations in self._sums]
+
+    @rates.setter
+    def rates(self, rates) -> None:
+        self._sums = [[rate * _PRIOR_EQUATIONS, float(_PRIOR_EQUATIONS)] for rate in rates]
+
+    def plan(self, equations: int, budget_s: float) -> tuple[bool, bool]:
+        """(read the FLOPs, read the bytes): those predicted to cost, together, at most `budget_s`;
+        neither for a program of unknown size (its cost cannot be bounded)."""
+        if equations <= 0:
+            return False, False
+        flops_rate, bytes_rate = self.rates
+        flops_s = flops_rate * equations
+        with_flops = flops_s <= budget_s
+        return with_flops, (flops_s if with_flops else 0.0) + bytes_rate * equations <= budget_s
+
+    def read(self, executable: Any, plan: tuple[bool, bool], equations: int) -> XlaCost:
+        """The figures `plan` names (None for the others), each read timed into its rate."""
+        flops = arg_bytes = out_bytes = temp_bytes = None
+        if plan[0]:
+            start = time.perf_counter()
+            flops = _flops(executable)
+            self._measured(0, time.perf_counter() - start, equations)
+        if plan[1]:
+            start = time.perf_counter()
+            arg_bytes, out_bytes, temp_bytes = _bytes(executable)
+            self._measured(1, time.perf_counter() - start, equations)
+        return XlaCost(flops, arg_bytes, out_bytes, temp_bytes)
+
+    def _measured(self, figure: int, seconds: float, equations: int) -> None:
+        sums = self._sums[figure]
+        sums[0] = sums[0] * _DECAY + seconds
+        sums[1] = sums[1] * _DECAY + equations
+
+
+_PRIOR_EQUATIONS = 100
+_DECAY = 0.9
+
+
+def _flops(executable: Any) -> float | None:
     try:
         analysis = executable.cost_analysis()
         if isinstance(analysis, (list, tuple)):
             analysis = analysis[0] if analysis else {}
         value = analysis.get("flops") if isinstance(analysis, dict) else None
         if value is not None and value >= 0:
-            flops = float(value)
+            return float(value)
     except Exception:
         pass
+    return None
+
+
+def _bytes(executable: Any) -> tuple:
     try:
         stats = executable.get_compiled_memory_stats()
-        arg_bytes = int(stats.argument_size_in_bytes)
-        out_bytes = int(stats.output_size_in_bytes)
-        temp_bytes = int(stats.temp_size_in_bytes)
+        return int(stats.argument_size_in_bytes), int(stats.output_size_in_bytes), int(stats.temp_size_in_bytes)
     except Exception:
-        pass
-    return XlaCost(flops, arg_bytes, out_bytes, temp_bytes)
+        return None, None, None

@@ -250,6 +250,14 @@ def traceback_lines() -> tuple[Callable[[Any, int], int], str]:
     return xla_client.Traceback.code_addr2line, partial_eval.__file__
 
 
+def traceback_type_hashes() -> bool:
+    """Whether jaxlib's tracebacks can key a dict. They compare and hash by their frames (code
+    objects and instruction offsets; jaxlib's ``traceback.cc``), so equal stacks share one key."""
+    from jax._src.lib import xla_client
+
+    return getattr(xla_client.Traceback, "__hash__", None) is not None
+
+
 def exclude_from_tracebacks(directory: str) -> None:
     """Hide `directory`'s frames from JAX's filtered tracebacks."""
     from jax._src import traceback_util

@@ -37,8 +37,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ._bounded import Bounded
-from ._cost import sub_jaxprs
-from ._jax_internals import traceback_lines
+from ._cost import PLAIN_PRIMITIVES, sub_jaxprs
+from ._jax_internals import traceback_lines, traceback_type_hashes
 
 MAX_ROWS = 20  # lines kept per trace, most inclusive equations first; the rest in one "other" row
 OTHER = "<other>"  # the row of the lines not kept and of equations with no user line at all
@@ -62,6 +62,7 @@ class LineProfiler:
         self._subs = Bounded(_MAX_SUBS)  # id(jaxpr) -> (weak reference, _Walked)
         self._stdlib = os.path.abspath(sysconfig.get_path("stdlib")) + os.sep
         self._addr2line, self._pe_file = traceback_lines()
+        self._tracebacks_hash = traceback_type_hashes()
 
     # ------------------------------------------------------------------ frames
     def _verdict(self, code) -> int:
@@ -107,33 +108,51 @@ class LineProfiler:
             return known[1]
         walked = _Walked()
         own, under = walked.own, walked.under
-        stacks: dict[int, tuple] = {}  # id(traceback) -> its user stack (equations share tracebacks)
+        # Equations grouped by traceback: each equation has a traceback object of its own, but
+        # jaxlib's tracebacks compare and hash by their frames, so the equations one line made
+        # share one count and one user stack (342 equations, 15 tracebacks in a 16-layer MLP step).
+        counts: dict = {}  # traceback (or its id, where tracebacks do not hash) -> equations
+        visits: list = []  # (key, traceback, sub-jaxpr's _Walked or None), in equation order
+        by_content = self._tracebacks_hash
         for eqn in jaxpr.eqns:
-            source = getattr(eqn, "source_info", None)
-            traceback = getattr(source, "traceback", None)
-            stack = stacks.get(id(traceback))
-            if stack is None:
-                stack = stacks[id(traceback)] = self.user_stack(traceback)
-            walked.total += 1
-            lines = tuple(dict.fromkeys(stack))
-            if stack:
-                own[stack[0]] += 1
-                for line in lines:
-                    under[line] += 1
+            traceback = getattr(getattr(eqn, "source_info", None), "traceback", None)
+            key = traceback if by_content else id(traceback)
+            n = counts.get(key)
+            if n is None:
+                counts[key] = 1
+                visits.append((key, traceback, None))
             else:
-                walked.orphans += 1
-            for sub in sub_jaxprs(eqn):
-                inner = self._walk(sub)
-                walked.total += inner.total
-                own.update(inner.own)
-                under.update(inner.under)
+                counts[key] = n + 1
+            if eqn.primitive not in PLAIN_PRIMITIVES:
+                for sub in sub_jaxprs(eqn):
+                    visits.append((key, traceback, self._walk(sub)))
+        walked.total = len(jaxpr.eqns)
+        stacks: dict = {}  # key -> (user stack, its lines once each)
+        for key, traceback, inner in visits:
+            known_stack = stacks.get(key)
+            if known_stack is None:
+                stack = self.user_stack(traceback)
+                known_stack = stacks[key] = (stack, tuple(dict.fromkeys(stack)))
+            stack, lines = known_stack
+            if inner is None:  # the equations of this traceback at this level
+                n = counts[key]
                 if stack:
-                    if inner.orphans:
-                        own[stack[0]] += inner.orphans  # a library's equations: the user's calling line
-                    for line in lines:  # every inner equation is under the calling lines, once
-                        under[line] += inner.total - inner.under.get(line, 0)
+                    own[stack[0]] += n
+                    for line in lines:
+                        under[line] += n
                 else:
-                    walked.orphans += inner.orphans
+                    walked.orphans += n
+                continue
+            walked.total += inner.total
+            own.update(inner.own)
+            under.update(inner.under)
+            if stack:
+                if inner.orphans:
+                    own[stack[0]] += inner.orphans  # a library's equations: the user's calling line
+                for line in lines:  # every inner equation is under the calling lines, once
+                    under[line] += inner.total - inner.under.get(line, 0)
+            else:
+                walked.orphans += inner.orphans
         try:
             self._subs.put(id(jaxpr), (weakref.ref(jaxpr), walked))
         except TypeError:  # not weakly referable: walked again next time

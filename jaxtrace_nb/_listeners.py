@@ -15,12 +15,13 @@ import threading
 import weakref
 
 from . import _jax_internals as jaxi
-from ._cost import graph_stats, xla_cost
+from ._cost import graph_stats
 from ._jax_cache_key import REQUEST_EVENT
 from ._records import Stage
 
-XLA_COST_SHARE = 0.02  # at most this share of a compile's seconds goes to reading XLA's cost figures
-XLA_COST_S_PER_ARGUMENT = 25e-6  # what reading them costs (benchmarks/run.py, "XLA cost read")
+# The share of a compile's seconds reading XLA's figures may take: recording's whole cost at a
+# compile is to stay within 2 % of it (issue 29; `docs/performance.md`, "Persistent cache").
+XLA_COST_SHARE = 0.005
 _MAX_UNPROFILED = 256  # traces whose program waits for its line profile (until its compile, or a read)
 _TRACE_EVENT = jaxi.TRACE_EVENT
 _CACHE_EVENTS = (jaxi.CACHE_HIT_EVENT, jaxi.CACHE_MISS_EVENT)  # listened to always
@@ -47,7 +48,7 @@ class Listeners:
                 self._trace_end(duration)
             else:
                 handle = self._sink.on_public_trace(fun_name, duration, threading.get_ident())
-                tls.lowering = None if handle is None else (fun_name, handle)
+                tls.lowering = None if handle is None else (fun_name, handle, None, 0)
         elif event == jaxi.LOWER_EVENT:
             name = _jit_inner_name(fun_name)
             if name is None:
@@ -55,9 +56,8 @@ class Listeners:
             pending = tls.__dict__.get("lowering")
             tls.lowering = None
             handle = pending[1] if pending is not None and pending[0] == name else None
-            program = None
-            if handle is not None and len(pending) > 2:
-                program = pending[2]
+            program, equations = (pending[2], pending[3]) if handle is not None else (None, 0)
+            if program is not None:
                 self._unprofiled.pop(id(handle), None)  # profiled at its compile
             stage = jaxi.stage_frame(event) if self.full else None
             if stage is not None and stage.raised:
@@ -67,7 +67,7 @@ class Listeners:
             handle = self._sink.on_lowering(handle, record)
             tls.compiling = handle
             tls.program = program
-            tls.arguments = len(record.signature.leaves) if record.signature is not None else 0
+            tls.equations = equations
             if handle is not None:
                 self._sink.on_timing(handle, Stage.LOWER, duration)
         elif event == jaxi.COMPILE_EVENT:
@@ -76,7 +76,7 @@ class Listeners:
             if handle is not None:
                 self._sink.on_timing(handle, Stage.COMPILE, duration)
                 if self.capture_cost and self.full:
-                    self._xla_cost(handle, duration, tls.__dict__.get("arguments", 0))
+                    self._xla_cost(handle, duration, tls.__dict__.get("equations", 0))
                 program = tls.__dict__.get("program")
                 tls.program = None
                 if program is not None:
@@ -86,20 +86,21 @@ class Listeners:
             if handle is not None:
                 self._sink.on_timing(handle, Stage.CACHE_SAVED, duration)
 
-    def _xla_cost(self, handle, compile_s: float, arguments: int) -> None:
-        """XLA's FLOPs and bytes of the program just compiled, when reading them is cheap.
+    def _xla_cost(self, handle, compile_s: float, equations: int) -> None:
+        """XLA's FLOPs and bytes of the program just compiled, those whose reading is cheap.
 
-        Reading them is XLA work that grows with the program's buffers (about 25 µs per argument
-        on a 2-core CPU: 25 ms for a program of a thousand arguments), so it is skipped when
-        that predicts more than `XLA_COST_SHARE` of this compile's own seconds.
+        Reading them is XLA work that grows with the program (on a 2-core CPU about 4 µs an
+        equation for the FLOPs and 14 µs for the bytes: 1.5 % of a 342-equation program's compile,
+        5.5 % of a 2,694-equation one's), so each is read only where its cost, predicted from the
+        last reads', fits `xla_cost_share` of this compile's seconds.
         """
-        if XLA_COST_S_PER_ARGUMENT * arguments > XLA_COST_SHARE * compile_s:
+        plan = self._xla_reads.plan(equations, self.xla_cost_share * compile_s)
+        if not any(plan):
             return
         stage = jaxi.stage_frame(jaxi.COMPILE_EVENT)
         executable = stage.locals.get("xla_executable") if stage is not None and not stage.raised else None
-        if executable is None:
-            return
-        self._sink.on_xla_cost(handle, xla_cost(executable))
+        if executable is not None:
+            self._sink.on_xla_cost(handle, self._xla_reads.read(executable, plan, equations))
 
     def _trace_end(self, duration: float) -> None:
         """A top-level trace finished: complete the pending trace if this event is its own.
@@ -144,10 +145,8 @@ class Listeners:
                     program = weakref.ref(jaxpr)  # its line profile: at its compile, or when read
                 except TypeError:
                     pass
-            if program is None:
-                tls.lowering = (pending[1], handle)
-            else:
-                tls.lowering = (pending[1], handle, program)
+            tls.lowering = (pending[1], handle, program, graph.eqns_total if graph is not None else 0)
+            if program is not None:
                 unprofiled = self._unprofiled
                 unprofiled[id(handle)] = (handle, program)
                 if len(unprofiled) > _MAX_UNPROFILED:

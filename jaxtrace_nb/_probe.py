@@ -29,7 +29,8 @@ from typing import Callable
 from . import _jax_internals as jaxi
 from ._decode import Decoder
 from ._jax_cache_key import KeyReader
-from ._listeners import _CACHE_EVENTS, Listeners
+from ._cost import XlaReads
+from ._listeners import _CACHE_EVENTS, XLA_COST_SHARE, Listeners
 from ._records import Sink
 
 _TRACEBACKS_EXCLUDED = False  # JAX cannot remove a traceback exclusion: add ours once per process
@@ -55,6 +56,8 @@ class Probe(Listeners):
         self.decoder: Decoder | None = None
         self._cell_label = None
         self.capture_cost = True  # equation counts, unrolled loops, FLOPs and bytes of each compile
+        self.xla_cost_share = XLA_COST_SHARE  # FLOPs and bytes: read where that costs at most this share
+        self._xla_reads = XlaReads()
         self.nested_helpers = False  # also decode JAX's own jitted helpers traced inside another trace
         self._helpers: dict[int, tuple] = {}  # id(function) -> (weak reference, a library's own helper)
         self._jax_state: tuple | None = None  # JAX's modules that know the process index

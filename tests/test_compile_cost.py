@@ -88,6 +88,69 @@ def test_equation_count_reaches_every_sub_jaxpr():
         assert count_equations(jaxpr, {}) == _every_equation(jaxpr) > len(jaxpr.eqns) + 10
 
 
+def _jax_equations(jaxpr) -> int:
+    """Equations of `jaxpr` and of every sub-jaxpr, as JAX's own ``core.subjaxprs`` finds them."""
+    from jax._src import core
+
+    return len(jaxpr.eqns) + sum(_jax_equations(sub) for sub in core.subjaxprs(jaxpr))
+
+
+def _library_programs():
+    """Real programs of JAX's control flow and transformations, Equinox, Flax NNX and Optax."""
+    import equinox as eqx
+    import optax
+    from flax import nnx
+
+    x = jnp.linspace(0.1, 1.0, 4)
+
+    @jax.custom_vjp
+    def clip_grad(v):
+        return v
+
+    clip_grad.defvjp(lambda v: (v, None), lambda _, g: (jnp.clip(g, -1, 1),))
+
+    mlp = eqx.nn.MLP(4, 4, 8, 2, key=jax.random.PRNGKey(0))
+    params, static = eqx.partition(mlp, eqx.is_array)
+    optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(1e-3))
+    state = optimizer.init(params)
+
+    def equinox_step(p, s, v):
+        loss = lambda q: jnp.sum(jax.vmap(eqx.combine(q, static))(v[None]) ** 2)
+        grads = eqx.filter_grad(loss)(p)
+        updates, s = optimizer.update(grads, s, p)
+        return eqx.apply_updates(p, updates), s
+
+    linear = nnx.Linear(4, 4, rngs=nnx.Rngs(0))
+    graph, weights = nnx.split(linear)
+
+    def flax_loss(w, v):
+        return jnp.sum(nnx.merge(graph, w)(v) ** 2)
+
+    return {
+        "switch": lambda v: jax.lax.switch(1, [jnp.sin, jnp.cos, lambda u: jax.jit(jnp.tanh)(u)], v),
+        "fori_loop": lambda v: jax.lax.fori_loop(0, 3, lambda i, c: c * jnp.sin(c) + i, v),
+        "map": lambda v: jax.lax.map(lambda u: jax.lax.cond(u > 0.5, jnp.sin, jnp.cos, u), v),
+        "associative_scan": lambda v: jax.lax.associative_scan(jnp.add, v),
+        "custom_vjp_grad": lambda v: jax.grad(lambda u: jnp.sum(clip_grad(u) ** 2))(v),
+        "remat_scan": lambda v: jax.lax.scan(jax.checkpoint(lambda c, u: (c + jnp.sin(u), c)), 0.0, v),
+        "vmap_while": jax.vmap(lambda u: jax.lax.while_loop(lambda c: c < 2, lambda c: c * 1.5, u)),
+        "jvp_of_cond": lambda v: jax.jvp(lambda u: jax.lax.cond(u.sum() > 0, jnp.exp, jnp.log1p, u), (v,), (v,)),
+        "equinox_optax_step": lambda v: equinox_step(params, state, v),
+        "flax_nnx_grad": lambda v: jax.grad(flax_loss)(weights, v),
+    }, x
+
+
+def test_equation_count_agrees_with_jaxs_own_sub_jaxprs():
+    """JAX's own ``core.subjaxprs`` (every jaxpr in any parameter) is the oracle of `eqns_total`, over
+    real programs of control flow, transformations and libraries; twice, the second time from the
+    per-primitive memory of which parameters may hold jaxprs (made by the first)."""
+    programs, x = _library_programs()
+    for _ in range(2):
+        for name, program in programs.items():
+            jaxpr = jax.make_jaxpr(program)(x).jaxpr
+            assert count_equations(jaxpr, {}) == _jax_equations(jaxpr), name
+
+
 def test_every_optional_jaxpr_parameter_of_jax_is_named_so():
     """The equation count looks inside a parameter that is None in one equation only when its name
     says "jaxpr" (`_cost._jaxpr_params`): in the installed JAX's sources, every function argument
@@ -156,7 +219,14 @@ def pd_isna(value):
     return bool(pd.isna(value))
 
 
-def test_compile_cost_columns_and_summary(jt):
+def _probe():
+    from jaxtrace_nb._session import get_session
+
+    return get_session().probe
+
+
+def test_compile_cost_columns_and_summary(jt, monkeypatch):
+    monkeypatch.setattr(_probe(), "xla_cost_share", float("inf"))  # XLA's figures read at every compile
     x = jnp.ones((16, 16))
     jax.jit(_unrolled)(x)
     row = jt.log(internal=False).iloc[0]
@@ -221,15 +291,61 @@ def test_persistent_cache_hit_is_marked(tmp_path):
     assert first_summary[0] == 0 and second_summary == [1, second["saved"]]
 
 
-def test_xla_figures_are_skipped_when_reading_them_would_cost_a_share_of_the_compile(jt, monkeypatch):
-    from jaxtrace_nb import _listeners
-
+def test_xla_figures_are_read_only_where_their_predicted_cost_fits_the_share(jt, monkeypatch):
+    probe = _probe()
     params = {f"w{i}": jnp.ones(2) for i in range(8)}
-    monkeypatch.setattr(_listeners, "XLA_COST_S_PER_ARGUMENT", 1.0)  # as if reading them took 1 s per argument
+    monkeypatch.setattr(probe, "xla_cost_share", 0.0)
     jax.jit(lambda p: jax.tree.map(lambda a: a + 1, p))(params)
-    skipped = jt.log(internal=False).iloc[-1]
-    assert skipped["compile_s"] > 0 and pd_isna(skipped["flops"]) and pd_isna(skipped["arg_bytes"])
-    monkeypatch.undo()
+    none = jt.log(internal=False).iloc[-1]
+    assert none["compile_s"] > 0 and pd_isna(none["flops"]) and pd_isna(none["arg_bytes"])
+    monkeypatch.setattr(probe, "xla_cost_share", 1.0)
+    monkeypatch.setattr(probe._xla_reads, "rates", [0.0, float("inf")])  # as if the bytes cost without bound
     jax.jit(lambda p: jax.tree.map(lambda a: a * 3, p))(params)
-    read = jt.log(internal=False).iloc[-1]
-    assert read["arg_bytes"] == 8 * 2 * 4
+    flops_only = jt.log(internal=False).iloc[-1]
+    assert flops_only["flops"] == 8 * 2 and pd_isna(flops_only["arg_bytes"])
+    monkeypatch.setattr(probe._xla_reads, "rates", [float("inf"), 0.0])
+    jax.jit(lambda p: jax.tree.map(lambda a: a * 4, p))(params)
+    bytes_only = jt.log(internal=False).iloc[-1]
+    assert pd_isna(bytes_only["flops"]) and bytes_only["arg_bytes"] == 8 * 2 * 4 and bytes_only["out_bytes"] > 0
+
+
+class _Executable:
+    """An executable whose figures take the seconds given, on a clock the test moves."""
+
+    def __init__(self, clock: list, flops_s: float, bytes_s: float):
+        self.clock, self.flops_s, self.bytes_s = clock, flops_s, bytes_s
+
+    def cost_analysis(self):
+        self.clock[0] += self.flops_s
+        return {"flops": 10.0}
+
+    def get_compiled_memory_stats(self):
+        self.clock[0] += self.bytes_s
+        return type("Stats", (), {"argument_size_in_bytes": 1, "output_size_in_bytes": 2, "temp_size_in_bytes": 3})
+
+
+def test_xla_reads_predict_each_figure_from_the_reads_so_far(monkeypatch):
+    from jaxtrace_nb import _cost
+
+    clock = [0.0]
+    monkeypatch.setattr(_cost.time, "perf_counter", lambda: clock[0])
+    reads = _cost.XlaReads()
+    assert reads.rates == pytest.approx(list(_cost.XLA_READ_S_PER_EQN))
+    reads.rates = [1e-6, 1e-6]  # as if one read of 100 equations had cost 0.1 ms each
+    costly_bytes = _Executable(clock, flops_s=100e-6, bytes_s=900e-6)  # 1 and 9 µs an equation of 100
+    assert reads.plan(100, budget_s=1e-3) == (True, True)  # predicted 0.2 ms
+    assert reads.read(costly_bytes, (True, True), 100) == (10.0, 1, 2, 3)
+    decay = _cost._DECAY
+    bytes_rate = (100e-6 * decay + 900e-6) / (100 * decay + 100)  # seconds over equations, the prior decayed
+    assert reads.rates == [pytest.approx(1e-6), pytest.approx(bytes_rate)]
+    # predicted now: FLOPs 0.1 ms, bytes 0.52 ms more; within 0.55 ms only the FLOPs
+    assert reads.plan(100, budget_s=0.55e-3) == (True, False)
+    assert reads.read(costly_bytes, (True, False), 100) == (10.0, None, None, None)
+    assert reads.rates[1] == pytest.approx(bytes_rate)  # not read: its prediction unchanged
+    assert reads.plan(100, budget_s=0.05e-3) == (False, False)  # neither fits: nothing read
+    # a small program's fixed cost weighs by its equations: 2 ms for 1 equation barely moves the rate
+    reads.read(_Executable(clock, flops_s=2e-3, bytes_s=0.0), (True, False), 1)
+    assert reads.rates[0] < 1e-5
+    reads.rates = [1.0, 1e-6]
+    assert reads.plan(100, budget_s=0.2e-3) == (False, True)  # the bytes alone fit
+    assert reads.plan(0, budget_s=1.0) == (False, False)  # a size not known: its cost cannot be bounded
