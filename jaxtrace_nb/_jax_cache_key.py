@@ -45,6 +45,11 @@ _MAX_MODULE_BYTES = 64 << 20  # the canonical module is kept up to this size (a 
 _RECENT_KEYS = 4  # keys computed on one thread and not taken yet (PGLE computes two per compile)
 _MAX_DEVICES_READ = 64  # device kinds are read from at most this many devices
 _MAX_FLAGS = 64
+# The parts with a readable text: the others (the computation, compile options, accelerator
+# config) are serialized protos, compared by hash and worded when a view asks (`_jax_cache_text`).
+_READABLE_COMPONENTS = ("jax_lib version", "backend version", "XLA flags", "compression", "custom_hook")
+_TEXTS: dict[tuple, list] = {}  # a part's chunks -> their texts
+_MAX_TEXTS = 256
 # JAX options that change the program JAX lowers (so its "computation" part), named in the words.
 PROGRAM_OPTIONS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_dtype_promotion",
                    "jax_numpy_rank_promotion", "jax_default_prng_impl", "jax_threefry_partitionable",
@@ -266,7 +271,7 @@ class KeyReader:
     def _facts(self, pending: Pending, chunks: dict) -> dict:
         """The readable side of the key's parts (texts, numbers and lists only)."""
         facts: dict[str, Any] = {"jax": self._jax_version}
-        texts = {name: _texts(chunks.get(name)) for name in CACHE_KEY_COMPONENTS[1:]}
+        texts = {name: _texts(chunks.get(name)) for name in _READABLE_COMPONENTS}
         facts["jaxlib"] = texts["jax_lib version"][0] if texts["jax_lib version"] else None
         facts["backend"] = texts["backend version"]
         facts["xla_flags"] = texts["XLA flags"][:_MAX_FLAGS]
@@ -360,7 +365,18 @@ def _detect() -> str:
 
 
 def _texts(chunks) -> list[str]:
-    return [printable(c.decode("utf-8", "replace"), 200) for c in chunks] if chunks else []
+    """A part's chunks as texts; a part's bytes repeat compile after compile (versions, flags):
+    made once per distinct bytes (a bounded memory)."""
+    if not chunks:
+        return []
+    key = tuple(chunks)
+    texts = _TEXTS.get(key)
+    if texts is None:
+        texts = [printable(c.decode("utf-8", "replace"), 200) for c in chunks]
+        if len(_TEXTS) >= _MAX_TEXTS:
+            _TEXTS.clear()
+        _TEXTS[key] = texts
+    return list(texts)
 
 
 def _joined(chunks) -> bytes | None:
