@@ -216,8 +216,10 @@ def _loop_location(body: Sequence[Any], location: Callable[[str, int], str]) -> 
 
 # What reading XLA's figures of a compiled program costs, seconds per equation of its traced
 # program (FLOPs: ``cost_analysis``; bytes: ``get_compiled_memory_stats``), until a read in this
-# process is measured: the highest of the programs of 27 to 2,694 equations that
-# `python benchmarks/run.py --sections cache` compiles ("XLA figures read"), on a 2-core CPU.
+# process is measured. The highest of programs of 27 to 2,694 equations on a 2-core CPU were 2.9
+# and 7.4 µs (`python benchmarks/run.py --sections cache`, "XLA figures read":
+# benchmarks/results/cpu-2026-11-27-cache-0792da4.txt); above them, a first prediction errs
+# toward not reading.
 XLA_READ_S_PER_EQN = (4e-6, 14e-6)
 
 

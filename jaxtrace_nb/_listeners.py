@@ -89,10 +89,11 @@ class Listeners:
     def _xla_cost(self, handle, compile_s: float, equations: int) -> None:
         """XLA's FLOPs and bytes of the program just compiled, those whose reading is cheap.
 
-        Reading them is XLA work that grows with the program (on a 2-core CPU about 4 µs an
-        equation for the FLOPs and 14 µs for the bytes: 1.5 % of a 342-equation program's compile,
-        5.5 % of a 2,694-equation one's), so each is read only where its cost, predicted from the
-        last reads', fits `xla_cost_share` of this compile's seconds.
+        Reading them is XLA work that grows with the program faster than its compile does (on a
+        2-core CPU about 2 µs an equation for the FLOPs and 4 to 7 µs for the bytes: both 1.1 to
+        1.3 % of a 342-equation program's compile, 3.3 to 3.6 % of a 2,694-equation one's;
+        `benchmarks/results/cpu-2026-11-27-cache-*.txt`), so each is read only where its cost,
+        predicted from the reads so far, fits `xla_cost_share` of this compile's seconds.
         """
         plan = self._xla_reads.plan(equations, self.xla_cost_share * compile_s)
         if not any(plan):
