@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -166,14 +167,14 @@ def _sub_total(jaxpr: Any, memo: dict) -> int:
 
 
 def _jaxpr_params(eqn: Any) -> tuple:
-    """The parameters of `eqn`'s primitive that hold, or may hold, a jaxpr: a jaxpr, or a sequence
-    that holds one, is empty or holds None, in this equation (a parameter's kind is the same in
-    every equation of a primitive: `dimensions=(0, 1)` is never a jaxpr's place), or None under a
+    """The parameters of `eqn`'s primitive that hold, or may hold, a jaxpr: a jaxpr or a sequence
+    in this equation (what a sequence holds is read equation by equation: Equinox's filter
+    primitives put jaxprs in their ``static`` tuple in some equations only), or None under a
     name that says so (Pallas's ``custom_fusion`` has ``pallas_jaxpr=None`` in some equations;
     every optional jaxpr parameter in JAX is named so: ``tests/test_compile_cost.py``)."""
     names = tuple(name for name, value in eqn.params.items()
-                  if (isinstance(value, (tuple, list)) and (not value or any(map(_may_be_jaxpr, value))))
-                  or _is_jaxpr(value) or (value is None and "jaxpr" in name))
+                  if isinstance(value, (tuple, list)) or type(value).__name__ in ("Jaxpr", "ClosedJaxpr")
+                  or (value is None and "jaxpr" in name))
     try:
         if len(_JAXPR_PARAMS) < 4096:
             _JAXPR_PARAMS[eqn.primitive] = names
@@ -182,14 +183,6 @@ def _jaxpr_params(eqn: Any) -> tuple:
     except TypeError:  # an unhashable primitive
         pass
     return names
-
-
-def _is_jaxpr(value: Any) -> bool:
-    return type(value).__name__ in ("Jaxpr", "ClosedJaxpr")
-
-
-def _may_be_jaxpr(value: Any) -> bool:
-    return value is None or _is_jaxpr(value)
 
 
 def _loop_location(body: Sequence[Any], location: Callable[[str, int], str]) -> str | None:
@@ -214,65 +207,79 @@ def _loop_location(body: Sequence[Any], location: Callable[[str, int], str]) -> 
     return location(*stacks[0][0])
 
 
-# What reading XLA's figures of a compiled program costs, seconds per equation of its traced
-# program (FLOPs: ``cost_analysis``; bytes: ``get_compiled_memory_stats``), until a read in this
-# process is measured. The highest of programs of 27 to 2,694 equations on a 2-core CPU were 2.9
-# and 7.4 µs (`python benchmarks/run.py --sections cache`, "XLA figures read":
-# benchmarks/results/cpu-2026-11-27-cache-0792da4.txt); above them, a first prediction errs
-# toward not reading.
-XLA_READ_S_PER_EQN = (4e-6, 14e-6)
+# What reading XLA's figures of a compiled program costs (FLOPs: ``cost_analysis``; bytes:
+# ``get_compiled_memory_stats``) before any read in this process is timed: per figure, two reads
+# as (equations of the traced program, seconds), the highest of each size in the three runs of
+# `python benchmarks/run.py --sections cache` ("XLA figures read") on a 2-core CPU:
+# benchmarks/results/cpu-2026-11-27-cache-0792da4.txt and -d0f6c59-1.txt.
+XLA_READ_PRIOR = (((27, 0.073e-3), (2694, 5.214e-3)), ((27, 0.146e-3), (2694, 19.962e-3)))
+_DECAY = 0.9  # the weight of a timed read falls by this at every later read of the same figure
 
 
 class XlaReads:
     """Reads XLA's figures of compiled programs, each only where its predicted cost fits the
-    budget given. A figure's cost per equation is its reads' seconds over their equations, both
-    summed with a decay (`_DECAY` a read), so large programs weigh as much as they cost and a small
-    program's fixed cost does not scale up to a large one's prediction."""
+    budget given. A figure's cost is predicted as a fixed part plus a part per equation (a line
+    fitted by least squares to the prior's two reads, weighing one each always, and to the reads
+    timed in this process, their weights decaying), so that the fixed cost of many small programs
+    (every eager operation compiles one) is not charged per equation to a large one."""
 
-    def __init__(self):
-        # per figure (FLOPs, bytes): [decayed seconds, decayed equations], the prior as one read
-        self._sums = [[rate * _PRIOR_EQUATIONS, float(_PRIOR_EQUATIONS)] for rate in XLA_READ_S_PER_EQN]
+    def __init__(self, prior=XLA_READ_PRIOR, clock: Callable[[], float] = time.perf_counter):
+        self._clock = clock
+        self._lock = threading.Lock()
+        # per figure: the prior's sums, and the timed reads' decayed sums (weight, n, t, n², n·t)
+        self._prior = [_sums(points) for points in prior]
+        self._timed = [[0.0] * 5 for _ in prior]
+        self.lines = [_fit(sums) for sums in self._prior]  # per figure: (seconds, seconds per equation)
 
-    @property
-    def rates(self) -> list[float]:
-        """Seconds per equation of each figure's read, as predicted now."""
-        return [seconds / equations for seconds, equations in self._sums]
-
-    @rates.setter
-    def rates(self, rates) -> None:
-        self._sums = [[rate * _PRIOR_EQUATIONS, float(_PRIOR_EQUATIONS)] for rate in rates]
-
-    def plan(self, equations: int, budget_s: float) -> tuple[bool, bool]:
-        """(read the FLOPs, read the bytes): those predicted to cost, together, at most `budget_s`;
-        neither for a program of unknown size (its cost cannot be bounded)."""
-        if equations <= 0:
-            return False, False
-        flops_rate, bytes_rate = self.rates
-        flops_s = flops_rate * equations
+    def plan(self, equations: int | None, budget_s: float) -> tuple[bool, bool]:
+        """(read the FLOPs, read the bytes): those predicted to cost, together, at most `budget_s`.
+        A program of unknown size (`equations` None) is read only with no bound on the budget."""
+        if equations is None:
+            return (True, True) if budget_s == float("inf") else (False, False)
+        (flops_fixed, flops_rate), (bytes_fixed, bytes_rate) = self.lines
+        flops_s = flops_fixed + flops_rate * equations
         with_flops = flops_s <= budget_s
-        return with_flops, (flops_s if with_flops else 0.0) + bytes_rate * equations <= budget_s
+        return with_flops, (flops_s if with_flops else 0.0) + bytes_fixed + bytes_rate * equations <= budget_s
 
-    def read(self, executable: Any, plan: tuple[bool, bool], equations: int) -> XlaCost:
-        """The figures `plan` names (None for the others), each read timed into its rate."""
+    def read(self, executable: Any, plan: tuple[bool, bool], equations: int | None) -> XlaCost:
+        """The figures `plan` names (None for the others), each read timed into its line."""
         flops = arg_bytes = out_bytes = temp_bytes = None
         if plan[0]:
-            start = time.perf_counter()
+            start = self._clock()
             flops = _flops(executable)
-            self._measured(0, time.perf_counter() - start, equations)
+            self._timed_read(0, self._clock() - start, equations)
         if plan[1]:
-            start = time.perf_counter()
+            start = self._clock()
             arg_bytes, out_bytes, temp_bytes = _bytes(executable)
-            self._measured(1, time.perf_counter() - start, equations)
+            self._timed_read(1, self._clock() - start, equations)
         return XlaCost(flops, arg_bytes, out_bytes, temp_bytes)
 
-    def _measured(self, figure: int, seconds: float, equations: int) -> None:
-        sums = self._sums[figure]
-        sums[0] = sums[0] * _DECAY + seconds
-        sums[1] = sums[1] * _DECAY + equations
+    def _timed_read(self, figure: int, seconds: float, equations: int | None) -> None:
+        if equations is None:
+            return
+        with self._lock:
+            timed = self._timed[figure]
+            for i, value in enumerate((1.0, equations, seconds, equations * equations, equations * seconds)):
+                timed[i] = timed[i] * _DECAY + value
+            self.lines[figure] = _fit([p + t for p, t in zip(self._prior[figure], timed)])
 
 
-_PRIOR_EQUATIONS = 100
-_DECAY = 0.9
+def _sums(points) -> list[float]:
+    """(weight, n, t, n², n·t) of (n, t) points of weight one each."""
+    return [float(len(points)), sum(n for n, _ in points), sum(t for _, t in points),
+            sum(n * n for n, _ in points), sum(n * t for n, t in points)]
+
+
+def _fit(sums) -> tuple[float, float]:
+    """(fixed, per equation) of the weighted least-squares line through the points summed, both
+    at least 0 (a negative fixed part: the line through the origin instead)."""
+    weight, n, t, nn, nt = sums
+    spread = weight * nn - n * n
+    rate = (weight * nt - n * t) / spread if spread > 0 else 0.0
+    fixed = (t - rate * n) / weight
+    if fixed < 0:
+        return 0.0, max(0.0, nt / nn) if nn > 0 else 0.0
+    return fixed, max(0.0, rate)
 
 
 def _flops(executable: Any) -> float | None:

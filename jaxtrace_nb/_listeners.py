@@ -48,7 +48,7 @@ class Listeners:
                 self._trace_end(duration)
             else:
                 handle = self._sink.on_public_trace(fun_name, duration, threading.get_ident())
-                tls.lowering = None if handle is None else (fun_name, handle, None, 0)
+                tls.lowering = None if handle is None else (fun_name, handle, None, None)
         elif event == jaxi.LOWER_EVENT:
             name = _jit_inner_name(fun_name)
             if name is None:
@@ -56,7 +56,7 @@ class Listeners:
             pending = tls.__dict__.get("lowering")
             tls.lowering = None
             handle = pending[1] if pending is not None and pending[0] == name else None
-            program, equations = (pending[2], pending[3]) if handle is not None else (None, 0)
+            program, equations = (pending[2], pending[3]) if handle is not None else (None, None)
             if program is not None:
                 self._unprofiled.pop(id(handle), None)  # profiled at its compile
             stage = jaxi.stage_frame(event) if self.full else None
@@ -76,7 +76,7 @@ class Listeners:
             if handle is not None:
                 self._sink.on_timing(handle, Stage.COMPILE, duration)
                 if self.capture_cost and self.full:
-                    self._xla_cost(handle, duration, tls.__dict__.get("equations", 0))
+                    self._xla_cost(handle, duration, tls.__dict__.get("equations"))
                 program = tls.__dict__.get("program")
                 tls.program = None
                 if program is not None:
@@ -86,16 +86,18 @@ class Listeners:
             if handle is not None:
                 self._sink.on_timing(handle, Stage.CACHE_SAVED, duration)
 
-    def _xla_cost(self, handle, compile_s: float, equations: int) -> None:
+    def _xla_cost(self, handle, compile_s: float, equations: int | None) -> None:
         """XLA's FLOPs and bytes of the program just compiled, those whose reading is cheap.
 
-        Reading them is XLA work that grows with the program faster than its compile does (on a
-        2-core CPU about 2 µs an equation for the FLOPs and 4 to 7 µs for the bytes: both 1.1 to
-        1.3 % of a 342-equation program's compile, 3.3 to 3.6 % of a 2,694-equation one's;
-        `benchmarks/results/cpu-2026-11-27-cache-*.txt`), so each is read only where its cost,
-        predicted from the reads so far, fits `xla_cost_share` of this compile's seconds.
+        Reading them is XLA work that grows with the program faster than its compile does (both
+        figures: 0.24 % of a 27-equation MLP step's compile and 3.31 % of a 2,694-equation one's on
+        a 2-core CPU; benchmarks/results/cpu-2026-11-27-cache-d0f6c59-2.txt), so each is read only
+        where its cost, predicted by `_cost.XlaReads`, fits `xla_cost_share` of this compile's
+        seconds. A compile without a recorded trace (its size unknown) is read only when that share
+        has no bound.
         """
-        plan = self._xla_reads.plan(equations, self.xla_cost_share * compile_s)
+        share = self.xla_cost_share
+        plan = self._xla_reads.plan(equations, share * compile_s if share != float("inf") else share)
         if not any(plan):
             return
         stage = jaxi.stage_frame(jaxi.COMPILE_EVENT)
@@ -146,7 +148,7 @@ class Listeners:
                     program = weakref.ref(jaxpr)  # its line profile: at its compile, or when read
                 except TypeError:
                     pass
-            tls.lowering = (pending[1], handle, program, graph.eqns_total if graph is not None else 0)
+            tls.lowering = (pending[1], handle, program, graph.eqns_total if graph is not None else None)
             if program is not None:
                 unprofiled = self._unprofiled
                 unprofiled[id(handle)] = (handle, program)

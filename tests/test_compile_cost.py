@@ -151,6 +151,37 @@ def test_equation_count_agrees_with_jaxs_own_sub_jaxprs():
             assert count_equations(jaxpr, {}) == _jax_equations(jaxpr), name
 
 
+_KIND_BY_EQUATION = textwrap.dedent("""
+    import jax, jax.numpy as jnp, lineax as lx
+    from jax._src import core
+    from jaxtrace_nb._cost import count_equations
+
+    def jax_equations(jaxpr):
+        return len(jaxpr.eqns) + sum(jax_equations(sub) for sub in core.subjaxprs(jaxpr))
+
+    matrix = jnp.eye(3) * 2.0
+    def by_matrix(b):  # lineax's filter primitive: no jaxpr in its `static` tuple
+        return lx.linear_solve(lx.MatrixLinearOperator(matrix), b).value
+    def by_function(b):  # the same primitive: a closure over a traced value, converted to a jaxpr in `static`
+        traced = matrix * b[0]
+        operator = lx.FunctionLinearOperator(lambda v: traced @ v, jax.ShapeDtypeStruct((3,), jnp.float32))
+        return lx.linear_solve(operator, b, solver=lx.LU()).value
+    for program in (by_matrix, by_function):  # the primitive first seen without a jaxpr
+        jaxpr = jax.make_jaxpr(program)(jnp.ones(3)).jaxpr
+        print(count_equations(jaxpr, {}), jax_equations(jaxpr))
+""")
+
+
+def test_a_sequence_parameter_is_read_in_every_equation():
+    """Equinox's filter primitives (lineax's ``linear_solve``) hold a jaxpr in their ``static``
+    tuple in some equations only: a first equation without one must not make the primitive
+    plain for the rest of the process (a fresh one, so that it is seen first here)."""
+    out = subprocess.run([sys.executable, "-c", _KIND_BY_EQUATION], capture_output=True, text=True, timeout=300,
+                         check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}).stdout.split()
+    (matrix_ours, matrix_jax, function_ours, function_jax) = map(int, out)
+    assert matrix_ours == matrix_jax and function_ours == function_jax > matrix_jax
+
+
 def test_every_optional_jaxpr_parameter_of_jax_is_named_so():
     """The equation count looks inside a parameter that is None in one equation only when its name
     says "jaxpr" (`_cost._jaxpr_params`): in the installed JAX's sources, every function argument
@@ -292,6 +323,8 @@ def test_persistent_cache_hit_is_marked(tmp_path):
 
 
 def test_xla_figures_are_read_only_where_their_predicted_cost_fits_the_share(jt, monkeypatch):
+    from jaxtrace_nb._cost import XlaReads
+
     probe = _probe()
     params = {f"w{i}": jnp.ones(2) for i in range(8)}
     monkeypatch.setattr(probe, "xla_cost_share", 0.0)
@@ -299,14 +332,41 @@ def test_xla_figures_are_read_only_where_their_predicted_cost_fits_the_share(jt,
     none = jt.log(internal=False).iloc[-1]
     assert none["compile_s"] > 0 and pd_isna(none["flops"]) and pd_isna(none["arg_bytes"])
     monkeypatch.setattr(probe, "xla_cost_share", 1.0)
-    monkeypatch.setattr(probe._xla_reads, "rates", [0.0, float("inf")])  # as if the bytes cost without bound
+    free, costly = ((1, 0.0), (2, 0.0)), ((1, 1e9), (2, 1e9))  # as if reading cost nothing / 1e9 s
+    monkeypatch.setattr(probe, "_xla_reads", XlaReads(prior=(free, costly)))
     jax.jit(lambda p: jax.tree.map(lambda a: a * 3, p))(params)
     flops_only = jt.log(internal=False).iloc[-1]
     assert flops_only["flops"] == 8 * 2 and pd_isna(flops_only["arg_bytes"])
-    monkeypatch.setattr(probe._xla_reads, "rates", [float("inf"), 0.0])
+    monkeypatch.setattr(probe, "_xla_reads", XlaReads(prior=(costly, free)))
     jax.jit(lambda p: jax.tree.map(lambda a: a * 4, p))(params)
     bytes_only = jt.log(internal=False).iloc[-1]
     assert pd_isna(bytes_only["flops"]) and bytes_only["arg_bytes"] == 8 * 2 * 4 and bytes_only["out_bytes"] > 0
+
+
+_UNTRACED_COMPILE = textwrap.dedent("""
+    import sys
+    import jax, jax.numpy as jnp
+    import jaxtrace_nb as jt
+    jt.start()
+    jt.get_session().probe.xla_cost_share = float(sys.argv[1])
+    g = jax.jit(lambda a: jnp.sin(a) * 2)
+    x = jnp.ones(16)
+    g(x)
+    g(jax.device_put(x, jax.devices()[1]))  # the same trace, lowered and compiled for one device
+    event = [e for e in jt.get_session().log.events() if not e.internal][-1]
+    print(event.kind, event.arg_bytes, event.flops)
+""")
+
+
+def test_a_compile_without_a_recorded_trace_is_read_when_the_share_has_no_bound():
+    """Its program's size is unknown (the trace was a hit of JAX's tracing cache): no prediction
+    bounds the read, so it is read only with ``xla_cost_share = inf`` (as the README says)."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    runs = [subprocess.run([sys.executable, "-c", _UNTRACED_COMPILE, share], capture_output=True, text=True,
+                           timeout=300, check=True, env=env).stdout.split() for share in ("0.005", "inf")]
+    (bounded, unbounded) = runs
+    assert bounded == ["compile", "None", "None"]
+    assert unbounded[:2] == ["compile", str(16 * 4)] and float(unbounded[2]) >= 0
 
 
 class _Executable:
@@ -324,28 +384,34 @@ class _Executable:
         return type("Stats", (), {"argument_size_in_bytes": 1, "output_size_in_bytes": 2, "temp_size_in_bytes": 3})
 
 
-def test_xla_reads_predict_each_figure_from_the_reads_so_far(monkeypatch):
+def test_xla_reads_predict_each_figure_from_a_fixed_and_a_per_equation_cost():
     from jaxtrace_nb import _cost
 
     clock = [0.0]
-    monkeypatch.setattr(_cost.time, "perf_counter", lambda: clock[0])
-    reads = _cost.XlaReads()
-    assert reads.rates == pytest.approx(list(_cost.XLA_READ_S_PER_EQN))
-    reads.rates = [1e-6, 1e-6]  # as if one read of 100 equations had cost 0.1 ms each
-    costly_bytes = _Executable(clock, flops_s=100e-6, bytes_s=900e-6)  # 1 and 9 µs an equation of 100
-    assert reads.plan(100, budget_s=1e-3) == (True, True)  # predicted 0.2 ms
-    assert reads.read(costly_bytes, (True, True), 100) == (10.0, 1, 2, 3)
-    decay = _cost._DECAY
-    bytes_rate = (100e-6 * decay + 900e-6) / (100 * decay + 100)  # seconds over equations, the prior decayed
-    assert reads.rates == [pytest.approx(1e-6), pytest.approx(bytes_rate)]
-    # predicted now: FLOPs 0.1 ms, bytes 0.52 ms more; within 0.55 ms only the FLOPs
-    assert reads.plan(100, budget_s=0.55e-3) == (True, False)
-    assert reads.read(costly_bytes, (True, False), 100) == (10.0, None, None, None)
-    assert reads.rates[1] == pytest.approx(bytes_rate)  # not read: its prediction unchanged
-    assert reads.plan(100, budget_s=0.05e-3) == (False, False)  # neither fits: nothing read
-    # a small program's fixed cost weighs by its equations: 2 ms for 1 equation barely moves the rate
-    reads.read(_Executable(clock, flops_s=2e-3, bytes_s=0.0), (True, False), 1)
-    assert reads.rates[0] < 1e-5
-    reads.rates = [1.0, 1e-6]
-    assert reads.plan(100, budget_s=0.2e-3) == (False, True)  # the bytes alone fit
-    assert reads.plan(0, budget_s=1.0) == (False, False)  # a size not known: its cost cannot be bounded
+    reads = _cost.XlaReads(clock=lambda: clock[0])
+    for points, (fixed, rate) in zip(_cost.XLA_READ_PRIOR, reads.lines):  # near the prior's two reads
+        # (the bytes' line through them would be negative at no equation: through the origin instead)
+        assert all(0.99 * t <= fixed + rate * n <= 1.5 * t for n, t in points) and fixed >= 0 and rate > 0
+    line = ((10, 1.0e-3 + 10e-6), (1000, 1.0e-3 + 1000e-6))  # 1 ms fixed, 1 µs an equation
+    reads = _cost.XlaReads(prior=(line, line), clock=lambda: clock[0])
+    assert reads.lines[0] == (pytest.approx(1e-3), pytest.approx(1e-6))
+    assert reads.plan(100, budget_s=2.3e-3) == (True, True) and reads.plan(100, budget_s=2.1e-3) == (True, False)
+    assert reads.plan(100, budget_s=1.0e-3) == (False, False)
+    # many small programs whose reads cost 1.2 ms each (eager operations, one equation each): their
+    # cost goes to the fixed part, not to every equation of a large program (which 1.2 ms an
+    # equation would put at 1.2 s)
+    for _ in range(50):
+        reads.read(_Executable(clock, flops_s=1.2e-3, bytes_s=1.2e-3), (True, True), 1)
+    fixed, rate = reads.lines[0]
+    assert 1.1e-3 < fixed < 1.25e-3 and 0 < rate <= 1e-6
+    assert reads.plan(1000, budget_s=4.5e-3) == (True, True)
+    # reads that cost more per equation move the rate
+    for _ in range(20):
+        reads.read(_Executable(clock, flops_s=3e-3 + 5000 * 9e-6, bytes_s=0.0), (True, False), 5000)
+    assert reads.lines[0][1] > 5e-6
+    # a size not known: read only when the budget has no bound, and not timed into the line
+    before = list(reads.lines)
+    assert reads.plan(None, budget_s=1.0) == (False, False)
+    assert reads.plan(None, budget_s=float("inf")) == (True, True)
+    reads.read(_Executable(clock, flops_s=1.0, bytes_s=1.0), (True, True), None)
+    assert reads.lines == before
