@@ -91,13 +91,13 @@ def graph_stats(closed_jaxpr: Any, location: Callable[[str, int], str]) -> Graph
     found = find_unrolled([eqn.primitive.name for eqn in eqns]) if n >= 2 * MIN_REPEATS else None
     where = _loop_location(eqns[found.start:found.start + found.period], location) if found else None
     # No equation can hold a sub-jaxpr (the common case): no count to walk.
-    total = n if PLAIN_PRIMITIVES.issuperset(map(_PRIMITIVE, eqns)) else _count_equations(jaxpr, eqns, {})
+    total = n if _PLAIN_PRIMITIVES.issuperset(map(_PRIMITIVE, eqns)) else _count_equations(jaxpr, eqns, {})
     # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this runs at every trace.
     return tuple.__new__(GraphStats, (n, total, found, where))
 
 
 _JAXPR_PARAMS: dict = {}  # primitive -> names of its parameters that may hold a sub-jaxpr
-PLAIN_PRIMITIVES: set = set()  # the primitives in `_JAXPR_PARAMS` with none
+_PLAIN_PRIMITIVES: set = set()  # the primitives in `_JAXPR_PARAMS` with none
 _PRIMITIVE = operator.attrgetter("primitive")
 
 
@@ -112,13 +112,12 @@ def _count_equations(jaxpr: Any, eqns: Sequence[Any], memo: dict) -> int:
         return memo[key]
     memo[key] = 0  # a cycle cannot happen in a jaxpr, but never recurse forever
     total = len(eqns)
-    if PLAIN_PRIMITIVES.issuperset(map(_PRIMITIVE, eqns)):  # no parameter of any equation may hold a jaxpr
+    if _PLAIN_PRIMITIVES.issuperset(map(_PRIMITIVE, eqns)):  # no parameter of any equation may hold a jaxpr
         memo[key] = total
         return total
     for eqn in eqns:
-        if eqn.primitive not in PLAIN_PRIMITIVES:
-            for inner in sub_jaxprs(eqn):
-                total += _sub_total(inner, memo)
+        for inner in sub_jaxprs(eqn):
+            total += _sub_total(inner, memo)
     memo[key] = total
     return total
 
@@ -179,7 +178,7 @@ def _jaxpr_params(eqn: Any) -> tuple:
         if len(_JAXPR_PARAMS) < 4096:
             _JAXPR_PARAMS[eqn.primitive] = names
             if not names:
-                PLAIN_PRIMITIVES.add(eqn.primitive)
+                _PLAIN_PRIMITIVES.add(eqn.primitive)
     except TypeError:  # an unhashable primitive
         pass
     return names

@@ -34,6 +34,7 @@ import threading
 import weakref
 from typing import Any, Callable
 
+from ._bounded import Bounded
 from ._records import CACHE_KEY_COMPONENTS, CacheKeyRecord
 from ._values import clip, printable
 
@@ -48,8 +49,7 @@ _MAX_FLAGS = 64
 # The parts with a readable text: the others (the computation, compile options, accelerator
 # config) are serialized protos, compared by hash and worded when a view asks (`_jax_cache_text`).
 _READABLE_COMPONENTS = ("jax_lib version", "backend version", "XLA flags", "compression", "custom_hook")
-_TEXTS: dict[tuple, list] = {}  # a part's chunks -> their texts
-_MAX_TEXTS = 256
+_TEXTS = Bounded(256)  # a part's chunks -> their texts
 # JAX options that change the program JAX lowers (so its "computation" part), named in the words.
 PROGRAM_OPTIONS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_dtype_promotion",
                    "jax_numpy_rank_promotion", "jax_default_prng_impl", "jax_threefry_partitionable",
@@ -372,10 +372,7 @@ def _texts(chunks) -> list[str]:
     key = tuple(chunks)
     texts = _TEXTS.get(key)
     if texts is None:
-        texts = [printable(c.decode("utf-8", "replace"), 200) for c in chunks]
-        if len(_TEXTS) >= _MAX_TEXTS:
-            _TEXTS.clear()
-        _TEXTS[key] = texts
+        texts = _TEXTS.put(key, [printable(c.decode("utf-8", "replace"), 200) for c in chunks])
     return list(texts)
 
 

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._bounded import Bounded
-from ._cost import PLAIN_PRIMITIVES, sub_jaxprs
+from ._cost import sub_jaxprs
 from ._jax_internals import traceback_lines, traceback_type_hashes
 
 MAX_ROWS = 20  # lines kept per trace, most inclusive equations first; the rest in one "other" row
@@ -123,9 +123,8 @@ class LineProfiler:
                 visits.append((key, traceback, None))
             else:
                 counts[key] = n + 1
-            if eqn.primitive not in PLAIN_PRIMITIVES:
-                for sub in sub_jaxprs(eqn):
-                    visits.append((key, traceback, self._walk(sub)))
+            for sub in sub_jaxprs(eqn):
+                visits.append((key, traceback, self._walk(sub)))
         walked.total = len(jaxpr.eqns)
         stacks: dict = {}  # key -> (user stack, its lines once each)
         for key, traceback, inner in visits:
