@@ -30,7 +30,7 @@ import types
 # third of a second apart (1.4 s with 4 compiles a round), and slow stretches of a shared
 # machine fall on each mode alike.
 PROGRAMS = 1
-ROUNDS = 180  # a multiple of the 3 modes: about 5 minutes on a 2-core CPU machine
+ROUNDS = 360  # a multiple of the 3 modes: about 9 minutes on a 2-core CPU machine (intervals ±1.5 %)
 PARTS_PROGRAMS = 4  # compiles a round where the listeners are timed
 LAYERS = 16
 WIDTH = 96
@@ -115,7 +115,8 @@ def _key_cost(jt, step, params, x, repeats: int) -> dict:
 
 
 # Where recording's own time goes at a compile: the probe's listeners (the outer three, timed
-# outermost only) and, inside them, the parts issue 30 and the XLA cost read add.
+# outermost only) and, inside them, the parts issue 30 and the XLA cost read add; the line profile
+# runs in our own thread (`_background`), while XLA compiles.
 _LISTENER_PARTS = (("_probe", "Probe", "_on_trace_start"), ("_listeners", "Listeners", "_on_duration"),
                    ("_listeners", "Listeners", "_on_event"), ("_listeners", "Listeners", "_trace_end"),
                    ("_listeners", "Listeners", "_profile"), ("_listeners", "Listeners", "_xla_cost"))

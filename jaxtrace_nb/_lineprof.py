@@ -21,9 +21,10 @@ For every equation, sub-jaxprs included (scan, cond and while bodies, nested jit
 JAX 0.10 roots each equation's traceback at its own trace; JAX 0.8 records the whole Python
 stack, so the scan stops at JAX's ``trace_to_*`` frame, which emulates that.
 
-The walk costs microseconds an equation (`benchmarks/lineprof_cost.py`), so the probe runs it at the compile (hidden in XLA's
-seconds) or when a view asks, never on the trace path; it keeps a weak reference to the jaxpr
-until then. Nothing is kept but location texts and counts.
+The walk costs microseconds an equation (`benchmarks/lineprof_cost.py`), so the probe never runs it
+on the user's thread while JAX works: a thread of its own (`_background`) walks a program while
+XLA compiles it (the compile releases the GIL), and a read walks the programs not compiled. It
+keeps a weak reference to the jaxpr until then. Nothing is kept but location texts and counts.
 """
 
 from __future__ import annotations

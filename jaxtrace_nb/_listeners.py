@@ -22,7 +22,7 @@ from ._records import Stage
 # The share of a compile's seconds reading XLA's figures may take: recording's whole cost at a
 # compile is to stay within 2 % of it (issue 29; `docs/performance.md`, "Persistent cache").
 XLA_COST_SHARE = 0.005
-_MAX_UNPROFILED = 256  # traces whose program waits for its line profile (until its compile, or a read)
+_MAX_UNPROFILED = 256  # traces whose program waits for its line profile (made while it compiles, or at a read)
 _TRACE_EVENT = jaxi.TRACE_EVENT
 _CACHE_EVENTS = (jaxi.CACHE_HIT_EVENT, jaxi.CACHE_MISS_EVENT)  # listened to always
 _KEY_EVENTS = frozenset((*_CACHE_EVENTS, REQUEST_EVENT))  # while the persistent cache is on (keys read)
@@ -58,7 +58,7 @@ class Listeners:
             handle = pending[1] if pending is not None and pending[0] == name else None
             program, equations = (pending[2], pending[3]) if handle is not None else (None, None)
             if program is not None:
-                self._unprofiled.pop(id(handle), None)  # profiled at its compile
+                self._profiling.submit(self._profile_unprofiled, id(handle))
             stage = jaxi.stage_frame(event) if self.full else None
             if stage is not None and stage.raised:
                 return  # the lowering failed: nothing is compiled
@@ -66,7 +66,6 @@ class Listeners:
                 if self.full else _public_lowering(name)
             handle = self._sink.on_lowering(handle, record)
             tls.compiling = handle
-            tls.program = program
             tls.equations = equations
             if handle is not None:
                 self._sink.on_timing(handle, Stage.LOWER, duration)
@@ -77,10 +76,6 @@ class Listeners:
                 self._sink.on_timing(handle, Stage.COMPILE, duration)
                 if self.capture_cost and self.full:
                     self._xla_cost(handle, duration, tls.__dict__.get("equations"))
-                program = tls.__dict__.get("program")
-                tls.program = None
-                if program is not None:
-                    self._profile(handle, program())
         elif event == jaxi.CACHE_SAVED_EVENT:
             handle = tls.__dict__.get("compiling")
             if handle is not None:
@@ -145,7 +140,7 @@ class Listeners:
             program = None
             if jaxpr is not None:
                 try:
-                    program = weakref.ref(jaxpr)  # its line profile: at its compile, or when read
+                    program = weakref.ref(jaxpr)  # its line profile: while XLA compiles it, or when read
                 except TypeError:
                     pass
             tls.lowering = (pending[1], handle, program, graph.eqns_total if graph is not None else None)
@@ -168,6 +163,17 @@ class Listeners:
             self._sink.on_line_profile(handle, self._profiler.profile(jaxpr))
         except Exception as e:
             self._sink.fault("profile", e)
+
+    def _profile_unprofiled(self, key: int) -> None:
+        """(In `_profiling`'s thread.) The profile of a trace that is being compiled, unless a read
+        has made it meanwhile; taken from `_unprofiled` only once made, so that a read that comes
+        first makes it itself (twice at worst, the second result ignored) and never waits."""
+        entry = self._unprofiled.get(key)
+        if entry is None:
+            return
+        handle, program = entry
+        self._profile(handle, program())
+        self._unprofiled.pop(key, None)
 
     def forget_unprofiled(self) -> None:
         self._unprofiled.clear()

@@ -27,6 +27,7 @@ import weakref
 from typing import Callable
 
 from . import _jax_internals as jaxi
+from ._background import Background
 from ._decode import Decoder
 from ._jax_cache_key import KeyReader
 from ._cost import XlaReads
@@ -66,8 +67,9 @@ class Probe(Listeners):
         self._key_notice = ""  # why keys cannot be read on this JAX, said once the cache is used
         self._profiler = None  # a `_lineprof.LineProfiler`, made at the first profile
         # id(handle) -> (handle, weak reference to its traced program): top-level traces not compiled
-        # yet; profiled at their compile, or when the log is read (`profile_pending`).
+        # yet; profiled while XLA compiles them (`_profiling`), or when the log is read (`profile_pending`).
         self._unprofiled: collections.OrderedDict = collections.OrderedDict()
+        self._profiling = Background("jaxtrace_nb-profile")  # where a compiled trace's profile is made
 
     @property
     def cell_label(self):

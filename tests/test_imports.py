@@ -20,7 +20,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "jaxtrace_nb"
 # the library adapters → diagnosis and hints → the probe (JAX's hooks, the decoder) → the log →
 # the lifecycle → the session → views → glue.
 LAYERS = {
-    0: {"_values", "_witness", "_bounded", "_format", "_missing", "_processes", "_vocabulary"},
+    0: {"_values", "_witness", "_bounded", "_background", "_format", "_missing", "_processes", "_vocabulary"},
     1: {"_signature", "_records", "_jax_tree", "_leaves", "_plans", "_sites"},
     2: {"_walker", "_calls", "_changes", "_jax_layouts", "_lowering", "_deferred"},
     3: {"_adapters", "_adapters._registry", "_adapters._nnx_graph", "_adapters.pytrees", "_adapters.equinox",

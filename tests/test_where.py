@@ -69,8 +69,9 @@ def test_an_equinox_transformer_profile_sums_to_its_equations(jt):
 
 
 def test_the_profile_is_made_off_the_trace_path_and_lazily(jt, monkeypatch):
-    """At the trace's end the probe keeps a weak reference; the walk runs at the compile, or at a
-    read for a trace that is not compiled."""
+    """At the trace's end the probe keeps a weak reference; the walk runs while the program
+    compiles (`test_a_compiled_programs_profile_is_made_in_a_thread_of_our_own`), or at a read for
+    a trace that is not compiled."""
     from jaxtrace_nb._lineprof import LineProfiler
 
     x = jnp.ones(3)  # (JAX compiles its own helpers for this)
@@ -88,6 +89,105 @@ def test_the_profile_is_made_off_the_trace_path_and_lazily(jt, monkeypatch):
     assert walked == [1]
     assert sum(own for _, own, _ in profile_rows(event.line_profile)) == event.eqns_total == 2
     del traced
+
+
+def _walks_by_thread(monkeypatch) -> list:
+    import threading
+
+    from jaxtrace_nb._lineprof import LineProfiler
+
+    threads = []
+    original = LineProfiler.profile
+    monkeypatch.setattr(LineProfiler, "profile",
+                        lambda self, j, *a: threads.append(threading.current_thread().name) or original(self, j, *a))
+    return threads
+
+
+def test_a_compiled_programs_profile_is_made_in_a_thread_of_our_own(jt, monkeypatch):
+    """A compiled trace's walk runs in `_background`'s thread, submitted at its lowering (XLA's
+    compile, which follows, releases the GIL): never on the user's thread unless a read comes first."""
+    import time
+
+    probe = jt.get_session().probe
+    x = jnp.ones(3)
+    jt.get_session().log.events()
+    threads = _walks_by_thread(monkeypatch)
+
+    def g(x):
+        return jnp.cos(x) + 1
+
+    jax.jit(g)(x)
+    deadline = time.monotonic() + 30
+    while probe._unprofiled and time.monotonic() < deadline:  # no read meanwhile: the thread's turn
+        time.sleep(0.01)
+    assert threads == ["jaxtrace_nb-profile"]
+    (event,) = [e for e in jt.get_session().log.events() if e.function.endswith("g")]
+    assert sum(own for _, own, _ in profile_rows(event.line_profile)) == event.eqns_total == 2
+    assert threads == ["jaxtrace_nb-profile"]  # the read found it made
+    assert jt.faults() == {}
+
+
+def test_a_read_before_the_thread_gets_to_a_profile_makes_it_itself(jt, monkeypatch):
+    """The read never waits for the thread: with the thread held up, the profile is made by the
+    read, and the thread, let go, does not make it again."""
+    import threading
+    import time
+
+    probe = jt.get_session().probe
+    x = jnp.ones(3)
+    jt.get_session().log.events()
+    threads = _walks_by_thread(monkeypatch)
+    held, running = threading.Event(), threading.Event()
+    probe._profiling.submit(lambda _: running.set() or held.wait(30), None)
+    assert running.wait(30)
+
+    def h(x):
+        return jnp.tan(x) * 3
+
+    jax.jit(h)(x)
+    (event,) = [e for e in jt.get_session().log.events() if e.function.endswith("h")]
+    assert threads == [threading.current_thread().name]
+    assert sum(own for _, own, _ in profile_rows(event.line_profile)) == event.eqns_total == 2
+    done = threading.Event()
+    held.set()
+    probe._profiling.submit(lambda _: done.set(), None)
+    assert done.wait(30)
+    assert threads == [threading.current_thread().name]  # the thread found nothing left to make
+    assert jt.faults() == {}
+
+
+def test_background_runs_jobs_in_order_and_starts_again_after_a_fork():
+    """`_background.Background`: jobs in order on one daemon thread; a forked child (which has no
+    thread) starts its own at its first job."""
+    import threading
+
+    from jaxtrace_nb._background import Background
+
+    worker = Background("jaxtrace_nb-test")
+    seen, done = [], threading.Event()
+    for i in range(5):
+        worker.submit(seen.append, i)
+    worker.submit(lambda _: done.set(), None)
+    assert done.wait(30) and seen == [0, 1, 2, 3, 4]
+    # A fork in a process without JAX's threads (JAX warns at any fork once it has started them).
+    child = textwrap.dedent("""
+        import os, threading
+        from jaxtrace_nb._background import Background
+        worker = Background("jaxtrace_nb-test")
+        first = threading.Event()
+        worker.submit(lambda _: first.set(), None)
+        assert first.wait(10)
+        pid = os.fork()
+        if pid == 0:
+            ran = threading.Event()
+            worker.submit(lambda _: ran.set(), None)
+            os._exit(0 if ran.wait(10) else 3)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status))
+    """)
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60,
+                         cwd=HERE.parent)
+    assert out.stdout.strip() == "child 0", out.stderr
 
 
 def test_equations_grouped_by_traceback_count_as_each_equation_alone(jt):

@@ -1,0 +1,55 @@
+"""One thread of jaxtrace_nb's own that runs short jobs in order, off the user's thread.
+
+The line profile of a program is made there while XLA compiles it: XLA's compile releases the
+GIL, so on a machine with a core to spare, Python running then costs JAX's own thread nothing,
+where the same work at a compile's end adds its whole time to the compile the user waits for
+(`docs/performance.md`, "Persistent cache").
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+
+class Background:
+    """A daemon thread, started at the first job (and again in a forked child, which has none).
+
+    Jobs must not raise: each contains its own faults. Nothing waits for a job; whoever needs a
+    job's result before the thread has made it makes it itself.
+
+    Example::
+
+        profiling = Background("jaxtrace_nb-profile")
+        profiling.submit(print, "made off the user's thread")
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+        self._lock = threading.Lock()
+        self._queue: queue.SimpleQueue | None = None
+        self._pid: int | None = None
+
+    def submit(self, job: Callable[[Any], None], argument: Any) -> None:
+        """Run ``job(argument)`` in the thread, after the jobs submitted before it."""
+        jobs = self._queue
+        if jobs is None or self._pid != os.getpid():
+            jobs = self._start()
+        jobs.put((job, argument))
+
+    def _start(self) -> queue.SimpleQueue:
+        with self._lock:
+            if self._queue is None or self._pid != os.getpid():
+                jobs: queue.SimpleQueue = queue.SimpleQueue()
+                threading.Thread(target=_run, args=(jobs,), name=self.name, daemon=True).start()
+                self._queue, self._pid = jobs, os.getpid()
+            return self._queue
+
+
+def _run(jobs: queue.SimpleQueue) -> None:
+    while True:
+        job, argument = jobs.get()
+        job(argument)
