@@ -24,7 +24,7 @@ from typing import Callable
 
 from ._diagnosis import FIRST, NO_SIGNATURE, REDUCED, REDUCED_COMPILE, Diagnosis, diagnose_compile, \
     first_after_failures, join_hints, join_ids, kept_lowering
-from ._drafts import Draft, PendingDiagnosis, apply_end
+from ._drafts import Draft, PendingDiagnosis, _set_graph, apply_end
 from ._functions import FunctionState, keep, new_object, user_names
 from ._lineprof import profile_text
 from ._log import Event, EventLog, now, when
@@ -336,6 +336,21 @@ class Lifecycle:
     def on_xla_cost(self, event: Event, cost: XlaCost) -> None:
         event.set_xla_cost(cost)
         self.log.updated(event)
+
+    def on_graph(self, handle: Event | Draft, graph: GraphStats) -> None:
+        try:
+            with self.lock:
+                event = handle.event if type(handle) is Draft else handle
+                if event is None:  # not built yet: with its build
+                    if handle.graph is None:
+                        handle.graph = graph
+                    return
+                if event.eqns_total is not None:
+                    return
+                _set_graph(event, graph)
+            self.log.updated(event)
+        except Exception as e:
+            self.fault("profile", e)
 
     def on_line_profile(self, handle: Event | Draft, rows: tuple) -> None:
         try:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import sys
 import threading
 import weakref
+from collections.abc import Callable
+from typing import Any
 
 from . import _jax_internals as jaxi
 from ._cost import graph_stats
@@ -22,7 +24,7 @@ from ._records import Stage
 # The share of a compile's seconds reading XLA's figures may take: recording's whole cost at a
 # compile is to stay within 2 % of it (issue 29; `docs/performance.md`, "Persistent cache").
 XLA_COST_SHARE = 0.005
-_MAX_UNPROFILED = 256  # traces whose program waits for its line profile (made while it compiles, or at a read)
+_MAX_UNPROFILED = 256  # traces whose size and line profile wait (made while they compile, or at a read)
 _TRACE_EVENT = jaxi.TRACE_EVENT
 _CACHE_EVENTS = (jaxi.CACHE_HIT_EVENT, jaxi.CACHE_MISS_EVENT)  # listened to always
 _KEY_EVENTS = frozenset((*_CACHE_EVENTS, REQUEST_EVENT))  # while the persistent cache is on (keys read)
@@ -56,9 +58,9 @@ class Listeners:
             pending = tls.__dict__.get("lowering")
             tls.lowering = None
             handle = pending[1] if pending is not None and pending[0] == name else None
-            program, equations = (pending[2], pending[3]) if handle is not None else (None, None)
-            if program is not None:
-                self._profiling.submit(self._profile_unprofiled, id(handle))
+            unmade, equations = (pending[2], pending[3]) if handle is not None else (None, None)
+            if unmade is not None:  # measured and profiled in our thread while XLA compiles it
+                self._profiling.submit(self._make_later, id(handle))
             stage = jaxi.stage_frame(event) if self.full else None
             if stage is not None and stage.raised:
                 return  # the lowering failed: nothing is compiled
@@ -66,6 +68,7 @@ class Listeners:
                 if self.full else _public_lowering(name)
             handle = self._sink.on_lowering(handle, record)
             tls.compiling = handle
+            tls.unmade = unmade
             tls.equations = equations
             if handle is not None:
                 self._sink.on_timing(handle, Stage.LOWER, duration)
@@ -73,9 +76,14 @@ class Listeners:
             handle = tls.__dict__.get("compiling")
             tls.compiling = None
             if handle is not None:
+                unmade = tls.__dict__.get("unmade")
+                tls.unmade = None
+                equations = tls.__dict__.get("equations")
+                if unmade is not None:  # its size, for seconds per equation and XLA's reads: now if not yet
+                    equations = self._measure(unmade)
                 self._sink.on_timing(handle, Stage.COMPILE, duration)
                 if self.capture_cost and self.full:
-                    self._xla_cost(handle, duration, tls.__dict__.get("equations"))
+                    self._xla_cost(handle, duration, equations)
         elif event == jaxi.CACHE_SAVED_EVENT:
             handle = tls.__dict__.get("compiling")
             if handle is not None:
@@ -134,21 +142,25 @@ class Listeners:
             return
         if not self.capture_cost:
             jaxpr = None
-        graph = graph_stats(jaxpr, self.decoder.location) if jaxpr is not None else None
+        program = None
+        if jaxpr is not None:
+            try:
+                program = weakref.ref(jaxpr)
+            except TypeError:
+                pass
+        # Its size, unrolled loop and line profile are made off the trace path (`_Unmade`); a
+        # program that cannot be referred to weakly is measured now.
+        graph = graph_stats(jaxpr, self.decoder.location) if program is None and jaxpr is not None else None
         handle = self._sink.on_trace_end(pending[2], duration, graph)
         if handle is not None:
-            program = None
-            if jaxpr is not None:
-                try:
-                    program = weakref.ref(jaxpr)  # its line profile: while XLA compiles it, or when read
-                except TypeError:
-                    pass
-            tls.lowering = (pending[1], handle, program, graph.eqns_total if graph is not None else None)
+            unmade = None
             if program is not None:
+                unmade = _Unmade(handle, program, self.decoder.location)
                 unprofiled = self._unprofiled
-                unprofiled[id(handle)] = (handle, program)
-                if len(unprofiled) > _MAX_UNPROFILED:
-                    unprofiled.popitem(last=False)
+                unprofiled[id(handle)] = unmade
+                if len(unprofiled) > _MAX_UNPROFILED:  # waited too long for a compile or a read: now
+                    self._make(unprofiled.popitem(last=False)[1])
+            tls.lowering = (pending[1], handle, unmade, graph.eqns_total if graph is not None else None)
 
     # ------------------------------------------------------- line profiles
     def _profile(self, handle, jaxpr) -> None:
@@ -164,29 +176,49 @@ class Listeners:
         except Exception as e:
             self._sink.fault("profile", e)
 
-    def _profile_unprofiled(self, key: int) -> None:
-        """(In `_profiling`'s thread.) The profile of a trace that is being compiled, unless a read
-        has made it meanwhile; taken from `_unprofiled` only once made, so that a read that comes
-        first makes it itself (twice at worst, the second result ignored) and never waits."""
-        entry = self._unprofiled.get(key)
-        if entry is None:
+    def _make_later(self, key: int) -> None:
+        """(In `_profiling`'s thread.) The size and profile of a trace that is being compiled, unless
+        a read has made them meanwhile; taken from `_unprofiled` only once made, so that a read that
+        comes first makes them itself (twice at worst, the second result ignored) and never waits."""
+        unmade = self._unprofiled.get(key)
+        if unmade is None:
             return
-        handle, program = entry
-        self._profile(handle, program())
+        self._make(unmade)
         self._unprofiled.pop(key, None)
+
+    def _make(self, unmade: _Unmade) -> None:
+        jaxpr = unmade.program()
+        self._measure(unmade, jaxpr)
+        self._profile(unmade.handle, jaxpr)
+
+    def _measure(self, unmade: _Unmade, jaxpr=None) -> int | None:
+        """A trace's `graph_stats` (once), to the sink; its equations in all, or None; never raises."""
+        graph = unmade.graph
+        if graph is _NOT_MADE:
+            graph = None
+            try:
+                jaxpr = unmade.program() if jaxpr is None else jaxpr
+                if jaxpr is not None:
+                    graph = graph_stats(jaxpr, unmade.location)
+            except Exception as e:
+                self._sink.fault("profile", e)
+            unmade.graph = graph
+            if graph is not None:
+                self._sink.on_graph(unmade.handle, graph)
+        return graph.eqns_total if graph is not None else None
 
     def forget_unprofiled(self) -> None:
         self._unprofiled.clear()
 
-    def profile_pending(self) -> None:
-        """Profile the traces recorded but not compiled (yet) whose program JAX still holds."""
+    def make_pending(self) -> None:
+        """Measure and profile the traces recorded but not compiled (yet) whose program JAX still holds."""
         unprofiled = self._unprofiled
         while unprofiled:
             try:
-                _, (handle, program) = unprofiled.popitem(last=False)
+                _, unmade = unprofiled.popitem(last=False)
             except KeyError:  # emptied by another thread
                 return
-            self._profile(handle, program())
+            self._make(unmade)
 
     def _on_event(self, *args, **kwargs) -> None:
         try:
@@ -259,3 +291,21 @@ def _jit_inner_name(fun_name: str) -> str | None:
     if fun_name.startswith("jit(") and fun_name.endswith(")"):
         return fun_name[4:-1]
     return None
+
+
+_NOT_MADE = object()
+
+
+class _Unmade:
+    """A recorded trace whose program's size (`graph_stats`: equations, an unrolled loop) and line
+    profile are not made yet. They are made in the probe's thread (`_background`) from the trace's
+    lowering on, while XLA compiles the program (its compile releases the GIL); by the compile's
+    end on the user's thread if that thread is late (the compile's seconds per equation and XLA's
+    reads need the size); at a read for a trace not compiled. Holds a weak reference to the
+    program only."""
+
+    __slots__ = ("handle", "program", "location", "graph")
+
+    def __init__(self, handle, program: Callable[[], Any], location: Callable[[str, int], str]):
+        self.handle, self.program, self.location = handle, program, location
+        self.graph: Any = _NOT_MADE  # then a GraphStats, or None where it cannot be made

@@ -66,8 +66,8 @@ class Probe(Listeners):
         self._cache_events = _CACHE_EVENTS  # the `jax.monitoring` events `_on_event` handles
         self._key_notice = ""  # why keys cannot be read on this JAX, said once the cache is used
         self._profiler = None  # a `_lineprof.LineProfiler`, made at the first profile
-        # id(handle) -> (handle, weak reference to its traced program): top-level traces not compiled
-        # yet; profiled while XLA compiles them (`_profiling`), or when the log is read (`profile_pending`).
+        # id(handle) -> `_listeners._Unmade`: top-level traces whose size and profile are not made yet;
+        # made while XLA compiles them (`_profiling`), or when the log is read (`make_pending`).
         self._unprofiled: collections.OrderedDict = collections.OrderedDict()
         self._profiling = Background("jaxtrace_nb-profile")  # where a compiled trace's profile is made
 

@@ -188,6 +188,10 @@ class Sink(Protocol):
     def on_xla_cost(self, handle: object, cost: XlaCost) -> None:
         """XLA's cost analysis of the compiled program."""
 
+    def on_graph(self, handle: object, graph: GraphStats) -> None:
+        """The traced program's size, measured after its trace ended (at most once a trace; never
+        when `on_trace_end` had it)."""
+
     def on_line_profile(self, handle: object, rows: tuple) -> None:
         """Equations per user line of the traced program: ((location, self, inclusive), ...)."""
 

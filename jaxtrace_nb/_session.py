@@ -103,9 +103,9 @@ class Session:
             self.lifecycle.keep_signatures = self._persist is not None
 
     def settle(self) -> None:
-        """Before the log is read: the line profiles of traces not compiled, every trace's event
+        """Before the log is read: the sizes and line profiles of traces not compiled, every trace's event
         built, every persistent cache miss worded."""
-        self.probe.profile_pending()
+        self.probe.make_pending()
         self.lifecycle.publish()
         self.cache.settle()
 

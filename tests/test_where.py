@@ -156,6 +156,71 @@ def test_a_read_before_the_thread_gets_to_a_profile_makes_it_itself(jt, monkeypa
     assert jt.faults() == {}
 
 
+def _measures_by_thread(monkeypatch) -> list:
+    import threading
+
+    from jaxtrace_nb import _listeners
+
+    threads = []
+    original = _listeners.graph_stats
+    monkeypatch.setattr(_listeners, "graph_stats",
+                        lambda *a: threads.append(threading.current_thread().name) or original(*a))
+    return threads
+
+
+def test_a_traces_size_and_unrolled_loop_are_measured_off_the_trace_path(jt, monkeypatch):
+    """`graph_stats` (equations, the unrolled loop and its hint) runs in our thread while XLA
+    compiles, never at the trace's end; the event has all it had when it ran there."""
+    import time
+
+    probe = jt.get_session().probe
+    jt.get_session().log.events()
+    measured = _measures_by_thread(monkeypatch)
+    simulate = jax.jit(simulate_fn)
+    simulate(jnp.array([1.0, 0.0]), 0.05)
+    deadline = time.monotonic() + 30
+    while probe._unprofiled and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert measured and set(measured) == {"jaxtrace_nb-profile"}  # (with JAX's own helpers it compiles)
+    (event,) = [e for e in jt.get_session().log.events() if e.function.endswith("simulate_fn")]
+    assert event.eqns_total > 100 and event.loop_repeats >= 16 and event.loop_line.endswith(f":{LOOP_LINE}")
+    assert "unrolled_loop" in event.hint_ids and event.compile_s_per_keqn > 0
+    assert sum(own for _, own, _ in profile_rows(event.line_profile)) == event.eqns_total
+    assert set(measured) == {"jaxtrace_nb-profile"}
+    assert jt.faults() == {}
+
+
+def test_a_compile_that_ends_before_our_thread_measures_its_program_itself(jt, monkeypatch):
+    """With our thread held up, the compile's end measures the program on the user's thread (its
+    seconds per equation and XLA's reads need the size), and the thread, let go, measures nothing
+    again but makes the profile."""
+    import threading
+
+    probe = jt.get_session().probe
+    x = jnp.ones(3)
+    jt.get_session().log.events()
+    measured, walked = _measures_by_thread(monkeypatch), _walks_by_thread(monkeypatch)
+    held, running = threading.Event(), threading.Event()
+    probe._profiling.submit(lambda _: running.set() or held.wait(30), None)
+    assert running.wait(30)
+
+    def k(x):
+        return jnp.exp(x) - 1
+
+    jax.jit(k)(x)
+    me = threading.current_thread().name
+    assert measured == [me] and walked == [] and len(probe._unprofiled) == 1
+    done = threading.Event()
+    held.set()
+    probe._profiling.submit(lambda _: done.set(), None)
+    assert done.wait(30) and not probe._unprofiled
+    assert measured == [me] and walked == ["jaxtrace_nb-profile"]
+    (event,) = [e for e in jt.get_session().log.events() if e.function.endswith("k")]
+    assert event.eqns_total == 2 and event.compile_s_per_keqn > 0
+    assert sum(own for _, own, _ in profile_rows(event.line_profile)) == 2
+    assert jt.faults() == {}
+
+
 def test_background_runs_jobs_in_order_and_starts_again_after_a_fork():
     """`_background.Background`: jobs in order on one daemon thread; a forked child (which has no
     thread) starts its own at its first job."""
