@@ -115,11 +115,12 @@ def _key_cost(jt, step, params, x, repeats: int) -> dict:
 
 
 # Where recording's own time goes at a compile: the probe's listeners (the outer three, timed
-# outermost only) and, inside them, the parts issue 30 and the XLA cost read add; the line profile
-# runs in our own thread (`_background`), while XLA compiles.
+# outermost only) and, inside them, the parts issue 30 and the XLA cost read add; the program's
+# size (`_measure`) and line profile run in our own thread (`_background`) while XLA compiles.
 _LISTENER_PARTS = (("_probe", "Probe", "_on_trace_start"), ("_listeners", "Listeners", "_on_duration"),
                    ("_listeners", "Listeners", "_on_event"), ("_listeners", "Listeners", "_trace_end"),
-                   ("_listeners", "Listeners", "_profile"), ("_listeners", "Listeners", "_xla_cost"))
+                   ("_listeners", "Listeners", "_profile"), ("_listeners", "Listeners", "_measure"),
+                   ("_listeners", "Listeners", "_xla_cost"))
 
 
 def _listener_parts(jt, session, params, x, rounds: int) -> dict:
