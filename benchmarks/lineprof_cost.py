@@ -6,7 +6,8 @@ Traces Equinox transformers of 2, 4, 8 and 12 blocks with gradients (`jax.make_j
 compiled), and times `_lineprof.LineProfiler.profile` on each program, with fresh caches, the best
 of 5; prints and writes ``<out>/lineprof-cost-<jax>.txt`` with the equations, the milliseconds,
 the microseconds per equation and the machine's load average. Asserts nothing. The probe runs
-this walk at a compile or when the log is read, never on the trace path.
+this walk in a thread of its own while XLA compiles, or when the log is read, never on the trace
+path (`benchmarks/gil_during_compile.py`: why then).
 """
 
 from __future__ import annotations

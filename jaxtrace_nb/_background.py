@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,17 +19,21 @@ from typing import Any
 class Background:
     """A daemon thread, started at the first job (and again in a forked child, which has none).
 
+    A job starts `delay` seconds after its submission at the earliest: the Python JAX runs between
+    a lowering and the XLA compile (the cache key's hashes, the cache's read) releases the GIL in
+    short calls, and a thread that took it then would make JAX's thread wait for it.
     Jobs must not raise: each contains its own faults. Nothing waits for a job; whoever needs a
     job's result before the thread has made it makes it itself.
 
     Example::
 
-        profiling = Background("jaxtrace_nb-profile")
+        profiling = Background("jaxtrace_nb-profile", delay=0.005)
         profiling.submit(print, "made off the user's thread")
     """
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, delay: float = 0.0):
         self.name = name
+        self.delay = delay
         self._lock = threading.Lock()
         self._queue: queue.SimpleQueue | None = None
         self._pid: int | None = None
@@ -38,7 +43,7 @@ class Background:
         jobs = self._queue
         if jobs is None or self._pid != os.getpid():
             jobs = self._start()
-        jobs.put((job, argument))
+        jobs.put((time.monotonic() + self.delay, job, argument))
 
     def _start(self) -> queue.SimpleQueue:
         with self._lock:
@@ -51,5 +56,8 @@ class Background:
 
 def _run(jobs: queue.SimpleQueue) -> None:
     while True:
-        job, argument = jobs.get()
+        start, job, argument = jobs.get()
+        wait = start - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
         job(argument)

@@ -99,6 +99,8 @@ class CacheExplainer:
         if not self._pending or not self._settling.acquire(blocking=False):
             return
         try:
+            for writer in list(self._writers.values()):
+                writer.hurry()
             deadline = time.monotonic() + timeout
             while self._pending:
                 event, record, job = self._pending[0]

@@ -42,6 +42,11 @@ MAX_QUEUED = 1024  # records waiting for the writer thread; more are dropped (co
 BUSY_TIMEOUT_S = 10.0
 _PRUNE_EVERY = 256  # writes between two global prunings (and one at the first write)
 _CANDIDATES = 64  # the most recent keys of a name compared with a new one
+# A record waits this long in the writer's queue before the writer starts on it (unless a flush or a
+# read asks sooner): the writer's Python would otherwise take the GIL from the user's thread in the
+# work JAX does right after a compile (its output shardings, the cache write, the first call), which
+# then waits for it (`docs/performance.md`, "Persistent cache").
+WRITE_DELAY_S = 0.05
 INDEX_DIR = "jaxtrace_nb"
 INDEX_FILE = "index.sqlite"
 
@@ -329,6 +334,13 @@ class IndexWriter:
             return False
         return marker.done.wait(timeout)
 
+    def hurry(self) -> None:
+        """Start on the records submitted so far now, without waiting out `WRITE_DELAY_S`."""
+        try:
+            self._queue.put_nowait(Job(None, False, None, None))  # type: ignore[arg-type]
+        except queue.Full:
+            pass  # a full queue: the writer is at work already
+
     def close(self, timeout: float = 5.0) -> None:
         self.flush(timeout)
         try:
@@ -336,36 +348,57 @@ class IndexWriter:
         except queue.Full:
             pass
 
+    def _batch(self) -> list:
+        """The next job, and those submitted within `WRITE_DELAY_S` of it (until a flush marker,
+        a close or a `hurry`)."""
+        jobs = [self._queue.get()]
+        if jobs[0] is None or jobs[0].record is None:
+            return jobs
+        deadline = time.monotonic() + WRITE_DELAY_S
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return jobs
+            try:
+                job = self._queue.get(timeout=remaining)
+            except queue.Empty:
+                return jobs
+            jobs.append(job)
+            if job is None or job.record is None:
+                return jobs
+
     def _run(self) -> None:
         con = None
         writes = 0
-        while True:
-            job = self._queue.get()
-            if job is None:
-                break
-            try:
-                if job.record is None:
-                    continue  # a flush marker
-                if self.error is not None:
-                    job.error = self.error
-                    continue
-                if con is None:
-                    con = self._open()
-                    if con is None:
+        closing = False
+        while not closing:
+            for job in self._batch():
+                if job is None:
+                    closing = True
+                    break
+                try:
+                    if job.record is None:
+                        continue  # a flush marker
+                    if self.error is not None:
                         job.error = self.error
                         continue
-                if job.compare:
-                    job.comparison = compare(con, job.record, job.location)
-                put(con, job.record, self.who, job.function, job.location)
-                writes += 1
-                if writes % _PRUNE_EVERY == 1:
-                    prune(con)
-            except Exception as e:
-                job.error = f"{type(e).__name__}: {e}"
-                self._fault("persistent cache index", e)
-            finally:
-                job.record = None  # its module bytes are written, or in the comparison
-                job.done.set()
+                    if con is None:
+                        con = self._open()
+                        if con is None:
+                            job.error = self.error
+                            continue
+                    if job.compare:
+                        job.comparison = compare(con, job.record, job.location)
+                    put(con, job.record, self.who, job.function, job.location)
+                    writes += 1
+                    if writes % _PRUNE_EVERY == 1:
+                        prune(con)
+                except Exception as e:
+                    job.error = f"{type(e).__name__}: {e}"
+                    self._fault("persistent cache index", e)
+                finally:
+                    job.record = None  # its module bytes are written, or in the comparison
+                    job.done.set()
         if con is not None:
             con.close()
 

@@ -24,6 +24,9 @@ from ._records import Stage
 # The share of a compile's seconds reading XLA's figures may take: recording's whole cost at a
 # compile is to stay within 2 % of it (issue 29; `docs/performance.md`, "Persistent cache").
 XLA_COST_SHARE = 0.005
+# A lowered program's size and profile are made in our thread from this long after its lowering on:
+# past JAX's key hashing and cache read, inside the XLA compile that follows (`_background`).
+PROFILE_DELAY_S = 0.005
 _MAX_UNPROFILED = 256  # traces whose size and line profile wait (made while they compile, or at a read)
 _TRACE_EVENT = jaxi.TRACE_EVENT
 _CACHE_EVENTS = (jaxi.CACHE_HIT_EVENT, jaxi.CACHE_MISS_EVENT)  # listened to always

@@ -31,7 +31,7 @@ from ._background import Background
 from ._decode import Decoder
 from ._jax_cache_key import KeyReader
 from ._cost import XlaReads
-from ._listeners import _CACHE_EVENTS, XLA_COST_SHARE, Listeners
+from ._listeners import _CACHE_EVENTS, PROFILE_DELAY_S, XLA_COST_SHARE, Listeners
 from ._records import Sink
 
 _TRACEBACKS_EXCLUDED = False  # JAX cannot remove a traceback exclusion: add ours once per process
@@ -69,7 +69,8 @@ class Probe(Listeners):
         # id(handle) -> `_listeners._Unmade`: top-level traces whose size and profile are not made yet;
         # made while XLA compiles them (`_profiling`), or when the log is read (`make_pending`).
         self._unprofiled: collections.OrderedDict = collections.OrderedDict()
-        self._profiling = Background("jaxtrace_nb-profile")  # where a compiled trace's profile is made
+        # where a compiled trace's size and profile are made, from 5 ms after its lowering on
+        self._profiling = Background("jaxtrace_nb-profile", delay=PROFILE_DELAY_S)
 
     @property
     def cell_label(self):

@@ -364,3 +364,31 @@ def test_time_to_settle_is_bounded_when_the_index_is_held(tmp_path):
     holder.execute("COMMIT")
     explainer.settle()
     assert event.persistent_cache.startswith("miss: the first compile of `jit_step`")
+
+
+def test_the_writer_starts_on_a_record_after_its_delay_unless_asked_sooner(tmp_path, monkeypatch):
+    """A record waits `WRITE_DELAY_S` in the queue (the work JAX does right after a compile keeps the
+    GIL); a flush, a `hurry` and a read that words a miss (`CacheExplainer.settle`) start it at once."""
+    from jaxtrace_nb._cache_explainer import CacheExplainer
+    from jaxtrace_nb._log import Event, EventLog
+
+    monkeypatch.setattr(index, "WRITE_DELAY_S", 0.3)
+    writer = index.IndexWriter(str(tmp_path / "a" / "jaxtrace_nb" / "index.sqlite"), WHO, lambda *a: None)
+    job = writer.submit(record(key="jit_step-1"), compare=True)
+    assert not job.done.wait(0.15) and job.done.wait(30)  # not before its delay, and then on its own
+    monkeypatch.setattr(index, "WRITE_DELAY_S", 3600.0)
+    job = writer.submit(record(key="jit_step-2"), compare=True)
+    writer.hurry()
+    assert job.done.wait(30)
+    job = writer.submit(record(key="jit_step-3"), compare=True)
+    assert writer.flush(30) and job.done.is_set()
+    writer.close()
+
+    log = EventLog()
+    explainer = CacheExplainer(log, fault=lambda *a: None, host=lambda: "h", place=str, is_library=lambda p: False)
+    cache = tmp_path / "cache"
+    event = Event(function="step", location="m.py:1", kind="trace", cause="first", seq=0)
+    explainer.submit(event, record(cache_dir=str(cache)))
+    explainer.settle(timeout=30)
+    assert event.persistent_cache.startswith("miss: the first compile of `jit_step`")
+    explainer.flush()

@@ -176,13 +176,16 @@ def test_a_traces_size_and_unrolled_loop_are_measured_off_the_trace_path(jt, mon
     probe = jt.get_session().probe
     jt.get_session().log.events()
     measured = _measures_by_thread(monkeypatch)
-    simulate = jax.jit(simulate_fn)
-    simulate(jnp.array([1.0, 0.0]), 0.05)
+
+    def simulate_again(state, dt):  # a function of its own: JAX has not traced it in another test
+        return simulate_fn(state, dt)
+
+    jax.jit(simulate_again)(jnp.array([1.0, 0.0]), 0.05)
     deadline = time.monotonic() + 30
     while probe._unprofiled and time.monotonic() < deadline:
         time.sleep(0.01)
     assert measured and set(measured) == {"jaxtrace_nb-profile"}  # (with JAX's own helpers it compiles)
-    (event,) = [e for e in jt.get_session().log.events() if e.function.endswith("simulate_fn")]
+    (event,) = [e for e in jt.get_session().log.events() if e.function.endswith("simulate_again")]
     assert event.eqns_total > 100 and event.loop_repeats >= 16 and event.loop_line.endswith(f":{LOOP_LINE}")
     assert "unrolled_loop" in event.hint_ids and event.compile_s_per_keqn > 0
     assert sum(own for _, own, _ in profile_rows(event.line_profile)) == event.eqns_total
@@ -222,9 +225,10 @@ def test_a_compile_that_ends_before_our_thread_measures_its_program_itself(jt, m
 
 
 def test_background_runs_jobs_in_order_and_starts_again_after_a_fork():
-    """`_background.Background`: jobs in order on one daemon thread; a forked child (which has no
-    thread) starts its own at its first job."""
+    """`_background.Background`: jobs in order on one daemon thread, none before its delay; a forked
+    child (which has no thread) starts its own at its first job."""
     import threading
+    import time
 
     from jaxtrace_nb._background import Background
 
@@ -234,6 +238,10 @@ def test_background_runs_jobs_in_order_and_starts_again_after_a_fork():
         worker.submit(seen.append, i)
     worker.submit(lambda _: done.set(), None)
     assert done.wait(30) and seen == [0, 1, 2, 3, 4]
+    late = Background("jaxtrace_nb-test-late", delay=0.2)  # no job starts before its delay is out
+    started, ran = time.monotonic(), threading.Event()
+    late.submit(lambda _: ran.set(), None)
+    assert not ran.wait(0.1) and ran.wait(30) and time.monotonic() - started >= 0.2
     # A fork in a process without JAX's threads (JAX warns at any fork once it has started them).
     child = textwrap.dedent("""
         import os, threading
