@@ -289,10 +289,11 @@ def _earlier(row) -> EarlierKey:
 class Job:
     """One record on its way to the index; `done` once written (and compared, when asked)."""
 
-    __slots__ = ("record", "compare", "function", "location", "done", "comparison", "error")
+    __slots__ = ("record", "compare", "function", "location", "due", "done", "comparison", "error")
 
     def __init__(self, record: CacheKeyRecord, compare: bool, function: str | None, location: str | None):
         self.record, self.compare, self.function, self.location = record, compare, function, location
+        self.due = time.monotonic() + WRITE_DELAY_S  # the writer starts on it then, unless hurried
         self.done = threading.Event()
         self.comparison: CacheComparison | None = None
         self.error: str | None = None
@@ -308,6 +309,7 @@ class IndexWriter:
         self.who = who
         self._fault = fault
         self._queue: queue.Queue = queue.Queue(maxsize=MAX_QUEUED)
+        self._hurried = threading.Event()  # start on the records queued now without waiting for them to be due
         self.dropped = 0
         self.error: str | None = None  # why the index cannot be used (it then takes no more records)
         self._thread = threading.Thread(target=self._run, name="jaxtrace_nb-cache-index", daemon=True)
@@ -332,14 +334,12 @@ class IndexWriter:
             self._queue.put(marker, timeout=timeout)
         except queue.Full:
             return False
+        self.hurry()
         return marker.done.wait(timeout)
 
     def hurry(self) -> None:
         """Start on the records submitted so far now, without waiting out `WRITE_DELAY_S`."""
-        try:
-            self._queue.put_nowait(Job(None, False, None, None))  # type: ignore[arg-type]
-        except queue.Full:
-            pass  # a full queue: the writer is at work already
+        self._hurried.set()
 
     def close(self, timeout: float = 5.0) -> None:
         self.flush(timeout)
@@ -347,58 +347,43 @@ class IndexWriter:
             self._queue.put_nowait(None)
         except queue.Full:
             pass
-
-    def _batch(self) -> list:
-        """The next job, and those submitted within `WRITE_DELAY_S` of it (until a flush marker,
-        a close or a `hurry`)."""
-        jobs = [self._queue.get()]
-        if jobs[0] is None or jobs[0].record is None:
-            return jobs
-        deadline = time.monotonic() + WRITE_DELAY_S
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return jobs
-            try:
-                job = self._queue.get(timeout=remaining)
-            except queue.Empty:
-                return jobs
-            jobs.append(job)
-            if job is None or job.record is None:
-                return jobs
+        self.hurry()
 
     def _run(self) -> None:
         con = None
         writes = 0
-        closing = False
-        while not closing:
-            for job in self._batch():
-                if job is None:
-                    closing = True
-                    break
-                try:
-                    if job.record is None:
-                        continue  # a flush marker
-                    if self.error is not None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                break
+            try:
+                if job.record is None:
+                    continue  # a flush marker
+                wait = job.due - time.monotonic()
+                if wait > 0:
+                    self._hurried.wait(wait)
+                if self._queue.empty():
+                    self._hurried.clear()  # every record hurried is being written
+                if self.error is not None:
+                    job.error = self.error
+                    continue
+                if con is None:
+                    con = self._open()
+                    if con is None:
                         job.error = self.error
                         continue
-                    if con is None:
-                        con = self._open()
-                        if con is None:
-                            job.error = self.error
-                            continue
-                    if job.compare:
-                        job.comparison = compare(con, job.record, job.location)
-                    put(con, job.record, self.who, job.function, job.location)
-                    writes += 1
-                    if writes % _PRUNE_EVERY == 1:
-                        prune(con)
-                except Exception as e:
-                    job.error = f"{type(e).__name__}: {e}"
-                    self._fault("persistent cache index", e)
-                finally:
-                    job.record = None  # its module bytes are written, or in the comparison
-                    job.done.set()
+                if job.compare:
+                    job.comparison = compare(con, job.record, job.location)
+                put(con, job.record, self.who, job.function, job.location)
+                writes += 1
+                if writes % _PRUNE_EVERY == 1:
+                    prune(con)
+            except Exception as e:
+                job.error = f"{type(e).__name__}: {e}"
+                self._fault("persistent cache index", e)
+            finally:
+                job.record = None  # its module bytes are written, or in the comparison
+                job.done.set()
         if con is not None:
             con.close()
 

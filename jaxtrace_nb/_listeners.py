@@ -161,8 +161,10 @@ class Listeners:
                 unmade = _Unmade(handle, program, self.decoder.location)
                 unprofiled = self._unprofiled
                 unprofiled[id(handle)] = unmade
-                if len(unprofiled) > _MAX_UNPROFILED:  # waited too long for a compile or a read: now
-                    self._make(unprofiled.popitem(last=False)[1])
+                if len(unprofiled) > _MAX_UNPROFILED:  # waited too long for a compile or a read:
+                    # its size now, as at every trace's end before; its profile is given up (a walk
+                    # here cost the 300-trace `.trace` workload, docs/performance.md, "Trace path")
+                    self._measure(unprofiled.popitem(last=False)[1])
             tls.lowering = (pending[1], handle, unmade, graph.eqns_total if graph is not None else None)
 
     # ------------------------------------------------------- line profiles

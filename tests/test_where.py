@@ -91,16 +91,31 @@ def test_the_profile_is_made_off_the_trace_path_and_lazily(jt, monkeypatch):
     del traced
 
 
-def _walks_by_thread(monkeypatch) -> list:
+def _threads_calling(monkeypatch, owner, name: str) -> list:
+    """The name of the thread of every later call of `owner.name` (a function patched in place)."""
     import threading
 
+    threads = []
+    original = getattr(owner, name)
+
+    def spy(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, spy)
+    return threads
+
+
+def _walks_by_thread(monkeypatch) -> list:
     from jaxtrace_nb._lineprof import LineProfiler
 
-    threads = []
-    original = LineProfiler.profile
-    monkeypatch.setattr(LineProfiler, "profile",
-                        lambda self, j, *a: threads.append(threading.current_thread().name) or original(self, j, *a))
-    return threads
+    return _threads_calling(monkeypatch, LineProfiler, "profile")
+
+
+def _measures_by_thread(monkeypatch) -> list:
+    from jaxtrace_nb import _listeners
+
+    return _threads_calling(monkeypatch, _listeners, "graph_stats")
 
 
 def test_a_compiled_programs_profile_is_made_in_a_thread_of_our_own(jt, monkeypatch):
@@ -154,18 +169,6 @@ def test_a_read_before_the_thread_gets_to_a_profile_makes_it_itself(jt, monkeypa
     assert done.wait(30)
     assert threads == [threading.current_thread().name]  # the thread found nothing left to make
     assert jt.faults() == {}
-
-
-def _measures_by_thread(monkeypatch) -> list:
-    import threading
-
-    from jaxtrace_nb import _listeners
-
-    threads = []
-    original = _listeners.graph_stats
-    monkeypatch.setattr(_listeners, "graph_stats",
-                        lambda *a: threads.append(threading.current_thread().name) or original(*a))
-    return threads
 
 
 def test_a_traces_size_and_unrolled_loop_are_measured_off_the_trace_path(jt, monkeypatch):
@@ -222,6 +225,33 @@ def test_a_compile_that_ends_before_our_thread_measures_its_program_itself(jt, m
     assert event.eqns_total == 2 and event.compile_s_per_keqn > 0
     assert sum(own for _, own, _ in profile_rows(event.line_profile)) == 2
     assert jt.faults() == {}
+
+
+def test_a_trace_evicted_from_those_waiting_is_measured_and_its_profile_given_up(jt, monkeypatch):
+    """Past `_MAX_UNPROFILED` traces waiting (never compiled, never read), the oldest is measured on
+    the spot (its size and loop, as at every trace's end before) and not walked on the trace path."""
+    import threading
+
+    from jaxtrace_nb import _listeners
+
+    monkeypatch.setattr(_listeners, "_MAX_UNPROFILED", 1)
+    x = jnp.ones(3)
+    jt.get_session().log.events()
+    measured, walked = _measures_by_thread(monkeypatch), _walks_by_thread(monkeypatch)
+
+    def first(x):
+        return jnp.sin(x) + 1
+
+    def second(x):
+        return jnp.cos(x) * 2
+
+    kept = [jax.jit(first).trace(x), jax.jit(second).trace(x)]  # traced, never compiled
+    assert measured == [threading.current_thread().name] and walked == []
+    events = {e.function.split(".")[-1]: e for e in jt.get_session().log.events() if not e.internal}
+    assert events["first"].eqns_total == 2 and events["first"].line_profile is None
+    assert events["second"].eqns_total == 2 and profile_rows(events["second"].line_profile)  # made at the read
+    assert jt.faults() == {}
+    del kept
 
 
 def test_background_runs_jobs_in_order_and_starts_again_after_a_fork():
