@@ -30,6 +30,7 @@ import time
 import zlib
 from collections.abc import Callable
 
+from ._jax_cache_key import entry_path
 from ._records import CACHE_KEY_COMPONENTS, CacheComparison, CacheKeyRecord, EarlierKey
 
 SCHEMA = 1
@@ -161,28 +162,32 @@ def compare(con: sqlite3.Connection, record: CacheKeyRecord, location: str | Non
     if row is not None:
         same = _earlier(row)
         exists = None
-        if same.written and record.cache_dir and "://" not in record.cache_dir:
-            exists = os.path.exists(os.path.join(record.cache_dir, f"{record.key}-cache"))
+        entry = entry_path(record.cache_dir, record.key) if same.written else None
+        if entry is not None:
+            exists = os.path.exists(entry)
         return CacheComparison(same, None, (), exists, None)
     mine = dict(record.components)
     best = None
+    # Only what ranks a candidate is decoded (its parts' hashes); the closest one's row after. (One
+    # query: another process may prune a key between two.)
+    location_at, components_at, seen_at = (_KEY_COLUMNS.index(c) for c in ("location", "components", "last_seen"))
     for *row, kept in con.execute(
             f"SELECT {', '.join(_KEY_COLUMNS)}, EXISTS(SELECT 1 FROM modules WHERE modules.computation = "
             "keys.computation) FROM keys WHERE module_name=? AND key<>? ORDER BY last_seen DESC LIMIT ?",
             (record.module_name, record.key, _CANDIDATES)):
-        earlier = _earlier(row)
-        theirs = dict(earlier.components)
+        theirs = dict(json.loads(row[components_at]))
         if set(theirs) != set(mine):
             continue
         differing = tuple(name for name in CACHE_KEY_COMPONENTS if name in mine and theirs[name] != mine[name])
         # (a computation that differs is told best against an earlier key whose module is kept)
-        rank = (len(differing), earlier.location != location, "computation" in differing and not kept,
-                -earlier.last_seen)
+        rank = (len(differing), row[location_at] != location, "computation" in differing and not kept,
+                -float(row[seen_at]))
         if best is None or rank < best[0]:
-            best = (rank, earlier, differing)
+            best = (rank, row, differing)
     if best is None:
         return CacheComparison(None, None, (), None, None)
-    _, earlier, differing = best
+    _, row, differing = best
+    earlier = _earlier(row)
     if "computation" in differing and "jax_lib version" not in differing:
         data = con.execute("SELECT data FROM modules WHERE computation=?",
                            (dict(earlier.components).get("computation"),)).fetchone()

@@ -342,6 +342,14 @@ class KeyReader:
             return ""
 
 
+def entry_path(cache_dir: str, key: str) -> str | None:
+    """The file of `key`'s entry in JAX's cache at `cache_dir` (``LRUCache``'s ``<key>-cache``,
+    JAX 0.8.0 to 0.11.0), None where the cache is not a local directory."""
+    if not cache_dir or "://" in cache_dir:
+        return None
+    return os.path.join(cache_dir, f"{key}-cache")
+
+
 def _detect() -> str:
     """'' when this JAX computes its key as `KeyReader` reads it; else why not."""
     try:
