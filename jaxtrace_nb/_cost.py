@@ -240,6 +240,14 @@ class XlaReads:
         with_flops = flops_s <= budget_s
         return with_flops, (flops_s if with_flops else 0.0) + bytes_fixed + bytes_rate * equations <= budget_s
 
+    def may_read(self, at_least: int, budget_s: float) -> bool:
+        """Whether `plan` may read a figure of a program of `at_least` equations or more within
+        `budget_s` (each figure's predicted cost grows with the equations, unless a fitted line
+        falls: then it may)."""
+        if budget_s == float("inf") or any(rate < 0 for _, rate in self.lines):
+            return True
+        return any(self.plan(at_least, budget_s))
+
     def read(self, executable: Any, plan: tuple[bool, bool], equations: int | None) -> XlaCost:
         """The figures `plan` names (None for the others), each read timed into its line."""
         flops = arg_bytes = out_bytes = temp_bytes = None

@@ -73,6 +73,8 @@ def apply_end(event: Event, draft: Draft) -> None:
 
 def _set_graph(event: Event, graph: GraphStats) -> None:
     event.eqns, event.eqns_total, event.loop_line = graph.eqns, graph.eqns_total, graph.loop_where
+    if event.compile_s is not None and graph.eqns_total:  # compiled before its size was made
+        event.compile_s_per_keqn = event.compile_s / (graph.eqns_total / 1000.0)
     if graph.unrolled is not None:
         event.loop_repeats = graph.unrolled.repeats
         event.hint = join_hints(event.hint, unrolled_loop_hint(graph.unrolled, graph.eqns, graph.loop_where))

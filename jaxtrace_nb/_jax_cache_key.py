@@ -326,6 +326,12 @@ class KeyReader:
                     "not write it)"), False
         return "JAX did not write its entry (larger than `jax_compilation_cache_max_size`, or the write failed)", True
 
+    def stored(self, key: str) -> bool | None:
+        """Whether JAX's cache holds an entry of `key` now (its lookup will likely hit); None where
+        that is not a file beside us (a bucket, no cache)."""
+        path = entry_path(self._cache_dir(), key)
+        return os.path.exists(path) if path is not None else None
+
     def _cache_dir(self) -> str:
         """Where JAX's cache is: the directory it opened (a later change of the option is ignored
         by JAX), else the option's value."""

@@ -62,8 +62,8 @@ class Listeners:
             tls.lowering = None
             handle = pending[1] if pending is not None and pending[0] == name else None
             unmade, equations = (pending[2], pending[3]) if handle is not None else (None, None)
-            if unmade is not None:  # measured and profiled in our thread while XLA compiles it
-                self._profiling.submit(self._make_later, id(handle))
+            if unmade is not None and self._cache_events is not _KEY_EVENTS:
+                self._make_in_thread(unmade)  # measured and profiled in our thread while XLA compiles it
             stage = jaxi.stage_frame(event) if self.full else None
             if stage is not None and stage.raised:
                 return  # the lowering failed: nothing is compiled
@@ -82,8 +82,11 @@ class Listeners:
                 unmade = tls.__dict__.get("unmade")
                 tls.unmade = None
                 equations = tls.__dict__.get("equations")
-                if unmade is not None:  # its size, for seconds per equation and XLA's reads: now if not yet
-                    equations = self._measure(unmade)
+                if unmade is not None:
+                    if self._reads_may_fit(unmade, duration):  # XLA's reads need its size
+                        equations = self._measure(unmade)
+                    if not unmade.queued and "cache_key" not in tls.__dict__:  # compiled without a lookup
+                        self._make_in_thread(unmade)
                 self._sink.on_timing(handle, Stage.COMPILE, duration)
                 if self.capture_cost and self.full:
                     self._xla_cost(handle, duration, equations)
@@ -91,6 +94,26 @@ class Listeners:
             handle = tls.__dict__.get("compiling")
             if handle is not None:
                 self._sink.on_timing(handle, Stage.CACHE_SAVED, duration)
+
+    def _reads_may_fit(self, unmade: _Unmade, compile_s: float) -> bool:
+        """Whether a compiled program's size is needed now, on the user's thread, for `_xla_cost`:
+        not where our thread has not measured it yet and XLA's reads cannot fit this compile's
+        budget whatever its size beyond its top level's equations (a persistent cache hit's
+        "compile" is too short for any); our thread measures it then (its seconds per equation
+        follow)."""
+        if unmade.graph is not _NOT_MADE:
+            return True
+        if not (self.capture_cost and self.full):
+            return False
+        jaxpr = unmade.program()
+        top = getattr(jaxpr, "eqns", None)
+        if top is None:
+            return jaxpr is not None
+        return self._xla_reads.may_read(len(top), self._xla_budget(compile_s))
+
+    def _xla_budget(self, compile_s: float) -> float:
+        share = self.xla_cost_share
+        return share * compile_s if share != float("inf") else share
 
     def _xla_cost(self, handle, compile_s: float, equations: int | None) -> None:
         """XLA's FLOPs and bytes of the program just compiled, those whose reading is cheap.
@@ -102,8 +125,7 @@ class Listeners:
         seconds. A compile without a recorded trace (its size unknown) is read only when that share
         has no bound.
         """
-        share = self.xla_cost_share
-        plan = self._xla_reads.plan(equations, share * compile_s if share != float("inf") else share)
+        plan = self._xla_reads.plan(equations, self._xla_budget(compile_s))
         if not any(plan):
             return
         stage = jaxi.stage_frame(jaxi.COMPILE_EVENT)
@@ -181,6 +203,17 @@ class Listeners:
         except Exception as e:
             self._sink.fault("profile", e)
 
+    def _make_in_thread(self, unmade: _Unmade) -> None:
+        """Have our thread measure and profile `unmade` (`PROFILE_DELAY_S` from now).
+
+        Only where XLA compiles it (its compile releases the GIL for long; measured:
+        `benchmarks/gil_during_compile.py`): a program that JAX's persistent cache will serve (its
+        entry is there at the lookup) is made at a read instead: the thread's walk would hold the
+        GIL while JAX reads and deserializes the executable, a few milliseconds, and JAX would then
+        wait for it (`docs/performance.md`, "Persistent cache")."""
+        unmade.queued = True
+        self._profiling.submit(self._make_later, id(unmade.handle))
+
     def _make_later(self, key: int) -> None:
         """(In `_profiling`'s thread.) The size and profile of a trace that is being compiled, unless
         a read has made them meanwhile; taken from `_unprofiled` only once made, so that a read that
@@ -233,7 +266,10 @@ class Listeners:
             tls = self._tls.__dict__
             if self._cache_events is _KEY_EVENTS:
                 if event == REQUEST_EVENT:  # the key is computed, the cache not read yet
-                    tls["cache_key"] = self.keys.begin(_caller(sys._getframe(1), "compile_or_get_cached"))
+                    pending = tls["cache_key"] = self.keys.begin(_caller(sys._getframe(1), "compile_or_get_cached"))
+                    unmade = tls.get("unmade")
+                    if unmade is not None and not (pending is not None and self.keys.stored(pending.key)):
+                        self._make_in_thread(unmade)  # XLA will compile it: meanwhile
                     return
                 pending = tls.get("cache_key")
                 if pending is not None:
@@ -304,13 +340,15 @@ _NOT_MADE = object()
 class _Unmade:
     """A recorded trace whose program's size (`graph_stats`: equations, an unrolled loop) and line
     profile are not made yet. They are made in the probe's thread (`_background`) from the trace's
-    lowering on, while XLA compiles the program (its compile releases the GIL); by the compile's
-    end on the user's thread if that thread is late (the compile's seconds per equation and XLA's
-    reads need the size); at a read for a trace not compiled. Holds a weak reference to the
+    lowering on (with JAX's persistent cache on, from its lookup, where the cache has no entry),
+    while XLA compiles the program (its compile releases the GIL); by the compile's end on the
+    user's thread if that thread is late and XLA's reads may fit the compile's budget (they need
+    the size); at a read for a trace not compiled, or served by the persistent cache. Holds a weak reference to the
     program only."""
 
-    __slots__ = ("handle", "program", "location", "graph")
+    __slots__ = ("handle", "program", "location", "graph", "queued")
 
     def __init__(self, handle, program: Callable[[], Any], location: Callable[[str, int], str]):
         self.handle, self.program, self.location = handle, program, location
         self.graph: Any = _NOT_MADE  # then a GraphStats, or None where it cannot be made
+        self.queued = False  # handed to our thread

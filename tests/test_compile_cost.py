@@ -415,3 +415,30 @@ def test_xla_reads_predict_each_figure_from_a_fixed_and_a_per_equation_cost():
     assert reads.plan(None, budget_s=float("inf")) == (True, True)
     reads.read(_Executable(clock, flops_s=1.0, bytes_s=1.0), (True, True), None)
     assert reads.lines == before
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_may_read_is_false_only_where_no_larger_program_could_be_read(seed):
+    """`may_read(n, budget)` lets the compile's end skip measuring a program of at least n
+    equations: checked against `plan` at every larger size, over generated lines (rising, flat
+    and falling) and budgets."""
+    import random
+
+    from jaxtrace_nb import _cost
+
+    rng = random.Random(seed)
+    for _ in range(200):
+        prior = []
+        for _figure in range(2):
+            fixed, rate = rng.uniform(0, 2e-3), rng.choice([0.0, rng.uniform(-2e-7, 5e-6)])
+            prior.append(((10, fixed + 10 * rate), (1000, fixed + 1000 * rate)))
+        reads = _cost.XlaReads(prior=tuple(prior))
+        budget = rng.choice([0.0, rng.uniform(0, 5e-3), float("inf")])
+        at_least = rng.randrange(0, 3000)
+        if not reads.may_read(at_least, budget):
+            assert budget != float("inf") and all(rate >= 0 for _, rate in reads.lines)
+            assert not any(any(reads.plan(n, budget)) for n in range(at_least, at_least + 20_000, 97))
+        elif any(rate < 0 for _, rate in reads.lines) or budget == float("inf"):
+            continue
+        else:
+            assert any(reads.plan(at_least, budget))

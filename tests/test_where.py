@@ -196,13 +196,18 @@ def test_a_traces_size_and_unrolled_loop_are_measured_off_the_trace_path(jt, mon
     assert jt.faults() == {}
 
 
-def test_a_compile_that_ends_before_our_thread_measures_its_program_itself(jt, monkeypatch):
-    """With our thread held up, the compile's end measures the program on the user's thread (its
-    seconds per equation and XLA's reads need the size), and the thread, let go, measures nothing
-    again but makes the profile."""
+@pytest.mark.parametrize("share", ["unbounded", "tiny"])
+def test_a_compile_that_ends_before_our_thread_measures_its_program_itself_if_xla_reads_need_it(
+        jt, monkeypatch, share):
+    """With our thread held up, the compile's end measures the program on the user's thread only
+    where XLA's reads may fit the compile's budget (they need its size): with no bound on their
+    share it does and reads them; with a share no read fits (as a persistent cache hit's short
+    "compile" leaves) it does not, reads nothing, and the thread, let go, measures it (its seconds
+    per equation follow). Either way the thread then makes the profile."""
     import threading
 
     probe = jt.get_session().probe
+    monkeypatch.setattr(probe, "xla_cost_share", float("inf") if share == "unbounded" else 1e-12)
     x = jnp.ones(3)
     jt.get_session().log.events()
     measured, walked = _measures_by_thread(monkeypatch), _walks_by_thread(monkeypatch)
@@ -215,14 +220,16 @@ def test_a_compile_that_ends_before_our_thread_measures_its_program_itself(jt, m
 
     jax.jit(k)(x)
     me = threading.current_thread().name
-    assert measured == [me] and walked == [] and len(probe._unprofiled) == 1
+    assert measured == ([me] if share == "unbounded" else []) and walked == [] and len(probe._unprofiled) == 1
     done = threading.Event()
     held.set()
     probe._profiling.submit(lambda _: done.set(), None)
     assert done.wait(30) and not probe._unprofiled
-    assert measured == [me] and walked == ["jaxtrace_nb-profile"]
+    assert measured == ([me] if share == "unbounded" else ["jaxtrace_nb-profile"])
+    assert walked == ["jaxtrace_nb-profile"]
     (event,) = [e for e in jt.get_session().log.events() if e.function.endswith("k")]
-    assert event.eqns_total == 2 and event.compile_s_per_keqn > 0
+    assert event.eqns_total == 2 and event.compile_s_per_keqn == pytest.approx(event.compile_s / 0.002)
+    assert (event.flops is not None) == (share == "unbounded")
     assert sum(own for _, own, _ in profile_rows(event.line_profile)) == 2
     assert jt.faults() == {}
 
@@ -596,3 +603,71 @@ def test_the_cli_report_and_the_html_report_show_where_and_when(tmp_path):
     page = html_path.read_text()
     assert page.count("class='jtnb-mark'") == 6 and "jtnb-profile-table" in page and "jtnb-census" in page
     assert str(tmp_path) not in page.replace(str(log), "")
+
+
+_SERVED_BY_THE_CACHE = textwrap.dedent("""
+    import json, sys, threading
+    import jax, jax.numpy as jnp
+    jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+    if sys.argv[2] == "skipped":  # JAX looks nothing up, as where it cannot make a key ("skipping the cache")
+        from jax._src import compilation_cache
+        compilation_cache.is_cache_used = lambda backend: False
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    import jaxtrace_nb as jt
+    from jaxtrace_nb._lineprof import LineProfiler
+
+    walks, phase = [], ["miss"]
+    original = LineProfiler.profile
+
+    def spy(self, *args, **kwargs):
+        walks.append((phase[0], threading.current_thread().name))
+        return original(self, *args, **kwargs)
+
+    def drain():
+        done = threading.Event()
+        jt.get_session().probe._profiling.submit(lambda _: done.set(), None)
+        assert done.wait(60)
+
+    LineProfiler.profile = spy
+    jt.start()
+
+    def f(x):
+        return jnp.sin(x) * 2 + 1
+
+    x = jnp.ones(4)
+    jax.jit(f)(x).block_until_ready()
+    drain()
+    jax.clear_caches()
+    phase[0] = "hit"
+    jax.jit(f)(x).block_until_ready()
+    drain()
+    phase[0] = "read"
+    df = jt.log(internal=False)
+    print(json.dumps({"walks": walks, "cache": df["persistent_cache"].tolist(),
+                      "eqns": [int(n) for n in df["eqns_total"]], "profiled": df["line_profile"].notna().tolist(),
+                      "per_keqn": df["compile_s_per_keqn"].notna().tolist(), "faults": jt.faults()}))
+""")
+
+
+@pytest.mark.parametrize("cache", ["used", "skipped"])
+def test_with_the_persistent_cache_only_a_program_xla_compiles_is_walked_meanwhile(tmp_path, cache):
+    """A program the persistent cache has no entry of is walked in our thread while XLA compiles
+    it; one it serves is not walked during its (short) lookup, but at the read, on the reader's
+    thread, and ends with the same columns. Where JAX skips the cache (the option on, nothing looked
+    up) every program is compiled, and walked in our thread."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    done = subprocess.run([sys.executable, "-c", _SERVED_BY_THE_CACHE, str(tmp_path / "cache"), cache], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["faults"] == {}
+    walks = {tuple(w) for w in out["walks"]}  # (JAX's own helpers compile in the first phase too)
+    if cache == "used":
+        assert out["cache"][0].startswith("miss: the first compile") and out["cache"][1] == "hit"
+        assert out["walks"][-1] == ["read", "MainThread"] and walks == {("miss", "jaxtrace_nb-profile"),
+                                                                       ("read", "MainThread")}
+    else:
+        assert walks == {("miss", "jaxtrace_nb-profile"), ("hit", "jaxtrace_nb-profile")}
+    assert out["eqns"][-2:] == [3, 3] and out["profiled"][-2:] == [True, True] and out["per_keqn"][-2:] == [True] * 2
