@@ -10,11 +10,13 @@ Modes, rotated round by round so that noise hits each alike:
 * ``recorded``: recording, every key's parts read and sent to the index (the feature on);
 * ``recorded_no_keys``: recording, keys not read (the feature alone is the difference).
 
-Our writer thread's work is flushed between rounds (outside the timing, so that each round
-starts alike; it runs beside the compiles within a round). The words of the misses are made when
-the log is read: that read is timed apart (`settle_s`), as is the writer's time per record.
-Each round is timed in wall seconds and in this process's CPU seconds (all its threads): on a
-machine that other work loads, the CPU seconds are not inflated by waiting for a core.
+Our threads' work (the index writer's, the program profiles') is finished between rounds
+(outside the timing, so that each round starts alike; it runs beside the compiles within a round).
+The words of the misses are made when the log is read: that read is timed apart (`settle_s`), as
+is the writer's flush. Each phase is timed in wall seconds, in this process's CPU seconds (all its
+threads: on a machine that other work loads, they are not inflated by waiting for a core) and in
+the CPU seconds of the user's thread alone; the CPU seconds of our own threads (``jaxtrace_nb-*``)
+are counted per round, their work for the round finished.
 """
 
 from __future__ import annotations
@@ -54,14 +56,39 @@ def _program(constant: float):
     return step
 
 
-def _round(programs, params, x) -> tuple[float, float]:
-    """Wall seconds and this process's CPU seconds (every thread: XLA's, our writer's) of one round."""
+def _round(programs, params, x) -> tuple[float, float, float]:
+    """Wall seconds, this process's CPU seconds (every thread: XLA's, ours) and the calling
+    thread's CPU seconds of one round."""
     import jax
 
-    start, cpu = time.perf_counter(), time.process_time()
+    start, cpu, mine = time.perf_counter(), time.process_time(), time.thread_time()
     for step in programs:
         jax.block_until_ready(step(params, x))
-    return time.perf_counter() - start, time.process_time() - cpu
+    return time.perf_counter() - start, time.process_time() - cpu, time.thread_time() - mine
+
+
+def _our_threads_cpu() -> float:
+    """CPU seconds used so far by this process's threads named ``jaxtrace_nb-*`` (alive ones)."""
+    import threading
+
+    total = 0.0
+    for thread in threading.enumerate():
+        if thread.name.startswith("jaxtrace_nb-") and thread.ident is not None:
+            try:
+                total += time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+            except (OSError, ProcessLookupError):  # it ended meanwhile
+                pass
+    return total
+
+
+def _finish_our_work(session) -> None:
+    """Wait for the index writer's records and the profiles queued so far (outside any timing)."""
+    import threading
+
+    session.cache.flush(120)
+    done = threading.Event()
+    session.probe._profiling.submit(lambda _: done.set(), None)
+    done.wait(120)
 
 
 def _key_cost(jt, step, params, x, repeats: int) -> dict:
@@ -250,10 +277,12 @@ def worker(quick: bool) -> dict:
                 jt.start()
                 if mode == "recorded_no_keys":
                     session.probe.keys.uninstall()
-            missed, missed_cpu = _round(programs, params, x)
+            ours = _our_threads_cpu()
+            missed, missed_cpu, missed_user = _round(programs, params, x)
             jax.clear_caches()
-            hit, hit_cpu = _round(programs, params, x)
-            row = {"miss_s": missed, "hit_s": hit, "miss_cpu_s": missed_cpu, "hit_cpu_s": hit_cpu}
+            hit, hit_cpu, hit_user = _round(programs, params, x)
+            row = {"miss_s": missed, "hit_s": hit, "miss_cpu_s": missed_cpu, "hit_cpu_s": hit_cpu,
+                   "miss_user_cpu_s": missed_user, "hit_user_cpu_s": hit_user}
             if mode == "recorded":
                 flushed = time.perf_counter()
                 session.cache.flush(120)
@@ -265,8 +294,9 @@ def worker(quick: bool) -> dict:
                 row["misses"] = sum(v.startswith("miss") for v in verdicts)
                 row["hits"] = sum(v == "hit" for v in verdicts)
                 row["explained"] = sum(v.startswith("miss: the computation differs") for v in verdicts)
+            _finish_our_work(session)
+            row["ours_cpu_s"] = _our_threads_cpu() - ours
             if mode != "off":
-                session.cache.flush(120)
                 jt.stop()
             runs[mode].append(row)
     key_cost = _key_cost(jt, _program(0.25), params, x, 20 if quick else 100)

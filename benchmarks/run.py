@@ -180,6 +180,9 @@ def gpu_section(quick: bool) -> dict:
     return _spawn("gpu", quick=quick, timeout=1800)
 
 
+_CACHE_PHASES = ("miss", "hit", "miss_cpu", "hit_cpu", "miss_user_cpu", "hit_user_cpu")
+
+
 def cache_section(quick: bool) -> dict:
     _progress("persistent cache: one process, modes rotated round by round")
     raw = _spawn("cache", quick=quick, timeout=3000)
@@ -188,7 +191,9 @@ def cache_section(quick: bool) -> dict:
     runs = raw["runs"]
     out = {k: raw[k] for k in ("modes", "rounds", "programs_per_round", "layers", "width", "faults", "index_bytes",
                                "platform") if k in raw}
-    for phase in ("miss_s", "hit_s", "miss_cpu_s", "hit_cpu_s"):
+    for phase in ("miss_s", "hit_s", "miss_cpu_s", "hit_cpu_s", "miss_user_cpu_s", "hit_user_cpu_s"):
+        if not all(phase in r for rows in runs.values() for r in rows):
+            continue  # (results of a worker before this figure)
         out[phase] = {mode: spread(r[phase] for r in rows) for mode, rows in runs.items()}
         off = [r[phase] for r in runs["off"]]
         out[f"{phase[:-2]}_ratio"] = {
@@ -200,6 +205,8 @@ def cache_section(quick: bool) -> dict:
     recorded = runs["recorded"]
     out["settle_per_miss_s"] = spread(r["settle_s"] / max(1, r["misses"]) for r in recorded)
     out["flush_s"] = spread(r["flush_s"] for r in recorded)
+    if all("ours_cpu_s" in r for rows in runs.values() for r in rows):
+        out["ours_cpu_s"] = {mode: spread(r["ours_cpu_s"] for r in rows) for mode, rows in runs.items()}
     out["verdicts"] = {k: [r[k] for r in recorded] for k in ("misses", "hits", "explained")}
     out["key_cost"] = raw.get("key_cost")
     out["listener_parts"] = raw.get("listener_parts")
@@ -312,6 +319,14 @@ def figures(results: dict, quick: bool) -> list[dict]:
                 rows.append(_figure("6 persistent cache", f"{what}: {label}", goal, fmt_spread(r),
                                     r["median"] <= 1.02 if goal.startswith("≤") else None,
                                     f"median's 95 % interval {ci[0]:.3f}–{ci[1]:.3f} ({r['n']} rounds)" if ci else ""))
+        for phase, what in (("miss_user_cpu", "compiles that miss"), ("hit_user_cpu", "compiles served")):
+            if f"{phase}_ratio" in cache:
+                r = cache[f"{phase}_ratio"]["recorded_vs_off"]
+                rows.append(_figure("6 persistent cache", f"{what}, the user's thread's CPU s: recording on / off",
+                                    "(reference)", fmt_spread(r), None))
+        if "ours_cpu_s" in cache:
+            rows.append(_figure("6 persistent cache", "our threads' CPU per round (a miss and its hit), recording",
+                                "(absolute)", fmt_spread(cache["ours_cpu_s"]["recorded"], "ms", 1e3), None))
         key = cache.get("key_cost") or {}
         if key.get("parts_read"):
             compile_s = cache["miss_s"]["off"]["median"] / cache["programs_per_round"]
@@ -438,16 +453,20 @@ def render_text(results: dict) -> str:
                          [[phase, *(fmt_spread(cache[f"{phase}_s"][m], "s") for m in cache["modes"]),
                            fmt_spread(cache[f"{phase}_ratio"]["recorded_vs_off"]),
                            fmt_spread(cache[f"{phase}_ratio"]["recorded_vs_no_keys"])]
-                          for phase in ("miss", "hit", "miss_cpu", "hit_cpu")]),
-                  "  (miss_cpu, hit_cpu: the process's CPU seconds, every thread, not inflated by waiting for a core)",
+                          for phase in _CACHE_PHASES if f"{phase}_s" in cache]),
+                  "  (miss_cpu, hit_cpu: the process's CPU seconds, every thread, not inflated by waiting for a core; "
+                  "miss_user_cpu, hit_user_cpu: the user's thread's CPU seconds alone)",
                   "  medians' 95 % intervals (order statistics), on / off and keys / no keys: " + "; ".join(
                       f"{phase} " + " and ".join(_interval(cache[f"{phase}_ratio"][k]) for k in
                                                  ("recorded_vs_off", "recorded_vs_no_keys"))
-                      for phase in ("miss", "hit", "miss_cpu", "hit_cpu")),
+                      for phase in _CACHE_PHASES if f"{phase}_s" in cache),
                   f"  recorded rounds: misses {cache['verdicts']['misses']}, hits {cache['verdicts']['hits']}, "
                   f"computation diffs {cache['verdicts']['explained']}; writer flush after a round "
                   f"{fmt_spread(cache['flush_s'], 'ms', 1e3)}; index {cache.get('index_bytes')} B; "
                   f"faults {cache.get('faults')}"]
+        if "ours_cpu_s" in cache:
+            lines.append("  our threads' CPU per round (a miss and its hit, their work finished): " + ", ".join(
+                f"{mode} {fmt_spread(cache['ours_cpu_s'][mode], 'ms', 1e3)}" for mode in cache["modes"]))
         parts = cache.get("listener_parts")
         if parts:
             lines.append(f"  recording's listeners, ms per compile over {parts['compiles']} compiles (misses and hits; "
