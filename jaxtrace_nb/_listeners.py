@@ -60,6 +60,8 @@ class Listeners:
                 return
             pending = tls.__dict__.get("lowering")
             tls.lowering = None
+            tls.unmade = None
+            tls.__dict__.pop("cache_key", None)  # a lookup of a compile that raised (a lookup follows its lowering)
             handle = pending[1] if pending is not None and pending[0] == name else None
             unmade, equations = (pending[2], pending[3]) if handle is not None else (None, None)
             if unmade is not None and self._cache_events is not _KEY_EVENTS:
@@ -78,18 +80,17 @@ class Listeners:
         elif event == jaxi.COMPILE_EVENT:
             handle = tls.__dict__.get("compiling")
             tls.compiling = None
+            unmade = tls.__dict__.get("unmade")
+            tls.unmade = None
             if handle is not None:
-                unmade = tls.__dict__.get("unmade")
-                tls.unmade = None
                 equations = tls.__dict__.get("equations")
-                if unmade is not None:
-                    if self._reads_may_fit(unmade, duration):  # XLA's reads need its size
-                        equations = self._measure(unmade)
-                    if not unmade.queued and "cache_key" not in tls.__dict__:  # compiled without a lookup
-                        self._make_in_thread(unmade)
+                if unmade is not None and self._reads_may_fit(unmade, duration):  # XLA's reads need its size
+                    equations = self._measure(unmade)
                 self._sink.on_timing(handle, Stage.COMPILE, duration)
                 if self.capture_cost and self.full:
                     self._xla_cost(handle, duration, equations)
+            if unmade is not None and not unmade.queued:  # loaded from the persistent cache, or compiled
+                self._make_in_thread(unmade)  # without a lookup or despite its entry: now, after it
         elif event == jaxi.CACHE_SAVED_EVENT:
             handle = tls.__dict__.get("compiling")
             if handle is not None:
@@ -206,11 +207,12 @@ class Listeners:
     def _make_in_thread(self, unmade: _Unmade) -> None:
         """Have our thread measure and profile `unmade` (`PROFILE_DELAY_S` from now).
 
-        Only where XLA compiles it (its compile releases the GIL for long; measured:
-        `benchmarks/gil_during_compile.py`): a program that JAX's persistent cache will serve (its
-        entry is there at the lookup) is made at a read instead: the thread's walk would hold the
-        GIL while JAX reads and deserializes the executable, a few milliseconds, and JAX would then
-        wait for it (`docs/performance.md`, "Persistent cache")."""
+        As XLA starts compiling it (its compile releases the GIL for long; measured:
+        `benchmarks/gil_during_compile.py`): at the lowering, or, with JAX's persistent cache on, at
+        JAX's lookup if the cache has no entry of the key. A program the cache serves is queued at
+        its compile's end instead: the thread's walk would otherwise hold the GIL while JAX reads and
+        deserializes the executable, a few milliseconds, and JAX would wait for it
+        (`docs/performance.md`, "Persistent cache")."""
         unmade.queued = True
         self._profiling.submit(self._make_later, id(unmade.handle))
 
@@ -268,7 +270,8 @@ class Listeners:
                 if event == REQUEST_EVENT:  # the key is computed, the cache not read yet
                     pending = tls["cache_key"] = self.keys.begin(_caller(sys._getframe(1), "compile_or_get_cached"))
                     unmade = tls.get("unmade")
-                    if unmade is not None and not (pending is not None and self.keys.stored(pending.key)):
+                    if unmade is not None and not unmade.queued and not (
+                            pending is not None and self.keys.stored(pending.key)):
                         self._make_in_thread(unmade)  # XLA will compile it: meanwhile
                     return
                 pending = tls.get("cache_key")
@@ -340,10 +343,11 @@ _NOT_MADE = object()
 class _Unmade:
     """A recorded trace whose program's size (`graph_stats`: equations, an unrolled loop) and line
     profile are not made yet. They are made in the probe's thread (`_background`) from the trace's
-    lowering on (with JAX's persistent cache on, from its lookup, where the cache has no entry),
-    while XLA compiles the program (its compile releases the GIL); by the compile's end on the
-    user's thread if that thread is late and XLA's reads may fit the compile's budget (they need
-    the size); at a read for a trace not compiled, or served by the persistent cache. Holds a weak reference to the
+    lowering on (with JAX's persistent cache on, from its lookup, where the cache has no entry;
+    from the compile's end, where it served the program), while XLA compiles the program (its
+    compile releases the GIL); by the compile's end on the user's thread if that thread is late and
+    XLA's reads may fit the compile's budget (they need the size); at a read for a trace not
+    compiled. Holds a weak reference to the
     program only."""
 
     __slots__ = ("handle", "program", "location", "graph", "queued")

@@ -609,27 +609,41 @@ _SERVED_BY_THE_CACHE = textwrap.dedent("""
     import json, sys, threading
     import jax, jax.numpy as jnp
     jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     if sys.argv[2] == "skipped":  # JAX looks nothing up, as where it cannot make a key ("skipping the cache")
         from jax._src import compilation_cache
         compilation_cache.is_cache_used = lambda backend: False
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     import jaxtrace_nb as jt
+    from jaxtrace_nb import _jax_internals as jaxi, _listeners
     from jaxtrace_nb._lineprof import LineProfiler
 
-    walks, phase = [], ["miss"]
-    original = LineProfiler.profile
+    seen = {"lookups": 0, "hits": 0, "compiles": 0}  # JAX's events so far (our listeners come after these)
+    queued, walks, phase = [], [], ["miss"]
 
-    def spy(self, *args, **kwargs):
-        walks.append((phase[0], threading.current_thread().name))
-        return original(self, *args, **kwargs)
+    def on_event(event, **kwargs):
+        if event == "/jax/compilation_cache/compile_requests_use_cache":
+            seen["lookups"] += 1
+        elif event == jaxi.CACHE_HIT_EVENT:
+            seen["hits"] += 1
+
+    def on_duration(event, duration, **kwargs):
+        if event == jaxi.COMPILE_EVENT:
+            seen["compiles"] += 1
+
+    jax.monitoring.register_event_listener(on_event)
+    jax.monitoring.register_event_duration_secs_listener(on_duration)
+    queue, profile = _listeners.Listeners._make_in_thread, LineProfiler.profile
+    _listeners.Listeners._make_in_thread = lambda self, unmade: (queued.append((phase[0], dict(seen))),
+                                                                 queue(self, unmade))[1]
+    LineProfiler.profile = lambda self, *a, **k: (walks.append((phase[0], threading.current_thread().name)),
+                                                  profile(self, *a, **k))[1]
 
     def drain():
         done = threading.Event()
         jt.get_session().probe._profiling.submit(lambda _: done.set(), None)
         assert done.wait(60)
 
-    LineProfiler.profile = spy
     jt.start()
 
     def f(x):
@@ -644,18 +658,19 @@ _SERVED_BY_THE_CACHE = textwrap.dedent("""
     drain()
     phase[0] = "read"
     df = jt.log(internal=False)
-    print(json.dumps({"walks": walks, "cache": df["persistent_cache"].tolist(),
+    print(json.dumps({"queued": queued, "walks": walks, "cache": df["persistent_cache"].tolist(),
                       "eqns": [int(n) for n in df["eqns_total"]], "profiled": df["line_profile"].notna().tolist(),
                       "per_keqn": df["compile_s_per_keqn"].notna().tolist(), "faults": jt.faults()}))
 """)
 
 
 @pytest.mark.parametrize("cache", ["used", "skipped"])
-def test_with_the_persistent_cache_only_a_program_xla_compiles_is_walked_meanwhile(tmp_path, cache):
-    """A program the persistent cache has no entry of is walked in our thread while XLA compiles
-    it; one it serves is not walked during its (short) lookup, but at the read, on the reader's
-    thread, and ends with the same columns. Where JAX skips the cache (the option on, nothing looked
-    up) every program is compiled, and walked in our thread."""
+def test_with_the_persistent_cache_a_program_is_walked_beside_xlas_compile_or_after_its_load(tmp_path, cache):
+    """With JAX's persistent cache on, a program the cache has no entry of is queued to our thread
+    at JAX's lookup, before XLA compiles it; one the cache serves is queued only after its load (the
+    compile's end), never during it. Where JAX looks nothing up (the option on, the cache skipped),
+    each is queued at its compile's end. Every walk runs in our thread, none at the read, and the
+    events end with the same columns."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
     done = subprocess.run([sys.executable, "-c", _SERVED_BY_THE_CACHE, str(tmp_path / "cache"), cache], env=env,
@@ -663,11 +678,14 @@ def test_with_the_persistent_cache_only_a_program_xla_compiles_is_walked_meanwhi
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["faults"] == {}
-    walks = {tuple(w) for w in out["walks"]}  # (JAX's own helpers compile in the first phase too)
+    queued = {phase: [seen for p, seen in out["queued"] if p == phase] for phase in ("miss", "hit", "read")}
+    assert queued["miss"] and len(queued["hit"]) == 1 and not queued["read"]  # (JAX's own helpers compile first)
     if cache == "used":
         assert out["cache"][0].startswith("miss: the first compile") and out["cache"][1] == "hit"
-        assert out["walks"][-1] == ["read", "MainThread"] and walks == {("miss", "jaxtrace_nb-profile"),
-                                                                       ("read", "MainThread")}
+        assert all(seen["lookups"] == seen["compiles"] + 1 for seen in queued["miss"])  # looked up, not compiled
+        (served,) = queued["hit"]
+        assert served["hits"] == 1 and served["compiles"] == served["lookups"]  # loaded: after its compile's end
     else:
-        assert walks == {("miss", "jaxtrace_nb-profile"), ("hit", "jaxtrace_nb-profile")}
+        assert all(seen["lookups"] == 0 and seen["compiles"] >= 1 for seen in queued["miss"] + queued["hit"])
+    assert {tuple(w) for w in out["walks"]} == {("miss", "jaxtrace_nb-profile"), ("hit", "jaxtrace_nb-profile")}
     assert out["eqns"][-2:] == [3, 3] and out["profiled"][-2:] == [True, True] and out["per_keqn"][-2:] == [True] * 2
