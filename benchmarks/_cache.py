@@ -67,10 +67,13 @@ def _round(programs, params, x) -> tuple[float, float, float]:
     return time.perf_counter() - start, time.process_time() - cpu, time.thread_time() - mine
 
 
-def _our_threads_cpu() -> float:
-    """CPU seconds used so far by this process's threads named ``jaxtrace_nb-*`` (alive ones)."""
+def _our_threads_cpu() -> float | None:
+    """CPU seconds used so far by this process's threads named ``jaxtrace_nb-*`` (alive ones);
+    None where threads' CPU clocks cannot be read (``pthread_getcpuclockid``: Unix but macOS)."""
     import threading
 
+    if not hasattr(time, "pthread_getcpuclockid"):
+        return None
     total = 0.0
     for thread in threading.enumerate():
         if thread.name.startswith("jaxtrace_nb-") and thread.ident is not None:
@@ -83,9 +86,13 @@ def _our_threads_cpu() -> float:
 
 def _finish_our_work(session) -> None:
     """Wait for the index writer's records and the profiles queued so far (outside any timing)."""
+    session.cache.flush(120)
+    _wait_for_profiles(session)
+
+
+def _wait_for_profiles(session) -> None:
     import threading
 
-    session.cache.flush(120)
     done = threading.Event()
     session.probe._profiling.submit(lambda _: done.set(), None)
     done.wait(120)
@@ -284,6 +291,7 @@ def worker(quick: bool) -> dict:
             row = {"miss_s": missed, "hit_s": hit, "miss_cpu_s": missed_cpu, "hit_cpu_s": hit_cpu,
                    "miss_user_cpu_s": missed_user, "hit_user_cpu_s": hit_user}
             if mode == "recorded":
+                _wait_for_profiles(session)  # (so that the read below makes the words of the misses only)
                 flushed = time.perf_counter()
                 session.cache.flush(120)
                 row["flush_s"] = time.perf_counter() - flushed
@@ -295,7 +303,8 @@ def worker(quick: bool) -> dict:
                 row["hits"] = sum(v == "hit" for v in verdicts)
                 row["explained"] = sum(v.startswith("miss: the computation differs") for v in verdicts)
             _finish_our_work(session)
-            row["ours_cpu_s"] = _our_threads_cpu() - ours
+            if ours is not None:
+                row["ours_cpu_s"] = _our_threads_cpu() - ours
             if mode != "off":
                 jt.stop()
             runs[mode].append(row)
