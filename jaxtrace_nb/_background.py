@@ -38,12 +38,13 @@ class Background:
         self._queue: queue.SimpleQueue | None = None
         self._pid: int | None = None
 
-    def submit(self, job: Callable[[Any], None], argument: Any) -> None:
-        """Run ``job(argument)`` in the thread, after the jobs submitted before it."""
+    def submit(self, job: Callable[[Any], None], argument: Any, delay: float | None = None) -> None:
+        """Run ``job(argument)`` in the thread, after the jobs submitted before it, `delay` seconds
+        from now at the earliest (the thread's own delay if None)."""
         jobs = self._queue
         if jobs is None or self._pid != os.getpid():
             jobs = self._start()
-        jobs.put((time.monotonic() + self.delay, job, argument))
+        jobs.put((time.monotonic() + (self.delay if delay is None else delay), job, argument))
 
     def _start(self) -> queue.SimpleQueue:
         with self._lock:

@@ -27,6 +27,11 @@ XLA_COST_SHARE = 0.005
 # A lowered program's size and profile are made in our thread from this long after its lowering on:
 # past JAX's key hashing and cache read, inside the XLA compile that follows (`_background`).
 PROFILE_DELAY_S = 0.005
+# A program handed to our thread at its compile's end (served by the persistent cache, or compiled
+# without a lookup) is walked this long after it, past the Python JAX runs right after a compile
+# (the executable's shardings and layouts, the first call's dispatch), which would wait for the
+# GIL the walk holds (`docs/performance.md`, "Persistent cache").
+AFTER_COMPILE_DELAY_S = 0.05
 _MAX_UNPROFILED = 256  # traces whose size and line profile wait (made while they compile, or at a read)
 _TRACE_EVENT = jaxi.TRACE_EVENT
 _CACHE_EVENTS = (jaxi.CACHE_HIT_EVENT, jaxi.CACHE_MISS_EVENT)  # listened to always
@@ -90,7 +95,7 @@ class Listeners:
                 if self.capture_cost and self.full:
                     self._xla_cost(handle, duration, equations)
             if unmade is not None and not unmade.queued:  # loaded from the persistent cache, or compiled
-                self._make_in_thread(unmade)  # without a lookup or despite its entry: now, after it
+                self._make_in_thread(unmade, AFTER_COMPILE_DELAY_S)  # without a lookup or despite its entry
         elif event == jaxi.CACHE_SAVED_EVENT:
             handle = tls.__dict__.get("compiling")
             if handle is not None:
@@ -204,17 +209,17 @@ class Listeners:
         except Exception as e:
             self._sink.fault("profile", e)
 
-    def _make_in_thread(self, unmade: _Unmade) -> None:
-        """Have our thread measure and profile `unmade` (`PROFILE_DELAY_S` from now).
+    def _make_in_thread(self, unmade: _Unmade, delay: float | None = None) -> None:
+        """Have our thread measure and profile `unmade` (`PROFILE_DELAY_S` from now, or `delay`).
 
         As XLA starts compiling it (its compile releases the GIL for long; measured:
         `benchmarks/gil_during_compile.py`): at the lowering, or, with JAX's persistent cache on, at
         JAX's lookup if the cache has no entry of the key. A program the cache serves is queued at
-        its compile's end instead: the thread's walk would otherwise hold the GIL while JAX reads and
-        deserializes the executable, a few milliseconds, and JAX would wait for it
-        (`docs/performance.md`, "Persistent cache")."""
+        its compile's end instead, `AFTER_COMPILE_DELAY_S` ahead: the thread's walk would otherwise
+        hold the GIL while JAX reads and deserializes the executable, a few milliseconds, and JAX
+        would wait for it (`docs/performance.md`, "Persistent cache")."""
         unmade.queued = True
-        self._profiling.submit(self._make_later, id(unmade.handle))
+        self._profiling.submit(self._make_later, id(unmade.handle), delay)
 
     def _make_later(self, key: int) -> None:
         """(In `_profiling`'s thread.) The size and profile of a trace that is being compiled, unless

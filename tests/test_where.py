@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxtrace_nb import _listeners
 from jaxtrace_nb._census import optimal_buckets, parse_shape, pick, schemes, simplest
 from jaxtrace_nb._lineprof import OTHER, profile_rows
 from jaxtrace_nb._log import Event
@@ -113,8 +114,6 @@ def _walks_by_thread(monkeypatch) -> list:
 
 
 def _measures_by_thread(monkeypatch) -> list:
-    from jaxtrace_nb import _listeners
-
     return _threads_calling(monkeypatch, _listeners, "graph_stats")
 
 
@@ -239,8 +238,6 @@ def test_a_trace_evicted_from_those_waiting_is_measured_and_its_profile_given_up
     the spot (its size and loop, as at every trace's end before) and not walked on the trace path."""
     import threading
 
-    from jaxtrace_nb import _listeners
-
     monkeypatch.setattr(_listeners, "_MAX_UNPROFILED", 1)
     x = jnp.ones(3)
     jt.get_session().log.events()
@@ -278,6 +275,9 @@ def test_background_runs_jobs_in_order_and_starts_again_after_a_fork():
     late = Background("jaxtrace_nb-test-late", delay=0.2)  # no job starts before its delay is out
     started, ran = time.monotonic(), threading.Event()
     late.submit(lambda _: ran.set(), None)
+    assert not ran.wait(0.1) and ran.wait(30) and time.monotonic() - started >= 0.2
+    started, ran = time.monotonic(), threading.Event()  # a job's own delay
+    worker.submit(lambda _: ran.set(), None, delay=0.2)
     assert not ran.wait(0.1) and ran.wait(30) and time.monotonic() - started >= 0.2
     # A fork in a process without JAX's threads (JAX warns at any fork once it has started them).
     child = textwrap.dedent("""
@@ -634,14 +634,14 @@ _SERVED_BY_THE_CACHE = textwrap.dedent("""
     jax.monitoring.register_event_listener(on_event)
     jax.monitoring.register_event_duration_secs_listener(on_duration)
     queue, profile = _listeners.Listeners._make_in_thread, LineProfiler.profile
-    _listeners.Listeners._make_in_thread = lambda self, unmade: (queued.append((phase[0], dict(seen))),
-                                                                 queue(self, unmade))[1]
+    _listeners.Listeners._make_in_thread = lambda self, unmade, delay=None: (
+        queued.append((phase[0], dict(seen), delay)), queue(self, unmade, delay))[1]
     LineProfiler.profile = lambda self, *a, **k: (walks.append((phase[0], threading.current_thread().name)),
                                                   profile(self, *a, **k))[1]
 
     def drain():
         done = threading.Event()
-        jt.get_session().probe._profiling.submit(lambda _: done.set(), None)
+        jt.get_session().probe._profiling.submit(lambda _: done.set(), None, 0.0)  # (after those queued)
         assert done.wait(60)
 
     jt.start()
@@ -678,14 +678,18 @@ def test_with_the_persistent_cache_a_program_is_walked_beside_xlas_compile_or_af
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["faults"] == {}
-    queued = {phase: [seen for p, seen in out["queued"] if p == phase] for phase in ("miss", "hit", "read")}
+    queued = {phase: [(seen, delay) for p, seen, delay in out["queued"] if p == phase]
+              for phase in ("miss", "hit", "read")}
     assert queued["miss"] and len(queued["hit"]) == 1 and not queued["read"]  # (JAX's own helpers compile first)
+    after = _listeners.AFTER_COMPILE_DELAY_S
     if cache == "used":
         assert out["cache"][0].startswith("miss: the first compile") and out["cache"][1] == "hit"
-        assert all(seen["lookups"] == seen["compiles"] + 1 for seen in queued["miss"])  # looked up, not compiled
-        (served,) = queued["hit"]
-        assert served["hits"] == 1 and served["compiles"] == served["lookups"]  # loaded: after its compile's end
+        # looked up, not compiled yet: walked as XLA compiles
+        assert all(seen["lookups"] == seen["compiles"] + 1 and delay is None for seen, delay in queued["miss"])
+        ((served, delay),) = queued["hit"]
+        assert served["hits"] == 1 and served["compiles"] == served["lookups"] and delay == after  # after its load
     else:
-        assert all(seen["lookups"] == 0 and seen["compiles"] >= 1 for seen in queued["miss"] + queued["hit"])
+        assert all(seen["lookups"] == 0 and seen["compiles"] >= 1 and delay == after
+                   for seen, delay in queued["miss"] + queued["hit"])
     assert {tuple(w) for w in out["walks"]} == {("miss", "jaxtrace_nb-profile"), ("hit", "jaxtrace_nb-profile")}
     assert out["eqns"][-2:] == [3, 3] and out["profiled"][-2:] == [True, True] and out["per_keqn"][-2:] == [True] * 2
