@@ -87,15 +87,17 @@ class Listeners:
             tls.compiling = None
             unmade = tls.__dict__.get("unmade")
             tls.unmade = None
-            if handle is not None:
-                equations = tls.__dict__.get("equations")
-                if unmade is not None and self._reads_may_fit(unmade, duration):  # XLA's reads need its size
-                    equations = self._measure(unmade)
-                self._sink.on_timing(handle, Stage.COMPILE, duration)
-                if self.capture_cost and self.full:
-                    self._xla_cost(handle, duration, equations)
-            if unmade is not None and not unmade.queued:  # loaded from the persistent cache, or compiled
-                self._make_in_thread(unmade, AFTER_COMPILE_DELAY_S)  # without a lookup or despite its entry
+            try:
+                if handle is not None:
+                    equations = tls.__dict__.get("equations")
+                    if unmade is not None and self._reads_may_fit(unmade, duration):  # XLA's reads need its size
+                        equations = self._measure(unmade)
+                    self._sink.on_timing(handle, Stage.COMPILE, duration)
+                    if self.capture_cost and self.full:
+                        self._xla_cost(handle, duration, equations)
+            finally:
+                if unmade is not None and not unmade.queued:  # loaded from the persistent cache, or compiled
+                    self._make_in_thread(unmade, AFTER_COMPILE_DELAY_S)  # without a lookup or despite its entry
         elif event == jaxi.CACHE_SAVED_EVENT:
             handle = tls.__dict__.get("compiling")
             if handle is not None:
@@ -216,20 +218,23 @@ class Listeners:
         `benchmarks/gil_during_compile.py`): at the lowering, or, with JAX's persistent cache on, at
         JAX's lookup if the cache has no entry of the key. A program the cache serves is queued at
         its compile's end instead, `AFTER_COMPILE_DELAY_S` ahead: the thread's walk would otherwise
-        hold the GIL while JAX reads and deserializes the executable, a few milliseconds, and JAX
-        would wait for it (`docs/performance.md`, "Persistent cache")."""
+        hold the GIL while JAX reads and deserializes its executable, a few milliseconds, and JAX
+        would wait for it (`docs/performance.md`, "Persistent cache"). Jobs run in order: one queued
+        after a hand-off at a compile's end waits for it."""
         unmade.queued = True
-        self._profiling.submit(self._make_later, id(unmade.handle), delay)
+        self._profiling.submit(self._make_later, unmade, delay)
 
-    def _make_later(self, key: int) -> None:
+    def _make_later(self, unmade: _Unmade) -> None:
         """(In `_profiling`'s thread.) The size and profile of a trace that is being compiled, unless
-        a read has made them meanwhile; taken from `_unprofiled` only once made, so that a read that
-        comes first makes them itself (twice at worst, the second result ignored) and never waits."""
-        unmade = self._unprofiled.get(key)
-        if unmade is None:
+        a read (or a reset) has taken it meanwhile; taken from `_unprofiled` only once made, so that a
+        read that comes first makes them itself (twice at worst, the second result ignored) and never
+        waits."""
+        key = id(unmade.handle)
+        if self._unprofiled.get(key) is not unmade:  # (not another trace's, whose handle took the id)
             return
         self._make(unmade)
-        self._unprofiled.pop(key, None)
+        if self._unprofiled.get(key) is unmade:
+            self._unprofiled.pop(key, None)
 
     def _make(self, unmade: _Unmade) -> None:
         jaxpr = unmade.program()
@@ -313,6 +318,9 @@ class Listeners:
         Listeners._duration(self, event, duration, fun_name)
         pending = tls.pop("cache_key", None)
         if pending is not None:
+            stage = jaxi.stage_frame(event)
+            if stage is not None and stage.raised:  # JAX reports the seconds of a compile that raised:
+                return  # it cached nothing, and its lookup has no verdict
             try:
                 record = self.keys.finish(pending, duration)
             except Exception as e:

@@ -440,8 +440,6 @@ def test_may_read_is_false_only_where_no_larger_program_could_be_read(seed):
             assert not any(any(reads.plan(n, budget)) for n in range(at_least, at_least + 20_000, 97))
         elif budget != float("inf") and all(rate >= 0 for _, rate in reads.lines):
             assert any(reads.plan(at_least, budget))
-        else:
-            assert reads.may_read(at_least, budget)
     falling = _cost.XlaReads()
     falling.lines = [(1.0, -1e-6), (1.0, -1e-6)]  # 1 s at no equation, less with more
     assert falling.may_read(10, budget_s=1e-3) and not any(falling.plan(10, budget_s=1e-3))

@@ -233,6 +233,24 @@ def test_a_compile_that_ends_before_our_thread_measures_its_program_itself_if_xl
     assert jt.faults() == {}
 
 
+def test_a_job_left_behind_makes_nothing_of_another_trace_under_the_same_key(jt, monkeypatch):
+    """A job carries its own `_Unmade`: where a read or a reset took it and another took its key
+    (the handle's id, reused), the job makes nothing of that other one."""
+    probe = jt.get_session().probe
+    made = []
+    monkeypatch.setattr(probe, "_make", made.append)
+    handle = object()
+    left, other = (_listeners._Unmade(handle, lambda: None, lambda f, n: f"{f}:{n}") for _ in range(2))
+    probe._unprofiled[id(handle)] = other
+    try:
+        probe._make_later(left)
+        assert made == [] and probe._unprofiled[id(handle)] is other
+        probe._make_later(other)
+        assert made == [other] and id(handle) not in probe._unprofiled
+    finally:
+        probe._unprofiled.pop(id(handle), None)
+
+
 def test_a_trace_evicted_from_those_waiting_is_measured_and_its_profile_given_up(jt, monkeypatch):
     """Past `_MAX_UNPROFILED` traces waiting (never compiled, never read), the oldest is measured on
     the spot (its size and loop, as at every trace's end before) and not walked on the trace path."""
@@ -279,6 +297,14 @@ def test_background_runs_jobs_in_order_and_starts_again_after_a_fork():
     started, ran = time.monotonic(), threading.Event()  # a job's own delay
     worker.submit(lambda _: ran.set(), None, delay=0.2)
     assert not ran.wait(0.1) and ran.wait(30) and time.monotonic() - started >= 0.2
+    order, done = [], threading.Event()  # in order whatever their delays; 0.0 is a delay of its own
+    late.submit(order.append, "slow", delay=0.3)
+    late.submit(order.append, "quick", delay=0.0)
+    late.submit(lambda _: done.set(), None, delay=0.0)
+    assert done.wait(30) and order == ["slow", "quick"]
+    started, ran = time.monotonic(), threading.Event()
+    late.submit(lambda _: ran.set(), None, delay=0.0)
+    assert ran.wait(0.15)  # (the thread's own delay is 0.2)
     # A fork in a process without JAX's threads (JAX warns at any fork once it has started them).
     child = textwrap.dedent("""
         import os, threading
@@ -693,3 +719,52 @@ def test_with_the_persistent_cache_a_program_is_walked_beside_xlas_compile_or_af
                    for seen, delay in queued["miss"] + queued["hit"])
     assert {tuple(w) for w in out["walks"]} == {("miss", "jaxtrace_nb-profile"), ("hit", "jaxtrace_nb-profile")}
     assert out["eqns"][-2:] == [3, 3] and out["profiled"][-2:] == [True, True] and out["per_keqn"][-2:] == [True] * 2
+
+
+_A_LOOKUP_THAT_RAISED = textwrap.dedent("""
+    import json, sys
+    import jax, jax.numpy as jnp
+    jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    import jaxtrace_nb as jt
+    from jax._src import compilation_cache, compiler
+
+    jt.start()
+    x = jnp.ones(4).block_until_ready()
+    read = compiler._cache_read
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected: the cache's read failed")
+
+    compiler._cache_read = broken  # the compile raises after JAX's lookup began
+    try:
+        jax.jit(lambda a: jnp.cos(a) - 3)(x)
+        raised = False
+    except RuntimeError:
+        raised = True
+    compiler._cache_read = read
+    compilation_cache.is_cache_used = lambda backend: False  # the next compile looks nothing up
+
+    def g(a):
+        return jnp.tan(a) + 5
+
+    jax.jit(g)(x).block_until_ready()
+    df = jt.log(internal=False)
+    verdicts = {name: None if cache is None or cache != cache else cache
+                for name, cache in zip(df["function"], df["persistent_cache"])}
+    print(json.dumps({"raised": raised, "verdicts": verdicts, "faults": jt.faults()}))
+""")
+
+
+def test_a_compile_that_raised_after_its_lookup_gets_no_verdict_and_leaves_none(tmp_path):
+    """JAX reports the seconds of a compile that raised after its lookup began (as if it ended).
+    Neither it nor the next compile (here one with no lookup at all) gets a persistent-cache
+    verdict: before, the one that raised read "not cached: compiled in about …"."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    done = subprocess.run([sys.executable, "-c", _A_LOOKUP_THAT_RAISED, str(tmp_path / "cache")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out == {"raised": True, "verdicts": {"<lambda>": None, "g": None}, "faults": {}}
