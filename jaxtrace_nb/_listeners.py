@@ -65,8 +65,6 @@ class Listeners:
                 return
             pending = tls.__dict__.get("lowering")
             tls.lowering = None
-            tls.unmade = None
-            tls.__dict__.pop("cache_key", None)  # a lookup of a compile that raised (a lookup follows its lowering)
             handle = pending[1] if pending is not None and pending[0] == name else None
             unmade, equations = (pending[2], pending[3]) if handle is not None else (None, None)
             if unmade is not None and self._cache_events is not _KEY_EVENTS:
@@ -319,8 +317,8 @@ class Listeners:
         pending = tls.pop("cache_key", None)
         if pending is not None:
             stage = jaxi.stage_frame(event)
-            if stage is not None and stage.raised:  # JAX reports the seconds of a compile that raised:
-                return  # it cached nothing, and its lookup has no verdict
+            if stage is not None and stage.raised:  # JAX reports the seconds of a compile that raised
+                return  # (0.8.0 to 0.11.0: `log_elapsed_time.__exit__`): it cached nothing, no verdict
             try:
                 record = self.keys.finish(pending, duration)
             except Exception as e:
@@ -360,8 +358,7 @@ class _Unmade:
     from the compile's end, where it served the program), while XLA compiles the program (its
     compile releases the GIL); by the compile's end on the user's thread if that thread is late and
     XLA's reads may fit the compile's budget (they need the size); at a read for a trace not
-    compiled. Holds a weak reference to the
-    program only."""
+    compiled. Holds a weak reference to the program only."""
 
     __slots__ = ("handle", "program", "location", "graph", "queued")
 
