@@ -13,7 +13,8 @@ Modes, rotated round by round so that noise hits each alike:
 Our threads' work (the index writer's, the program profiles') is finished between rounds
 (outside the timing, so that each round starts alike; it runs beside the compiles within a round).
 The words of the misses are made when the log is read: that read is timed apart (`settle_s`), as
-is the writer's flush. Each phase is timed in wall seconds, in this process's CPU seconds (all its
+is the writer's flush. A warm start apart (`_warm_start`): `WARM_PROGRAMS` programs served by the
+cache back to back, recording off and on by turns. Each phase is timed in wall seconds, in this process's CPU seconds (all its
 threads: on a machine that other work loads, they are not inflated by waiting for a core) and in
 the CPU seconds of the user's thread alone; the CPU seconds of our own threads (``jaxtrace_nb-*``)
 are counted per round, their work for the round finished.
@@ -34,6 +35,11 @@ import types
 PROGRAMS = 1
 ROUNDS = 360  # a multiple of the 3 modes: about 9 minutes on a 2-core CPU machine (intervals ±1.5 %)
 PARTS_PROGRAMS = 4  # compiles a round where the listeners are timed
+# A warm start: programs the persistent cache serves back to back, as a restarted run's first
+# steps are (each hit's walk, handed to our thread after its load, falls in the next one's work).
+WARM_PROGRAMS = 4
+WARM_ROUNDS = 240  # rounds of WARM_PROGRAMS hits, off and recorded alternately: about 2 minutes
+WARM_MODES = ("off", "recorded")
 LAYERS = 16
 WIDTH = 96
 MODES = ("off", "recorded", "recorded_no_keys")
@@ -146,6 +152,37 @@ def _key_cost(jt, step, params, x, repeats: int) -> dict:
             "added_s": best["recorded"] - best["stopped"], "parts_read": sorted(teed) == [("recorded", True),
                                                                                           ("stopped", False)],
             "module_bytes": len(str(captured["computation"]))}
+
+
+def _warm_start(jt, session, params, x, rounds: int, programs: int) -> dict:
+    """`rounds` rounds of `programs` compiles served by the persistent cache back to back (JAX's
+    in-memory caches cleared before each round), recording stopped and on by turns; per round its
+    wall, process CPU and user's-thread CPU seconds (`_round`) and, recorded, our threads' CPU
+    seconds for the round (their work finished after the timing)."""
+    import jax
+
+    steps = [_program(7.0 + i * 1e-6) for i in range(programs)]
+    jt.stop()
+    _round(steps, params, x)  # compiled and written once: every later compile of these is a hit
+    runs: dict = {mode: [] for mode in WARM_MODES}
+    for r in range(rounds):
+        mode = WARM_MODES[r % len(WARM_MODES)]
+        jax.clear_caches()
+        gc.collect()
+        if mode == "recorded":
+            jt.reset()
+            jt.start()
+        ours = _our_threads_cpu()
+        wall, cpu, user = _round(steps, params, x)
+        row = {"hits_s": wall, "hits_cpu_s": cpu, "hits_user_cpu_s": user}
+        _finish_our_work(session)
+        if ours is not None:
+            row["ours_cpu_s"] = _our_threads_cpu() - ours
+        if mode == "recorded":
+            row["hits"] = int((jt.log()["persistent_cache"] == "hit").sum())
+            jt.stop()
+        runs[mode].append(row)
+    return {"programs": programs, "rounds": rounds, "modes": list(WARM_MODES), "runs": runs}
 
 
 # Where recording's own time goes at a compile: the probe's listeners (the outer three, timed
@@ -309,10 +346,11 @@ def worker(quick: bool) -> dict:
                 jt.stop()
             runs[mode].append(row)
     key_cost = _key_cost(jt, _program(0.25), params, x, 20 if quick else 100)
+    warm_start = _warm_start(jt, session, params, x, 4 if quick else WARM_ROUNDS, WARM_PROGRAMS)
     parts = _listener_parts(jt, session, params, x, 1 if quick else 5)
     xla_reads = _xla_reads(2 if quick else 7)
     index = os.path.join(cache, "jaxtrace_nb", "index.sqlite")
-    return {"key_cost": key_cost, "listener_parts": parts, "xla_reads": xla_reads,
+    return {"key_cost": key_cost, "warm_start": warm_start, "listener_parts": parts, "xla_reads": xla_reads,
             "modes": list(MODES), "rounds": rounds, "programs_per_round": programs_per_round, "runs": runs,
             "layers": LAYERS, "width": WIDTH, "faults": jt.faults(),
             "index_bytes": sum(os.path.getsize(index + end) for end in ("", "-wal") if os.path.exists(index + end))}

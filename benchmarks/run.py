@@ -209,8 +209,25 @@ def cache_section(quick: bool) -> dict:
         out["ours_cpu_s"] = {mode: spread(r["ours_cpu_s"] for r in rows) for mode, rows in runs.items()}
     out["verdicts"] = {k: [r[k] for r in recorded] for k in ("misses", "hits", "explained")}
     out["key_cost"] = raw.get("key_cost")
+    warm = raw.get("warm_start")
+    if warm:
+        out["warm_start"] = _warm_start_figures(warm)
     out["listener_parts"] = raw.get("listener_parts")
     out["xla_reads"] = raw.get("xla_reads")
+    return out
+
+
+def _warm_start_figures(warm: dict) -> dict:
+    """Spreads and on / off ratios (rounds paired in their order) of `_cache._warm_start`'s rounds."""
+    runs = warm["runs"]
+    out = {k: warm[k] for k in ("programs", "rounds")}
+    for phase in ("hits_s", "hits_cpu_s", "hits_user_cpu_s"):
+        out[phase] = {mode: spread(r[phase] for r in rows) for mode, rows in runs.items()}
+        out[f"{phase[:-2]}_ratio"] = spread(ratios([r[phase] for r in runs["recorded"]],
+                                                   [r[phase] for r in runs["off"]]))
+    if all("ours_cpu_s" in r for r in runs["recorded"]):
+        out["ours_cpu_s"] = spread(r["ours_cpu_s"] for r in runs["recorded"])
+    out["hits"] = sorted({r["hits"] for r in runs["recorded"]})
     return out
 
 
@@ -327,6 +344,16 @@ def figures(results: dict, quick: bool) -> list[dict]:
         if "ours_cpu_s" in cache:
             rows.append(_figure("6 persistent cache", "our threads' CPU per round (a miss and its hit), recording",
                                 "(absolute)", fmt_spread(cache["ours_cpu_s"]["recorded"], "ms", 1e3), None))
+        warm = cache.get("warm_start")
+        if warm:
+            for phase, what, goal in (("hits", "", "≤ 1.02"), ("hits_cpu", ", CPU s", "≤ 1.02"),
+                                      ("hits_user_cpu", ", the user's thread's CPU s", "(reference)")):
+                r = warm[f"{phase}_ratio"]
+                ci = r.get("median_ci95")
+                rows.append(_figure("6 persistent cache", f"warm start, {warm['programs']} compiles served back to "
+                                    f"back{what}: recording on / off", goal, fmt_spread(r),
+                                    r["median"] <= 1.02 if goal.startswith("≤") else None,
+                                    f"median's 95 % interval {ci[0]:.3f}–{ci[1]:.3f} ({r['n']} rounds)" if ci else ""))
         key = cache.get("key_cost") or {}
         if key.get("parts_read"):
             compile_s = cache["miss_s"]["off"]["median"] / cache["programs_per_round"]
@@ -467,6 +494,17 @@ def render_text(results: dict) -> str:
         if "ours_cpu_s" in cache:
             lines.append("  our threads' CPU per round (a miss and its hit, their work finished): " + ", ".join(
                 f"{mode} {fmt_spread(cache['ours_cpu_s'][mode], 'ms', 1e3)}" for mode in cache["modes"]))
+        warm = cache.get("warm_start")
+        if warm:
+            lines.append(f"  warm start: seconds per round of {warm['programs']} compiles served by the cache back to "
+                         f"back, median (min–max) of {warm['rounds'] // 2} rounds per mode, off and recorded by "
+                         "turns: " + "; ".join(
+                             f"{phase} off {fmt_spread(warm[f'{phase}_s']['off'], 's')}, recorded "
+                             f"{fmt_spread(warm[f'{phase}_s']['recorded'], 's')}, on / off "
+                             f"{fmt_spread(warm[f'{phase}_ratio'])} (interval {_interval(warm[f'{phase}_ratio'])})"
+                             for phase in ("hits", "hits_cpu", "hits_user_cpu"))
+                         + f"; hits recorded a round {warm['hits']}; our threads' CPU a recorded round "
+                           f"{fmt_spread(warm.get('ours_cpu_s'), 'ms', 1e3)}")
         parts = cache.get("listener_parts")
         if parts:
             lines.append(f"  recording's listeners, ms per compile over {parts['compiles']} compiles (misses and hits; "
