@@ -81,8 +81,10 @@ def _longest_repeat(seq, period: int) -> tuple[int, int] | None:
     return run // period + 1, int(starts[k])
 
 
-def graph_stats(closed_jaxpr: Any, location: Callable[[str, int], str]) -> GraphStats | None:
-    """Equation counts and an unrolled loop of a traced (closed) jaxpr; `location` names a line."""
+def graph_stats(closed_jaxpr: Any, location: Callable[[str, int], str], total: int | None = None) -> GraphStats | None:
+    """Equation counts and an unrolled loop of a traced (closed) jaxpr; `location` names a line.
+    `total`: its equations in all, sub-jaxprs included, where a walk of the same jaxpr has counted
+    them (`_lineprof.LineProfiler.profile`'s rows); counted here if None."""
     jaxpr = getattr(closed_jaxpr, "jaxpr", closed_jaxpr)
     eqns = getattr(jaxpr, "eqns", None)
     if eqns is None:
@@ -90,8 +92,8 @@ def graph_stats(closed_jaxpr: Any, location: Callable[[str, int], str]) -> Graph
     n = len(eqns)
     found = find_unrolled([eqn.primitive.name for eqn in eqns]) if n >= 2 * MIN_REPEATS else None
     where = _loop_location(eqns[found.start:found.start + found.period], location) if found else None
-    # No equation can hold a sub-jaxpr (the common case): no count to walk.
-    total = n if _PLAIN_PRIMITIVES.issuperset(map(_PRIMITIVE, eqns)) else _count_equations(jaxpr, eqns, {})
+    if total is None:  # no equation can hold a sub-jaxpr (the common case): no count to walk
+        total = n if _PLAIN_PRIMITIVES.issuperset(map(_PRIMITIVE, eqns)) else _count_equations(jaxpr, eqns, {})
     # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this runs at every trace.
     return tuple.__new__(GraphStats, (n, total, found, where))
 

@@ -196,18 +196,22 @@ class Listeners:
             tls.lowering = (pending[1], handle, unmade, graph.eqns_total if graph is not None else None)
 
     # ------------------------------------------------------- line profiles
-    def _profile(self, handle, jaxpr) -> None:
-        """Equations per user line of a traced program (`_lineprof`), to the sink; never raises."""
+    def _profile(self, handle, jaxpr) -> int | None:
+        """Equations per user line of a traced program (`_lineprof`), to the sink; its equations in
+        all (the rows' self counts sum to them), or None; never raises."""
         if jaxpr is None or (self._profiler is None and self.decoder is None):
-            return
+            return None
         try:
             if self._profiler is None:
                 from ._lineprof import LineProfiler
 
                 self._profiler = LineProfiler(self.decoder.is_library, self.decoder.location)
-            self._sink.on_line_profile(handle, self._profiler.profile(jaxpr))
+            rows = self._profiler.profile(jaxpr)
+            self._sink.on_line_profile(handle, rows)
         except Exception as e:
             self._sink.fault("profile", e)
+            return None
+        return sum(row[1] for row in rows)
 
     def _make_in_thread(self, unmade: _Unmade, delay: float | None = None) -> None:
         """Have our thread measure and profile `unmade` (`PROFILE_DELAY_S` from now, or `delay`).
@@ -236,18 +240,19 @@ class Listeners:
 
     def _make(self, unmade: _Unmade) -> None:
         jaxpr = unmade.program()
-        self._measure(unmade, jaxpr)
-        self._profile(unmade.handle, jaxpr)
+        # one walk counts the equations in all for both (the profile's, the longer one, first)
+        self._measure(unmade, jaxpr, self._profile(unmade.handle, jaxpr))
 
-    def _measure(self, unmade: _Unmade, jaxpr=None) -> int | None:
-        """A trace's `graph_stats` (once), to the sink; its equations in all, or None; never raises."""
+    def _measure(self, unmade: _Unmade, jaxpr=None, total: int | None = None) -> int | None:
+        """A trace's `graph_stats` (once), to the sink; its equations in all, or None; never raises.
+        `total`: its equations in all where a profile's walk counted them."""
         graph = unmade.graph
         if graph is _NOT_MADE:
             graph = None
             try:
                 jaxpr = unmade.program() if jaxpr is None else jaxpr
                 if jaxpr is not None:
-                    graph = graph_stats(jaxpr, unmade.location)
+                    graph = graph_stats(jaxpr, unmade.location, total)
             except Exception as e:
                 self._sink.fault("profile", e)
             unmade.graph = graph

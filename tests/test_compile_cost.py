@@ -140,21 +140,31 @@ def _library_programs():
     }, x
 
 
+def _profiled_equations(jaxpr) -> int:
+    """Equations in all as a line profile counts them: its rows' self counts (`_make` takes
+    `eqns_total` from them instead of counting again)."""
+    from jaxtrace_nb._lineprof import LineProfiler
+
+    return sum(own for _, own, _ in LineProfiler(lambda f: False, lambda f, n: f"{f}:{n}").profile(jaxpr))
+
+
 def test_equation_count_agrees_with_jaxs_own_sub_jaxprs():
-    """JAX's own ``core.subjaxprs`` (every jaxpr in any parameter) is the oracle of `eqns_total`, over
-    real programs of control flow, transformations and libraries; twice, the second time from the
-    per-primitive memory of which parameters may hold jaxprs (made by the first)."""
+    """JAX's own ``core.subjaxprs`` (every jaxpr in any parameter) is the oracle of `eqns_total`, as
+    counted alone and as a line profile's walk counts it, over real programs of control flow,
+    transformations and libraries; twice, the second time from the per-primitive memory of which
+    parameters may hold jaxprs (made by the first)."""
     programs, x = _library_programs()
     for _ in range(2):
         for name, program in programs.items():
             jaxpr = jax.make_jaxpr(program)(x).jaxpr
-            assert count_equations(jaxpr, {}) == _jax_equations(jaxpr), name
+            assert count_equations(jaxpr, {}) == _jax_equations(jaxpr) == _profiled_equations(jaxpr), name
 
 
 _KIND_BY_EQUATION = textwrap.dedent("""
     import jax, jax.numpy as jnp, lineax as lx
     from jax._src import core
     from jaxtrace_nb._cost import count_equations
+    from jaxtrace_nb._lineprof import LineProfiler
 
     def jax_equations(jaxpr):
         return len(jaxpr.eqns) + sum(jax_equations(sub) for sub in core.subjaxprs(jaxpr))
@@ -169,6 +179,8 @@ _KIND_BY_EQUATION = textwrap.dedent("""
     for program in (by_matrix, by_function):  # the primitive first seen without a jaxpr
         jaxpr = jax.make_jaxpr(program)(jnp.ones(3)).jaxpr
         print(count_equations(jaxpr, {}), jax_equations(jaxpr))
+        assert sum(own for _, own, _ in LineProfiler(lambda f: False, lambda f, n: f).profile(jaxpr)) \
+            == jax_equations(jaxpr)
 """)
 
 
