@@ -38,8 +38,8 @@ PARTS_PROGRAMS = 4  # compiles a round where the listeners are timed
 # A warm start: programs the persistent cache serves back to back, as a restarted run's first
 # steps are (each hit's walk, handed to our thread after its load, falls in the next one's work).
 WARM_PROGRAMS = 4
-WARM_ROUNDS = 240  # rounds of WARM_PROGRAMS hits, off and recorded alternately: about 2 minutes
-WARM_MODES = ("off", "recorded")
+WARM_ROUNDS = 360  # rounds of WARM_PROGRAMS hits, the modes in turn: about 3 minutes
+
 LAYERS = 16
 WIDTH = 96
 MODES = ("off", "recorded", "recorded_no_keys")
@@ -156,22 +156,24 @@ def _key_cost(jt, step, params, x, repeats: int) -> dict:
 
 def _warm_start(jt, session, params, x, rounds: int, programs: int) -> dict:
     """`rounds` rounds of `programs` compiles served by the persistent cache back to back (JAX's
-    in-memory caches cleared before each round), recording stopped and on by turns; per round its
-    wall, process CPU and user's-thread CPU seconds (`_round`) and, recorded, our threads' CPU
+    in-memory caches cleared before each round), the modes of `MODES` in turn; per round its
+    wall, process CPU and user's-thread CPU seconds (`_round`) and our threads' CPU
     seconds for the round (their work finished after the timing)."""
     import jax
 
     steps = [_program(7.0 + i * 1e-6) for i in range(programs)]
     jt.stop()
     _round(steps, params, x)  # compiled and written once: every later compile of these is a hit
-    runs: dict = {mode: [] for mode in WARM_MODES}
-    for r in range(rounds):
-        mode = WARM_MODES[r % len(WARM_MODES)]
+    runs: dict = {mode: [] for mode in MODES}
+    order = [mode for r in range(rounds // len(MODES)) for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]]
+    for mode in order:
         jax.clear_caches()
         gc.collect()
-        if mode == "recorded":
+        if mode != "off":
             jt.reset()
             jt.start()
+            if mode == "recorded_no_keys":
+                session.probe.keys.uninstall()
         ours = _our_threads_cpu()
         wall, cpu, user = _round(steps, params, x)
         row = {"hits_s": wall, "hits_cpu_s": cpu, "hits_user_cpu_s": user}
@@ -180,9 +182,10 @@ def _warm_start(jt, session, params, x, rounds: int, programs: int) -> dict:
             row["ours_cpu_s"] = _our_threads_cpu() - ours
         if mode == "recorded":
             row["hits"] = int((jt.log()["persistent_cache"] == "hit").sum())
+        if mode != "off":
             jt.stop()
         runs[mode].append(row)
-    return {"programs": programs, "rounds": rounds, "modes": list(WARM_MODES), "runs": runs}
+    return {"programs": programs, "rounds": rounds, "modes": list(MODES), "runs": runs}
 
 
 # Where recording's own time goes at a compile: the probe's listeners (the outer three, timed
@@ -346,7 +349,7 @@ def worker(quick: bool) -> dict:
                 jt.stop()
             runs[mode].append(row)
     key_cost = _key_cost(jt, _program(0.25), params, x, 20 if quick else 100)
-    warm_start = _warm_start(jt, session, params, x, 4 if quick else WARM_ROUNDS, WARM_PROGRAMS)
+    warm_start = _warm_start(jt, session, params, x, 6 if quick else WARM_ROUNDS, WARM_PROGRAMS)
     parts = _listener_parts(jt, session, params, x, 1 if quick else 5)
     xla_reads = _xla_reads(2 if quick else 7)
     index = os.path.join(cache, "jaxtrace_nb", "index.sqlite")

@@ -221,12 +221,14 @@ def _warm_start_figures(warm: dict) -> dict:
     """Spreads and on / off ratios (rounds paired in their order) of `_cache._warm_start`'s rounds."""
     runs = warm["runs"]
     out = {k: warm[k] for k in ("programs", "rounds")}
+    pairs = (("recorded_vs_off", "recorded", "off"), ("recorded_vs_no_keys", "recorded", "recorded_no_keys"),
+             ("no_keys_vs_off", "recorded_no_keys", "off"))
     for phase in ("hits_s", "hits_cpu_s", "hits_user_cpu_s"):
         out[phase] = {mode: spread(r[phase] for r in rows) for mode, rows in runs.items()}
-        out[f"{phase[:-2]}_ratio"] = spread(ratios([r[phase] for r in runs["recorded"]],
-                                                   [r[phase] for r in runs["off"]]))
-    if all("ours_cpu_s" in r for r in runs["recorded"]):
-        out["ours_cpu_s"] = spread(r["ours_cpu_s"] for r in runs["recorded"])
+        out[f"{phase[:-2]}_ratio"] = {name: spread(ratios([r[phase] for r in runs[a]], [r[phase] for r in runs[b]]))
+                                      for name, a, b in pairs if a in runs and b in runs}
+    if all("ours_cpu_s" in r for rows in runs.values() for r in rows):
+        out["ours_cpu_s"] = {mode: spread(r["ours_cpu_s"] for r in rows) for mode, rows in runs.items()}
     out["hits"] = sorted({r["hits"] for r in runs["recorded"]})
     return out
 
@@ -346,14 +348,20 @@ def figures(results: dict, quick: bool) -> list[dict]:
                                 "(absolute)", fmt_spread(cache["ours_cpu_s"]["recorded"], "ms", 1e3), None))
         warm = cache.get("warm_start")
         if warm:
-            for phase, what, goal in (("hits", "", "≤ 1.02"), ("hits_cpu", ", CPU s", "≤ 1.02"),
-                                      ("hits_user_cpu", ", the user's thread's CPU s", "(reference)")):
-                r = warm[f"{phase}_ratio"]
-                ci = r.get("median_ci95")
-                rows.append(_figure("6 persistent cache", f"warm start, {warm['programs']} compiles served back to "
-                                    f"back{what}: recording on / off", goal, fmt_spread(r),
-                                    r["median"] <= 1.02 if goal.startswith("≤") else None,
-                                    f"median's 95 % interval {ci[0]:.3f}–{ci[1]:.3f} ({r['n']} rounds)" if ci else ""))
+            for phase, what in (("hits", ""), ("hits_cpu", ", CPU s"), ("hits_user_cpu", ", the user's thread's CPU s")):
+                for key, label, goal in (("recorded_vs_off", "recording on / off", "≤ 1.02"),
+                                         ("recorded_vs_no_keys", "keys read / not read (both recording)", "≤ 1.02"),
+                                         ("no_keys_vs_off", "recording without keys / off", "(reference)")):
+                    r = warm[f"{phase}_ratio"].get(key)
+                    if r is None:
+                        continue
+                    goal = goal if phase != "hits_user_cpu" else "(reference)"
+                    ci = r.get("median_ci95")
+                    rows.append(_figure("6 persistent cache", f"warm start, {warm['programs']} compiles served back "
+                                        f"to back{what}: {label}", goal, fmt_spread(r),
+                                        r["median"] <= 1.02 if goal.startswith("≤") else None,
+                                        f"median's 95 % interval {ci[0]:.3f}–{ci[1]:.3f} ({r['n']} rounds)"
+                                        if ci else ""))
         key = cache.get("key_cost") or {}
         if key.get("parts_read"):
             compile_s = cache["miss_s"]["off"]["median"] / cache["programs_per_round"]
@@ -496,15 +504,16 @@ def render_text(results: dict) -> str:
                 f"{mode} {fmt_spread(cache['ours_cpu_s'][mode], 'ms', 1e3)}" for mode in cache["modes"]))
         warm = cache.get("warm_start")
         if warm:
+            modes = list(warm["hits_s"])
             lines.append(f"  warm start: seconds per round of {warm['programs']} compiles served by the cache back to "
-                         f"back, median (min–max) of {warm['rounds'] // 2} rounds per mode, off and recorded by "
-                         "turns: " + "; ".join(
-                             f"{phase} off {fmt_spread(warm[f'{phase}_s']['off'], 's')}, recorded "
-                             f"{fmt_spread(warm[f'{phase}_s']['recorded'], 's')}, on / off "
-                             f"{fmt_spread(warm[f'{phase}_ratio'])} (interval {_interval(warm[f'{phase}_ratio'])})"
-                             for phase in ("hits", "hits_cpu", "hits_user_cpu"))
-                         + f"; hits recorded a round {warm['hits']}; our threads' CPU a recorded round "
-                           f"{fmt_spread(warm.get('ours_cpu_s'), 'ms', 1e3)}")
+                         f"back, median (min–max) of {warm['rounds'] // len(modes)} rounds per mode, modes in turn: "
+                         + "; ".join(f"{phase} " + ", ".join(f"{m} {fmt_spread(warm[f'{phase}_s'][m], 's')}"
+                                                             for m in modes)
+                                     + "; " + ", ".join(f"{k} {fmt_spread(r)} (interval {_interval(r)})"
+                                                        for k, r in warm[f"{phase}_ratio"].items())
+                                     for phase in ("hits", "hits_cpu", "hits_user_cpu"))
+                         + f"; hits recorded a round {warm['hits']}; our threads' CPU a round "
+                         + ", ".join(f"{m} {fmt_spread(r, 'ms', 1e3)}" for m, r in (warm.get("ours_cpu_s") or {}).items()))
         parts = cache.get("listener_parts")
         if parts:
             lines.append(f"  recording's listeners, ms per compile over {parts['compiles']} compiles (misses and hits; "
