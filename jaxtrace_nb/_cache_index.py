@@ -3,7 +3,7 @@
 One SQLite file per cache (`index_path`: ``<cache dir>/jaxtrace_nb/index.sqlite``; JAX's own
 eviction only looks at its ``*-cache`` files), shared by every process using that cache:
 
-* **safe with several writers**: WAL journal, a busy timeout, and every write one short
+* **safe with several writers**: WAL journal, a busy timeout, and every batch of writes one short
   ``BEGIN IMMEDIATE`` transaction (the write lock is taken first, so two writers never deadlock
   upgrading a read); readers never wait for writers;
 * **bounded**: at most `MAX_KEYS_PER_NAME` keys per computation name and `MAX_KEYS` in all (the
@@ -43,11 +43,13 @@ MAX_QUEUED = 1024  # records waiting for the writer thread; more are dropped (co
 BUSY_TIMEOUT_S = 10.0
 _PRUNE_EVERY = 256  # writes between two global prunings (and one at the first write)
 _CANDIDATES = 64  # the most recent keys of a name compared with a new one
-# A record waits this long in the writer's queue before the writer starts on it (unless a flush or a
-# read asks sooner): the writer's Python would otherwise take the GIL from the user's thread in the
-# work JAX does right after a compile (its output shardings, the cache write, the first call), which
-# then waits for it (`docs/performance.md`, "Persistent cache").
-WRITE_DELAY_S = 0.05
+# The writer starts once no record has come for this long (unless a flush or a read asks sooner),
+# and then writes every record waiting in one transaction: its Python would otherwise take the GIL
+# from the user's thread in the work JAX does right after a compile (its output shardings, the cache
+# write, the first call), which then waits for it; and a burst of compiles (a warm start's hits, a
+# tenth of a second apart) wakes it once, not once a compile (`docs/performance.md`, "Persistent cache").
+WRITE_DELAY_S = 0.25
+MAX_WRITE_WAIT_S = 2.0  # ... but no record waits longer than this for a quiet moment
 INDEX_DIR = "jaxtrace_nb"
 INDEX_FILE = "index.sqlite"
 
@@ -133,11 +135,13 @@ class _transaction:
         self.con = con
 
     def __enter__(self):
-        self.con.execute("BEGIN IMMEDIATE")
+        self.outermost = not self.con.in_transaction  # inside the writer's batch: part of it
+        if self.outermost:
+            self.con.execute("BEGIN IMMEDIATE")
         return self.con
 
     def __exit__(self, exc_type, *_):
-        if not self.con.in_transaction:
+        if not self.outermost or not self.con.in_transaction:
             return False
         self.con.execute("ROLLBACK" if exc_type is not None else "COMMIT")
         return False
@@ -291,21 +295,25 @@ def _earlier(row) -> EarlierKey:
 
 
 # ------------------------------------------------------------------ writer thread
+_WAKE = object()  # put by `IndexWriter.hurry`: stop waiting for a quiet moment
+
+
 class Job:
     """One record on its way to the index; `done` once written (and compared, when asked)."""
 
-    __slots__ = ("record", "compare", "function", "location", "due", "done", "comparison", "error")
+    __slots__ = ("record", "compare", "function", "location", "came", "done", "comparison", "error")
 
     def __init__(self, record: CacheKeyRecord, compare: bool, function: str | None, location: str | None):
         self.record, self.compare, self.function, self.location = record, compare, function, location
-        self.due = time.monotonic() + WRITE_DELAY_S  # the writer starts on it then, unless hurried
+        self.came = time.monotonic()
         self.done = threading.Event()
         self.comparison: CacheComparison | None = None
         self.error: str | None = None
 
 
 class IndexWriter:
-    """The thread that owns one index's connection: compares and writes records in order.
+    """The thread that owns one index's connection: compares and writes records in order, those
+    waiting together in one transaction, once no record has come for `WRITE_DELAY_S`.
 
     `submit` never blocks; `flush` waits (bounded) for what was submitted before it."""
 
@@ -314,9 +322,10 @@ class IndexWriter:
         self.who = who
         self._fault = fault
         self._queue: queue.Queue = queue.Queue(maxsize=MAX_QUEUED)
-        self._hurried = threading.Event()  # start on the records queued now without waiting for them to be due
+        self._hurried = threading.Event()  # write the records queued now without waiting for a quiet moment
         self.dropped = 0
         self.error: str | None = None  # why the index cannot be used (it then takes no more records)
+        self._writes = 0
         self._thread = threading.Thread(target=self._run, name="jaxtrace_nb-cache-index", daemon=True)
         self._thread.start()
 
@@ -335,16 +344,20 @@ class IndexWriter:
     def flush(self, timeout: float) -> bool:
         """Wait up to `timeout` seconds for every record submitted so far; whether they all are in."""
         marker = Job(None, False, None, None)  # type: ignore[arg-type]
+        self._hurried.set()
         try:
             self._queue.put(marker, timeout=timeout)
         except queue.Full:
             return False
-        self.hurry()
         return marker.done.wait(timeout)
 
     def hurry(self) -> None:
-        """Start on the records submitted so far now, without waiting out `WRITE_DELAY_S`."""
+        """Write the records submitted so far now, without waiting for a quiet moment."""
         self._hurried.set()
+        try:
+            self._queue.put_nowait(_WAKE)  # (a full queue keeps the writer busy anyway)
+        except queue.Full:
+            pass
 
     def close(self, timeout: float = 5.0) -> None:
         self.flush(timeout)
@@ -356,41 +369,90 @@ class IndexWriter:
 
     def _run(self) -> None:
         con = None
-        writes = 0
-        while True:
-            job = self._queue.get()
-            if job is None:
-                break
-            try:
-                if job.record is None:
-                    continue  # a flush marker
-                wait = job.due - time.monotonic()
-                if wait > 0:
-                    self._hurried.wait(wait)
-                if self._queue.empty():
-                    self._hurried.clear()  # every record hurried is being written
-                if self.error is not None:
-                    job.error = self.error
-                    continue
-                if con is None:
-                    con = self._open()
-                    if con is None:
-                        job.error = self.error
-                        continue
-                if job.compare:
-                    job.comparison = compare(con, job.record, job.location)
-                put(con, job.record, self.who, job.function, job.location)
-                writes += 1
-                if writes % _PRUNE_EVERY == 1:
-                    prune(con)
-            except Exception as e:
-                job.error = f"{type(e).__name__}: {e}"
-                self._fault("persistent cache index", e)
-            finally:
-                job.record = None  # its module bytes are written, or in the comparison
-                job.done.set()
+        closing = False
+        while not closing:
+            batch: list[Job] = []
+            closing = self._gather(batch, block=True)
+            if not closing and self._quiet_wait(batch):
+                closing = True
+            closing = self._gather(batch, block=False) or closing  # whatever came meanwhile: in this batch
+            if self._queue.empty():
+                self._hurried.clear()  # every record hurried is in this batch
+            con = self._write(con, batch)
         if con is not None:
             con.close()
+
+    def _gather(self, batch: list, block: bool) -> bool:
+        """Take jobs off the queue into `batch` (one, waiting for it, when `block`; else every one
+        there); whether the writer is closed."""
+        while True:
+            closed = self._take(batch, block, None)
+            if closed is not False or (block and batch):
+                return bool(closed)
+
+    def _quiet_wait(self, batch: list) -> bool:
+        """Wait until no record has come for `WRITE_DELAY_S` (at most `MAX_WRITE_WAIT_S` from the
+        first one), a flush or a read hurries, or the writer is closed (True)."""
+        deadline = batch[0].came + MAX_WRITE_WAIT_S
+        while not self._hurried.is_set():
+            wait = min(batch[-1].came + WRITE_DELAY_S, deadline) - time.monotonic()
+            if wait <= 0:
+                return False
+            closed = self._take(batch, True, wait)
+            if closed is not False:
+                return bool(closed)
+        return False
+
+    def _take(self, batch: list, block: bool, timeout: float | None) -> bool | None:
+        """One job off the queue into `batch` (a wake-up is none): True if it closes the writer,
+        None if the queue stayed empty, else False."""
+        try:
+            job = self._queue.get(block=block, timeout=timeout)
+        except queue.Empty:
+            return None
+        if job is None:
+            return True
+        if job is not _WAKE:
+            batch.append(job)
+        return False
+
+    def _write(self, con: sqlite3.Connection | None, batch: list) -> sqlite3.Connection | None:
+        """Compare and write `batch`'s records in one transaction (one by one where it fails, so
+        that one bad record costs only itself); every job done after."""
+        jobs = [job for job in batch if job.record is not None]  # (not the flush markers)
+        try:
+            if jobs and self.error is None and con is None:
+                con = self._open()
+            if jobs and con is not None:
+                try:
+                    with _transaction(con):
+                        for job in jobs:
+                            self._put(con, job)
+                except Exception:
+                    for job in jobs:
+                        job.comparison = None
+                        try:
+                            with _transaction(con):
+                                self._put(con, job)
+                        except Exception as e:
+                            job.error = f"{type(e).__name__}: {e}"
+                            self._fault("persistent cache index", e)
+            for job in jobs:
+                if con is None:
+                    job.error = self.error
+        finally:
+            for job in batch:
+                job.record = None  # its module bytes are written, or in the comparison
+                job.done.set()
+        return con
+
+    def _put(self, con: sqlite3.Connection, job: Job) -> None:
+        if job.compare:
+            job.comparison = compare(con, job.record, job.location)
+        put(con, job.record, self.who, job.function, job.location)
+        self._writes += 1
+        if self._writes % _PRUNE_EVERY == 1:
+            prune(con)
 
     def _open(self) -> sqlite3.Connection | None:
         try:

@@ -367,8 +367,9 @@ def test_time_to_settle_is_bounded_when_the_index_is_held(tmp_path):
 
 
 def test_the_writer_starts_on_a_record_after_its_delay_unless_asked_sooner(tmp_path, monkeypatch):
-    """A record waits `WRITE_DELAY_S` in the queue (the work JAX does right after a compile keeps the
-    GIL); a flush, a `hurry` and a read that words a miss (`CacheExplainer.settle`) start it at once."""
+    """A record waits for a quiet moment, `WRITE_DELAY_S` without a new one (the work JAX does right
+    after a compile keeps the GIL); a flush, a `hurry` and a read that words a miss
+    (`CacheExplainer.settle`) start it at once."""
     from jaxtrace_nb._cache_explainer import CacheExplainer
     from jaxtrace_nb._log import Event, EventLog
 
@@ -377,10 +378,13 @@ def test_the_writer_starts_on_a_record_after_its_delay_unless_asked_sooner(tmp_p
     job = writer.submit(record(key="jit_step-1"), compare=True)
     assert not job.done.wait(0.15) and job.done.wait(30)  # not before its delay, and then on its own
     monkeypatch.setattr(index, "WRITE_DELAY_S", 3600.0)
+    monkeypatch.setattr(index, "MAX_WRITE_WAIT_S", 3600.0)
     job = writer.submit(record(key="jit_step-2"), compare=True)
+    assert not job.done.wait(0.3)
     writer.hurry()
     assert job.done.wait(30)
     job = writer.submit(record(key="jit_step-3"), compare=True)
+    assert not job.done.wait(0.3)
     assert writer.flush(30) and job.done.is_set()
     writer.close()
 
@@ -392,3 +396,76 @@ def test_the_writer_starts_on_a_record_after_its_delay_unless_asked_sooner(tmp_p
     explainer.settle(timeout=30)
     assert event.persistent_cache.startswith("miss: the first compile of `jit_step`")
     explainer.flush()
+
+
+def _transactions(monkeypatch) -> list:
+    """The outermost ``BEGIN IMMEDIATE`` of the index's connections, counted from now on."""
+    begun = []
+    enter = index._transaction.__enter__
+
+    def counting(self):
+        con = enter(self)
+        if self.outermost:
+            begun.append(self)
+        return con
+
+    monkeypatch.setattr(index._transaction, "__enter__", counting)
+    return begun
+
+
+def test_a_burst_of_records_is_written_once_quiet_in_one_transaction(tmp_path, monkeypatch):
+    """Records that come closer together than `WRITE_DELAY_S` (a warm start's hits) wait for the
+    burst to end, then go in one transaction, each compared with those before it in the burst; a
+    steady stream waits no longer than `MAX_WRITE_WAIT_S` for a quiet moment."""
+    monkeypatch.setattr(index, "WRITE_DELAY_S", 0.5)
+    monkeypatch.setattr(index, "MAX_WRITE_WAIT_S", 3600.0)
+    path = str(tmp_path / "cache" / "jaxtrace_nb" / "index.sqlite")
+    index.connect(path).close()  # made (its schema written) before the count
+    begun = _transactions(monkeypatch)
+    writer = index.IndexWriter(path, WHO, lambda *a: None)
+    jobs = []
+    for n in range(5):
+        jobs.append(writer.submit(record(key=f"jit_step-{n}", parts={"XLA flags": f"{n}" * 64}), compare=True))
+        assert not any(job.done.wait(0.1) for job in jobs)  # (0.1 s apart: none written meanwhile)
+    assert all(job.done.wait(30) for job in jobs)
+    assert len(begun) == 1  # (the first write's global pruning inside it)
+    assert [job.comparison.closest.key if job.comparison.closest else None for job in jobs] == \
+        [None, "jit_step-0", "jit_step-1", "jit_step-2", "jit_step-3"]  # the most recent of equals
+    writer.close()
+
+    monkeypatch.setattr(index, "MAX_WRITE_WAIT_S", 0.4)
+    writer = index.IndexWriter(path, WHO, lambda *a: None)
+    first = writer.submit(record(key="jit_step-a"), compare=False)
+    stream_start = time.monotonic()
+    n = 0
+    while not first.done.is_set() and time.monotonic() - stream_start < 10:
+        n += 1
+        writer.submit(record(key=f"jit_step-stream-{n}"), compare=False)
+        time.sleep(0.05)
+    assert first.done.is_set() and time.monotonic() - stream_start < 5
+    writer.close()
+
+
+def test_a_failing_record_of_a_batch_costs_only_itself(tmp_path, monkeypatch):
+    """One record that cannot be written rolls its batch back; the writer then writes the batch's
+    records one by one, and only that one fails (counted once as a fault)."""
+    faults = []
+    put = index.put
+
+    def failing(con, rec, *args, **kwargs):
+        if rec.key == "jit_step-bad":
+            raise sqlite3.OperationalError("injected")
+        return put(con, rec, *args, **kwargs)
+
+    monkeypatch.setattr(index, "put", failing)
+    monkeypatch.setattr(index, "WRITE_DELAY_S", 3600.0)
+    monkeypatch.setattr(index, "MAX_WRITE_WAIT_S", 3600.0)
+    path = str(tmp_path / "cache" / "jaxtrace_nb" / "index.sqlite")
+    writer = index.IndexWriter(path, WHO, lambda stage, e: faults.append(stage))
+    jobs = [writer.submit(record(key=key, parts={"XLA flags": key[-1] * 64}), compare=True)
+            for key in ("jit_step-1", "jit_step-bad", "jit_step-2")]
+    assert writer.flush(30)
+    assert [job.error for job in jobs] == [None, "OperationalError: injected", None]
+    assert jobs[2].comparison.closest.key == "jit_step-1" and faults == ["persistent cache index"]
+    assert {k for (k,) in sqlite3.connect(path).execute("SELECT key FROM keys")} == {"jit_step-1", "jit_step-2"}
+    writer.close()
