@@ -3,8 +3,8 @@
 One SQLite file per cache (`index_path`: ``<cache dir>/jaxtrace_nb/index.sqlite``; JAX's own
 eviction only looks at its ``*-cache`` files), shared by every process using that cache:
 
-* **safe with several writers**: WAL journal, a busy timeout, and every batch of writes one short
-  ``BEGIN IMMEDIATE`` transaction (the write lock is taken first, so two writers never deadlock
+* **safe with several writers**: WAL journal, a busy timeout, and every batch of writes (at most
+  `_MAX_BATCH` records) one ``BEGIN IMMEDIATE`` transaction (the write lock is taken first, so two writers never deadlock
   upgrading a read); readers never wait for writers;
 * **bounded**: at most `MAX_KEYS_PER_NAME` keys per computation name and `MAX_KEYS` in all (the
   least recently seen go first), canonical modules for `MAX_MODULES_PER_NAME` keys per name, at
@@ -29,6 +29,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
+from typing import NamedTuple
 
 from ._jax_cache_key import entry_path
 from ._records import CACHE_KEY_COMPONENTS, CacheComparison, CacheKeyRecord, EarlierKey
@@ -39,9 +40,10 @@ MAX_KEYS = 20_000
 MAX_MODULES_PER_NAME = 4
 MAX_MODULE_BYTES = 16 << 20  # compressed; a larger module is indexed without it
 MAX_MODULES_BYTES = 256 << 20
-MAX_QUEUED = 1024  # records waiting for the writer thread; more are dropped (counted)
+MAX_QUEUED = 1024  # records waiting in the writer's queue (as many again in a batch it gathers); more are dropped
 BUSY_TIMEOUT_S = 10.0
 _PRUNE_EVERY = 256  # writes between two global prunings (and one at the first write)
+_MAX_BATCH = 64  # records in one of the writer's transactions (other processes wait for its write lock)
 _CANDIDATES = 64  # the most recent keys of a name compared with a new one
 # The writer starts once no record has come for this long (unless a flush or a read asks sooner),
 # and then writes every record waiting in one transaction: its Python would otherwise take the GIL
@@ -129,22 +131,35 @@ def connect(path: str, *, create: bool = True) -> sqlite3.Connection:
 
 
 class _transaction:
-    """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on an exception)."""
+    """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on an exception, and where the ``COMMIT``
+    itself fails: the connection never stays inside a transaction)."""
 
     def __init__(self, con: sqlite3.Connection):
         self.con = con
 
     def __enter__(self):
-        self.outermost = not self.con.in_transaction  # inside the writer's batch: part of it
-        if self.outermost:
-            self.con.execute("BEGIN IMMEDIATE")
+        self.con.execute("BEGIN IMMEDIATE")
         return self.con
 
     def __exit__(self, exc_type, *_):
-        if not self.outermost or not self.con.in_transaction:
+        if not self.con.in_transaction:
             return False
-        self.con.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+        if exc_type is None:
+            try:
+                self.con.execute("COMMIT")
+                return False
+            except BaseException:
+                _rollback(self.con)
+                raise
+        _rollback(self.con)
         return False
+
+
+def _rollback(con: sqlite3.Connection) -> None:
+    try:
+        con.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
 
 
 class RunInfo:
@@ -201,59 +216,82 @@ def compare(con: sqlite3.Connection, record: CacheKeyRecord, location: str | Non
     return CacheComparison(None, earlier, differing, None, None)
 
 
+class _Prepared(NamedTuple):
+    """A record's rows as they are written, the compression done (outside the write lock)."""
+    record: CacheKeyRecord
+    computation: str
+    written: int
+    module: bytes | None  # the canonical module, compressed (a key that missed; None if too large)
+    options: bytes | None  # the compile options, compressed
+
+
+def _prepared(record: CacheKeyRecord) -> _Prepared | None:
+    if not record.components:
+        return None
+    module = None
+    if record.module_bytes is not None and record.outcome != "hit":
+        module = zlib.compress(record.module_bytes, 1)
+        if len(module) > MAX_MODULE_BYTES:
+            module = None
+    return _Prepared(record, dict(record.components).get("computation", ""), 1 if record.outcome == "written" else 0,
+                     module, zlib.compress(record.compile_options, 1) if record.compile_options else None)
+
+
 def put(con: sqlite3.Connection, record: CacheKeyRecord, who: RunInfo, function: str | None,
         location: str | None, now: float | None = None) -> None:
     """Remember `record`'s key (and its canonical module, for a key that missed), in one transaction,
     keeping the per-name bounds."""
-    if not record.components:
-        return
-    now = time.time() if now is None else now
-    computation = dict(record.components).get("computation", "")
-    written = 1 if record.outcome == "written" else 0
-    compressed = None
-    if record.module_bytes is not None and record.outcome != "hit":
-        compressed = zlib.compress(record.module_bytes, 1)
-        if len(compressed) > MAX_MODULE_BYTES:
-            compressed = None
-    options = zlib.compress(record.compile_options, 1) if record.compile_options else None
-    with _transaction(con):
-        updated = con.execute(
-            "UPDATE keys SET last_seen=?, seen=seen+1, run=?, host=?, pid=?, outcome=?, reason=?, "
-            "written=max(written, ?), function=coalesce(?, function), location=coalesce(?, location) WHERE key=?",
-            (now, who.run, who.host, who.pid, record.outcome, record.reason, written, function, location,
-             record.key)).rowcount
-        if not updated:
-            con.execute(
-                "INSERT INTO keys(key, module_name, first_seen, last_seen, run, host, pid, function, location, outcome, "
-                "reason, written, components, facts, compile_options, computation) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (record.key, record.module_name, now, now, who.run, who.host, who.pid, function, location,
-                 record.outcome, record.reason, written, json.dumps(record.components),
-                 json.dumps(record.facts, default=str), options, computation))
-            con.execute("DELETE FROM keys WHERE module_name=? AND key NOT IN (SELECT key FROM keys WHERE "
-                        "module_name=? ORDER BY last_seen DESC LIMIT ?)",
-                        (record.module_name, record.module_name, MAX_KEYS_PER_NAME))
-        if compressed is not None:
-            con.execute("INSERT INTO modules(computation, module_name, size, data, last_seen) VALUES (?, ?, ?, ?, ?) "
-                        "ON CONFLICT(computation) DO UPDATE SET last_seen=excluded.last_seen",
-                        (computation, record.module_name, len(compressed), compressed, now))
-            con.execute("DELETE FROM modules WHERE module_name=? AND computation NOT IN (SELECT computation FROM "
-                        "modules WHERE module_name=? ORDER BY last_seen DESC LIMIT ?)",
-                        (record.module_name, record.module_name, MAX_MODULES_PER_NAME))
+    prepared = _prepared(record)
+    if prepared is not None:
+        with _transaction(con):
+            _put_rows(con, prepared, who, function, location, time.time() if now is None else now)
+
+
+def _put_rows(con: sqlite3.Connection, prepared: _Prepared, who: RunInfo, function: str | None,
+              location: str | None, now: float) -> None:
+    """`put`'s statements, inside a transaction of the caller's."""
+    record, computation, written, module, options = prepared
+    updated = con.execute(
+        "UPDATE keys SET last_seen=?, seen=seen+1, run=?, host=?, pid=?, outcome=?, reason=?, "
+        "written=max(written, ?), function=coalesce(?, function), location=coalesce(?, location) WHERE key=?",
+        (now, who.run, who.host, who.pid, record.outcome, record.reason, written, function, location,
+         record.key)).rowcount
+    if not updated:
+        con.execute(
+            "INSERT INTO keys(key, module_name, first_seen, last_seen, run, host, pid, function, location, outcome, "
+            "reason, written, components, facts, compile_options, computation) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (record.key, record.module_name, now, now, who.run, who.host, who.pid, function, location,
+             record.outcome, record.reason, written, json.dumps(record.components),
+             json.dumps(record.facts, default=str), options, computation))
+        con.execute("DELETE FROM keys WHERE module_name=? AND key NOT IN (SELECT key FROM keys WHERE "
+                    "module_name=? ORDER BY last_seen DESC LIMIT ?)",
+                    (record.module_name, record.module_name, MAX_KEYS_PER_NAME))
+    if module is not None:
+        con.execute("INSERT INTO modules(computation, module_name, size, data, last_seen) VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT(computation) DO UPDATE SET last_seen=excluded.last_seen",
+                    (computation, record.module_name, len(module), module, now))
+        con.execute("DELETE FROM modules WHERE module_name=? AND computation NOT IN (SELECT computation FROM "
+                    "modules WHERE module_name=? ORDER BY last_seen DESC LIMIT ?)",
+                    (record.module_name, record.module_name, MAX_MODULES_PER_NAME))
 
 
 def prune(con: sqlite3.Connection) -> None:
     """Keep the global bounds: the `MAX_KEYS` most recently seen keys, and modules up to
     `MAX_MODULES_BYTES` (the most recently seen first)."""
     with _transaction(con):
-        con.execute("DELETE FROM keys WHERE key NOT IN (SELECT key FROM keys ORDER BY last_seen DESC LIMIT ?)",
-                    (MAX_KEYS,))
-        total, doomed = 0, []
-        for computation, size in con.execute("SELECT computation, size FROM modules ORDER BY last_seen DESC"):
-            total += size
-            if total > MAX_MODULES_BYTES:
-                doomed.append((computation,))
-        con.executemany("DELETE FROM modules WHERE computation=?", doomed)
+        _prune_rows(con)
+
+
+def _prune_rows(con: sqlite3.Connection) -> None:
+    con.execute("DELETE FROM keys WHERE key NOT IN (SELECT key FROM keys ORDER BY last_seen DESC LIMIT ?)",
+                (MAX_KEYS,))
+    total, doomed = 0, []
+    for computation, size in con.execute("SELECT computation, size FROM modules ORDER BY last_seen DESC"):
+        total += size
+        if total > MAX_MODULES_BYTES:
+            doomed.append((computation,))
+    con.executemany("DELETE FROM modules WHERE computation=?", doomed)
 
 
 def find(path: str) -> str | None:
@@ -392,9 +430,10 @@ class IndexWriter:
 
     def _quiet_wait(self, batch: list) -> bool:
         """Wait until no record has come for `WRITE_DELAY_S` (at most `MAX_WRITE_WAIT_S` from the
-        first one), a flush or a read hurries, or the writer is closed (True)."""
+        first one; not past `MAX_QUEUED` records waiting), a flush or a read hurries, or the writer is
+        closed (True)."""
         deadline = batch[0].came + MAX_WRITE_WAIT_S
-        while not self._hurried.is_set():
+        while not self._hurried.is_set() and len(batch) < MAX_QUEUED:
             wait = min(batch[-1].came + WRITE_DELAY_S, deadline) - time.monotonic()
             if wait <= 0:
                 return False
@@ -405,54 +444,81 @@ class IndexWriter:
 
     def _take(self, batch: list, block: bool, timeout: float | None) -> bool | None:
         """One job off the queue into `batch` (a wake-up is none): True if it closes the writer,
-        None if the queue stayed empty, else False."""
+        None if the queue stayed empty, else False. A flush's marker hurries what waits with it; a
+        wake-up with nothing waiting hurries nothing later."""
         try:
             job = self._queue.get(block=block, timeout=timeout)
         except queue.Empty:
             return None
         if job is None:
             return True
-        if job is not _WAKE:
-            batch.append(job)
+        if job is _WAKE:
+            if not batch:
+                self._hurried.clear()
+            return False
+        if job.record is None:
+            self._hurried.set()
+        batch.append(job)
         return False
 
     def _write(self, con: sqlite3.Connection | None, batch: list) -> sqlite3.Connection | None:
-        """Compare and write `batch`'s records in one transaction (one by one where it fails, so
-        that one bad record costs only itself); every job done after."""
+        """Compare and write `batch`'s records, at most `_MAX_BATCH` a transaction; every job done after."""
         jobs = [job for job in batch if job.record is not None]  # (not the flush markers)
         try:
             if jobs and self.error is None and con is None:
                 con = self._open()
-            if jobs and con is not None:
-                try:
-                    with _transaction(con):
-                        for job in jobs:
-                            self._put(con, job)
-                except Exception:
-                    for job in jobs:
-                        job.comparison = None
-                        try:
-                            with _transaction(con):
-                                self._put(con, job)
-                        except Exception as e:
-                            job.error = f"{type(e).__name__}: {e}"
-                            self._fault("persistent cache index", e)
-            for job in jobs:
-                if con is None:
-                    job.error = self.error
+            written = 0
+            while written < len(jobs) and con is not None:
+                con = self._write_batch(con, jobs[written:written + _MAX_BATCH])
+                written += _MAX_BATCH
+            for job in jobs[written:]:  # the index cannot be opened, or its connection was lost
+                job.error = self.error or "the index's connection was left inside a transaction"
         finally:
             for job in batch:
                 job.record = None  # its module bytes are written, or in the comparison
                 job.done.set()
         return con
 
-    def _put(self, con: sqlite3.Connection, job: Job) -> None:
+    def _write_batch(self, con: sqlite3.Connection, jobs: list) -> sqlite3.Connection | None:
+        """`jobs` in one transaction; where it fails after taking the write lock, one by one, so that a
+        bad record costs only itself. The connection, or None where it is left unusable (reopened
+        at the next batch)."""
+        prepared = [_prepared(job.record) for job in jobs]  # (compressed before the write lock)
+        began = False
+        try:
+            with _transaction(con):
+                began = True
+                for job, rows in zip(jobs, prepared):
+                    self._put(con, job, rows)
+        except Exception as e:
+            for job in jobs:
+                job.comparison = None
+            if not began:  # the write lock not had (another process held it past the busy timeout)
+                for job in jobs:
+                    job.error = f"{type(e).__name__}: {e}"
+                self._fault("persistent cache index", e)
+            else:
+                for job, rows in zip(jobs, prepared):
+                    try:
+                        with _transaction(con):
+                            self._put(con, job, rows)
+                    except Exception as e:
+                        job.comparison = None
+                        job.error = f"{type(e).__name__}: {e}"
+                        self._fault("persistent cache index", e)
+        if con.in_transaction:  # (a ROLLBACK that failed too)
+            con.close()
+            return None
+        return con
+
+    def _put(self, con: sqlite3.Connection, job: Job, prepared: _Prepared | None) -> None:
         if job.compare:
             job.comparison = compare(con, job.record, job.location)
-        put(con, job.record, self.who, job.function, job.location)
+        if prepared is not None:
+            _put_rows(con, prepared, self.who, job.function, job.location, time.time())
         self._writes += 1
         if self._writes % _PRUNE_EVERY == 1:
-            prune(con)
+            _prune_rows(con)
 
     def _open(self) -> sqlite3.Connection | None:
         try:
