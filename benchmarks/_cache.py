@@ -153,6 +153,41 @@ def _key_cost(jt, step, params, x, repeats: int) -> dict:
                                                                                           ("stopped", False)],
             "module_bytes": len(str(captured["computation"]))}
 
+# Compiles back to back: blocks of rounds with our threads' work not finished between rounds, only
+# at the block's end, counted in the block's seconds ("all in").
+BLOCKS = 48  # 24 a mode, off and recorded in the order off, recorded, recorded, off, ...: about 3 minutes
+BLOCK_ROUNDS = 8
+
+
+def _blocks(jt, session, params, x, blocks: int, rounds: int) -> dict:
+    """`blocks` blocks of `rounds` rounds (a new program missed, then, JAX's in-memory caches
+    cleared, served by the cache), recording off and on in the order off, recorded, recorded, off,
+    ...; per block the wall seconds of its rounds and of the whole block with our threads' work for
+    it finished at its end (`all_in_s`): what a program that compiles without pause pays."""
+    import jax
+
+    runs: dict = {"off": [], "recorded": []}
+    counter = 0
+    for b in range(blocks):
+        mode = ("off", "recorded")[(b + b // 2) % 2]
+        gc.collect()
+        if mode == "recorded":
+            jt.reset()
+            jt.start()
+        start, rounds_s = time.perf_counter(), 0.0
+        for _ in range(rounds):
+            counter += 1
+            programs = [_program(11.0 + counter * 1e-3)]
+            jax.clear_caches()
+            rounds_s += _round(programs, params, x)[0]
+            jax.clear_caches()
+            rounds_s += _round(programs, params, x)[0]
+        _finish_our_work(session)
+        runs[mode].append({"rounds_s": rounds_s, "all_in_s": time.perf_counter() - start})
+        if mode == "recorded":
+            jt.stop()
+    return {"blocks": blocks, "rounds": rounds, "runs": runs}
+
 
 def _warm_start(jt, session, params, x, rounds: int, programs: int) -> dict:
     """`rounds` rounds of `programs` compiles served by the persistent cache back to back (JAX's
@@ -350,10 +385,11 @@ def worker(quick: bool) -> dict:
             runs[mode].append(row)
     key_cost = _key_cost(jt, _program(0.25), params, x, 20 if quick else 100)
     warm_start = _warm_start(jt, session, params, x, 6 if quick else WARM_ROUNDS, WARM_PROGRAMS)
+    blocks = _blocks(jt, session, params, x, 4 if quick else BLOCKS, 2 if quick else BLOCK_ROUNDS)
     parts = _listener_parts(jt, session, params, x, 1 if quick else 5)
     xla_reads = _xla_reads(2 if quick else 7)
     index = os.path.join(cache, "jaxtrace_nb", "index.sqlite")
-    return {"key_cost": key_cost, "warm_start": warm_start, "listener_parts": parts, "xla_reads": xla_reads,
+    return {"key_cost": key_cost, "warm_start": warm_start, "blocks": blocks, "listener_parts": parts, "xla_reads": xla_reads,
             "modes": list(MODES), "rounds": rounds, "programs_per_round": programs_per_round, "runs": runs,
             "layers": LAYERS, "width": WIDTH, "faults": jt.faults(),
             "index_bytes": sum(os.path.getsize(index + end) for end in ("", "-wal") if os.path.exists(index + end))}

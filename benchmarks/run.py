@@ -214,6 +214,12 @@ def cache_section(quick: bool) -> dict:
     warm = raw.get("warm_start")
     if warm:
         out["warm_start"] = _warm_start_figures(warm)
+    blocks = raw.get("blocks")
+    if blocks:
+        runs = blocks["runs"]
+        out["blocks"] = {"blocks": blocks["blocks"], "rounds": blocks["rounds"], **{
+            f"{phase[:-2]}_ratio": spread(ratios([r[phase] for r in runs["recorded"]], [r[phase] for r in runs["off"]]))
+            for phase in ("rounds_s", "all_in_s")}}
     out["listener_parts"] = raw.get("listener_parts")
     out["xla_reads"] = raw.get("xla_reads")
     return out
@@ -378,6 +384,15 @@ def figures(results: dict, quick: bool) -> list[dict]:
                                         r["median"] <= 1.02 if goal.startswith("≤") else None,
                                         f"median's 95 % interval {ci[0]:.3f}–{ci[1]:.3f} ({r['n']} rounds)"
                                         if ci else ""))
+        blocks = cache.get("blocks")
+        if blocks:
+            for phase, what, goal in (("all_in", "our threads' work for each block counted", "≤ 1.02"),
+                                      ("rounds", "the rounds' own seconds", "(reference)")):
+                r = blocks[f"{phase}_ratio"]
+                rows.append(_figure("6 persistent cache", f"compiles back to back ({blocks['rounds']} misses and "
+                                    f"their hits a block), {what}: recording on / off", goal, fmt_spread(r),
+                                    r["median"] <= 1.02 if goal.startswith("≤") else None,
+                                    f"median's 95 % interval {_interval(r)} ({r['n']} blocks a mode)"))
         if warm and "with_ours_ratio" in warm:
             r = warm["with_ours_ratio"]
             rows.append(_figure("6 persistent cache", f"warm start, {warm['programs']} compiles served back to back "

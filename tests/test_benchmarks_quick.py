@@ -42,6 +42,8 @@ def test_quick_benchmark_reports_every_section(tmp_path):
     assert cache["faults"] == {} and all(n > 0 for n in cache["verdicts"]["misses"])
     assert all(n > 0 for n in cache["verdicts"]["hits"]) and all(n > 0 for n in cache["verdicts"]["explained"])
     assert cache["key_cost"]["parts_read"]  # the key's cost timed with our hash in JAX's place, and without
+    assert cache["warm_start"]["hits"] == [4]  # every compile of a recorded warm start served by the cache
+    assert cache["blocks"]["all_in_ratio"]["n"] == 2  # blocks of compiles back to back, each mode twice
 
     figure_sections = {f["section"] for f in results["figures"]}
     assert figure_sections == {"1 hot path", "2 trace path", "3 log scale", "4 widget", "5 GPU",
