@@ -73,6 +73,20 @@ def _round(programs, params, x) -> tuple[float, float, float]:
     return time.perf_counter() - start, time.process_time() - cpu, time.thread_time() - mine
 
 
+def _enter_mode(jt, session, mode: str) -> None:
+    """JAX's in-memory caches cleared and a collection run; recording started afresh for a mode of
+    `MODES` but ``off``, the keys not read for ``recorded_no_keys``."""
+    import jax
+
+    jax.clear_caches()
+    gc.collect()
+    if mode != "off":
+        jt.reset()
+        jt.start()
+        if mode == "recorded_no_keys":
+            session.probe.keys.uninstall()
+
+
 def _our_threads_cpu() -> float | None:
     """CPU seconds used so far by this process's threads named ``jaxtrace_nb-*`` (alive ones);
     None where threads' CPU clocks cannot be read (``pthread_getcpuclockid``: Unix but macOS)."""
@@ -194,21 +208,13 @@ def _warm_start(jt, session, params, x, rounds: int, programs: int) -> dict:
     in-memory caches cleared before each round), the modes of `MODES` in turn; per round its
     wall, process CPU and user's-thread CPU seconds (`_round`) and our threads' CPU
     seconds for the round (their work finished after the timing)."""
-    import jax
-
     steps = [_program(7.0 + i * 1e-6) for i in range(programs)]
     jt.stop()
     _round(steps, params, x)  # compiled and written once: every later compile of these is a hit
     runs: dict = {mode: [] for mode in MODES}
     order = [mode for r in range(rounds // len(MODES)) for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]]
     for mode in order:
-        jax.clear_caches()
-        gc.collect()
-        if mode != "off":
-            jt.reset()
-            jt.start()
-            if mode == "recorded_no_keys":
-                session.probe.keys.uninstall()
+        _enter_mode(jt, session, mode)
         ours = _our_threads_cpu()
         wall, cpu, user = _round(steps, params, x)
         row = {"hits_s": wall, "hits_cpu_s": cpu, "hits_user_cpu_s": user}
@@ -352,13 +358,7 @@ def worker(quick: bool) -> dict:
         for mode in order:
             counter += 1
             programs = [_program(1.0 + counter * 1e-3 + i * 1e-6) for i in range(programs_per_round)]
-            jax.clear_caches()
-            gc.collect()
-            if mode != "off":
-                jt.reset()
-                jt.start()
-                if mode == "recorded_no_keys":
-                    session.probe.keys.uninstall()
+            _enter_mode(jt, session, mode)
             ours = _our_threads_cpu()
             missed, missed_cpu, missed_user = _round(programs, params, x)
             jax.clear_caches()
