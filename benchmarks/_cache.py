@@ -169,15 +169,22 @@ def _key_cost(jt, step, params, x, repeats: int) -> dict:
 
 # Compiles back to back: blocks of rounds with our threads' work not finished between rounds, only
 # at the block's end, counted in the block's seconds ("all in").
-BLOCKS = 48  # 24 a mode, off and recorded in the order off, recorded, recorded, off, ...: about 3 minutes
-BLOCK_ROUNDS = 8
+BLOCKS = 192  # 96 a mode, off and recorded in the order off, recorded, recorded, off, ...: about 5 minutes
+BLOCK_ROUNDS = 4
 
 
 def _blocks(jt, session, params, x, blocks: int, rounds: int) -> dict:
     """`blocks` blocks of `rounds` rounds (a new program missed, then, JAX's in-memory caches
     cleared, served by the cache), recording off and on in the order off, recorded, recorded, off,
     ...; per block the wall seconds of its rounds and of the whole block with our threads' work for
-    it finished at its end (`all_in_s`): what a program that compiles without pause pays."""
+    it finished at its end (`all_in_s`): what a program that compiles without pause pays.
+
+    As in a training loop, a round's program lives on while the next round runs (its function and
+    JAX's trace of it), so that our thread's walk of a hit, 50 ms after it, falls in the next
+    round's work (in-memory caches are cleared before the hit only: a new function misses them
+    anyway). A block's end finishes our work as a read of the log does (the programs not walked yet
+    walked there, the index writer's records written): not by waiting for our thread, whose jobs
+    start after a delay, time in which it does no work."""
     import jax
 
     runs: dict = {"off": [], "recorded": []}
@@ -191,13 +198,15 @@ def _blocks(jt, session, params, x, blocks: int, rounds: int) -> dict:
         start, rounds_s = time.perf_counter(), 0.0
         for _ in range(rounds):
             counter += 1
-            programs = [_program(11.0 + counter * 1e-3)]
-            jax.clear_caches()
+            programs = [_program(11.0 + counter * 1e-3)]  # (the previous round's kept until here)
             rounds_s += _round(programs, params, x)[0]
             jax.clear_caches()
             rounds_s += _round(programs, params, x)[0]
-        _finish_our_work(session)
-        runs[mode].append({"rounds_s": rounds_s, "all_in_s": time.perf_counter() - start})
+        session.probe.make_pending()
+        session.cache.flush(120)
+        all_in = time.perf_counter() - start
+        _wait_for_profiles(session)  # (jobs left: none but those the read above made already)
+        runs[mode].append({"rounds_s": rounds_s, "all_in_s": all_in})
         if mode == "recorded":
             jt.stop()
     return {"blocks": blocks, "rounds": rounds, "runs": runs}
