@@ -21,7 +21,8 @@ class Background:
 
     A job starts `delay` seconds after its submission at the earliest: the Python JAX runs between
     a lowering and the XLA compile (the cache key's hashes, the cache's read) releases the GIL in
-    short calls, and a thread that took it then would make JAX's thread wait for it.
+    short calls, and a thread that took it then would make JAX's thread wait for it. `hurry` starts
+    the job waited for now (XLA has begun a compile: the GIL is free for long).
     Jobs must not raise: each contains its own faults. Nothing waits for a job; whoever needs a
     job's result before the thread has made it makes it itself.
 
@@ -37,6 +38,7 @@ class Background:
         self._lock = threading.Lock()
         self._queue: queue.SimpleQueue | None = None
         self._pid: int | None = None
+        self._hurried = threading.Event()
 
     def submit(self, job: Callable[[Any], None], argument: Any, delay: float | None = None) -> None:
         """Run ``job(argument)`` in the thread, after the jobs submitted before it, `delay` seconds
@@ -46,19 +48,31 @@ class Background:
             jobs = self._start()
         jobs.put((time.monotonic() + (self.delay if delay is None else delay), job, argument))
 
+    def hurry(self) -> None:
+        """Start the job the thread waits for now (or end its `pause`), or the next job if none waits."""
+        self._hurried.set()
+
+    def pause(self, seconds: float) -> bool:
+        """(In a job.) Wait `seconds`, unless hurried meanwhile (True then)."""
+        if self._hurried.wait(seconds):
+            self._hurried.clear()
+            return True
+        return False
+
     def _start(self) -> queue.SimpleQueue:
         with self._lock:
             if self._queue is None or self._pid != os.getpid():
                 jobs: queue.SimpleQueue = queue.SimpleQueue()
-                threading.Thread(target=_run, args=(jobs,), name=self.name, daemon=True).start()
+                self._hurried = threading.Event()  # (a forked child's copy may be set)
+                threading.Thread(target=_run, args=(jobs, self._hurried), name=self.name, daemon=True).start()
                 self._queue, self._pid = jobs, os.getpid()
             return self._queue
 
 
-def _run(jobs: queue.SimpleQueue) -> None:
+def _run(jobs: queue.SimpleQueue, hurried: threading.Event) -> None:
     while True:
         start, job, argument = jobs.get()
         wait = start - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
+        if wait > 0 and hurried.wait(wait):
+            hurried.clear()
         job(argument)

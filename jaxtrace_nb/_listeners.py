@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -28,10 +29,14 @@ XLA_COST_SHARE = 0.005
 # past JAX's key hashing and cache read, inside the XLA compile that follows (`_background`).
 PROFILE_DELAY_S = 0.005
 # A program handed to our thread at its compile's end (served by the persistent cache, or compiled
-# without a lookup) is walked this long after it, past the Python JAX runs right after a compile
-# (the executable's shardings and layouts, the first call's dispatch), which would wait for the
-# GIL the walk holds (`docs/performance.md`, "Persistent cache").
+# without a lookup) is walked once no such compile has ended for this long, past the Python JAX runs
+# right after a compile (the executable's shardings and layouts, the first call's dispatch) and the
+# next programs the cache serves back to back (a warm start: all Python, which would wait for the
+# GIL the walk holds); at once where JAX looks up a key it will compile (XLA then frees the GIL for
+# long); and at the latest `MAX_AFTER_COMPILE_WAIT_S` after the first one waiting
+# (`docs/performance.md`, "Persistent cache").
 AFTER_COMPILE_DELAY_S = 0.05
+MAX_AFTER_COMPILE_WAIT_S = 0.5
 _MAX_UNPROFILED = 256  # traces whose size and line profile wait (made while they compile, or at a read)
 _TRACE_EVENT = jaxi.TRACE_EVENT
 _CACHE_EVENTS = (jaxi.CACHE_HIT_EVENT, jaxi.CACHE_MISS_EVENT)  # listened to always
@@ -95,7 +100,7 @@ class Listeners:
                         self._xla_cost(handle, duration, equations)
             finally:
                 if unmade is not None and not unmade.queued:  # loaded from the persistent cache, or compiled
-                    self._make_in_thread(unmade, AFTER_COMPILE_DELAY_S)  # without a lookup or despite its entry
+                    self._after_compile(unmade)  # without a lookup or despite its entry
         elif event == jaxi.CACHE_SAVED_EVENT:
             handle = tls.__dict__.get("compiling")
             if handle is not None:
@@ -218,13 +223,52 @@ class Listeners:
 
         As XLA starts compiling it (its compile releases the GIL for long; measured:
         `benchmarks/gil_during_compile.py`): at the lowering, or, with JAX's persistent cache on, at
-        JAX's lookup if the cache has no entry of the key. A program the cache serves is queued at
-        its compile's end instead, `AFTER_COMPILE_DELAY_S` ahead: the thread's walk would otherwise
-        hold the GIL while JAX reads and deserializes its executable, a few milliseconds, and JAX
-        would wait for it (`docs/performance.md`, "Persistent cache"). Jobs run in order: one queued
-        after a hand-off at a compile's end waits for it."""
+        JAX's lookup if the cache has no entry of the key. A program the cache serves is handed over
+        at its compile's end instead (`_after_compile`): the thread's walk would otherwise hold the
+        GIL while JAX reads and deserializes its executable, a few milliseconds, and JAX would wait
+        for it (`docs/performance.md`, "Persistent cache"). Jobs run in order."""
         unmade.queued = True
         self._profiling.submit(self._make_later, unmade, delay)
+
+    def _after_compile(self, unmade: _Unmade) -> None:
+        """Have our thread measure and profile `unmade`, handed over at its compile's end, once such
+        hand-offs have stopped for `AFTER_COMPILE_DELAY_S` (`_walk_compiled`)."""
+        unmade.queued = True
+        now = time.monotonic()
+        with self._compiled_lock:
+            self._compiled.append(unmade)
+            self._last_compiled = now
+            if self._compiled_first is not None:
+                return  # a job waits for them already
+            self._compiled_first = now
+        self._profiling.submit(self._walk_compiled, None, min(AFTER_COMPILE_DELAY_S, MAX_AFTER_COMPILE_WAIT_S))
+
+    def _walk_compiled(self, _) -> None:
+        """(In `_profiling`'s thread.) The programs handed over at their compiles' ends, once none has
+        come for `AFTER_COMPILE_DELAY_S`, a lookup XLA compiles has hurried them, or the first has
+        waited `MAX_AFTER_COMPILE_WAIT_S`; the jobs after this one wait for it."""
+        while True:
+            with self._compiled_lock:
+                first = self._compiled_first
+                if first is None:  # (a reset took them)
+                    return
+                wait = min(self._last_compiled + AFTER_COMPILE_DELAY_S, first + MAX_AFTER_COMPILE_WAIT_S) \
+                    - time.monotonic()
+                if wait <= 0 or self._compiled_hurried:
+                    batch = list(self._compiled)
+                    self._compiled.clear()
+                    self._compiled_first = None
+                    self._compiled_hurried = False
+                    break
+            self._profiling.pause(wait)
+        for unmade in batch:
+            self._make_later(unmade)
+
+    def _hurry_compiled(self) -> None:
+        """XLA will compile: the programs handed over at earlier compiles' ends are walked now."""
+        if self._compiled_first is not None:
+            self._compiled_hurried = True
+            self._profiling.hurry()
 
     def _make_later(self, unmade: _Unmade) -> None:
         """(In `_profiling`'s thread.) The size and profile of a trace that is being compiled, unless
@@ -262,6 +306,8 @@ class Listeners:
 
     def forget_unprofiled(self) -> None:
         self._unprofiled.clear()
+        with self._compiled_lock:
+            self._compiled.clear()
 
     def make_pending(self) -> None:
         """Measure and profile the traces recorded but not compiled (yet) whose program JAX still holds."""
@@ -283,9 +329,10 @@ class Listeners:
                 if event == REQUEST_EVENT:  # the key is computed, the cache not read yet
                     pending = tls["cache_key"] = self.keys.begin(_caller(sys._getframe(1), "compile_or_get_cached"))
                     unmade = tls.get("unmade")
-                    if unmade is not None and not unmade.queued and not (
-                            pending is not None and self.keys.stored(pending.key)):
-                        self._make_in_thread(unmade)  # XLA will compile it: meanwhile
+                    if not (pending is not None and self.keys.stored(pending.key)):  # XLA will compile it
+                        self._hurry_compiled()
+                        if unmade is not None and not unmade.queued:
+                            self._make_in_thread(unmade)  # meanwhile
                     return
                 pending = tls.get("cache_key")
                 if pending is not None:

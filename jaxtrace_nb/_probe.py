@@ -71,6 +71,13 @@ class Probe(Listeners):
         self._unprofiled: collections.OrderedDict = collections.OrderedDict()
         # where a compiled trace's size and profile are made, from 5 ms after its lowering on
         self._profiling = Background("jaxtrace_nb-profile", delay=PROFILE_DELAY_S)
+        # `_Unmade`s handed over at their compiles' ends (`Listeners._after_compile`), the monotonic
+        # seconds of the first and the last, and whether a lookup XLA compiles hurried them
+        self._compiled: collections.deque = collections.deque()
+        self._compiled_lock = threading.Lock()
+        self._compiled_first: float | None = None
+        self._last_compiled = 0.0
+        self._compiled_hurried = False
 
     @property
     def cell_label(self):

@@ -277,8 +277,8 @@ def test_a_trace_evicted_from_those_waiting_is_measured_and_its_profile_given_up
 
 
 def test_background_runs_jobs_in_order_and_starts_again_after_a_fork():
-    """`_background.Background`: jobs in order on one daemon thread, none before its delay; a forked
-    child (which has no thread) starts its own at its first job."""
+    """`_background.Background`: jobs in order on one daemon thread, none before its delay unless
+    hurried; a forked child (which has no thread) starts its own at its first job."""
     import threading
     import time
 
@@ -305,6 +305,14 @@ def test_background_runs_jobs_in_order_and_starts_again_after_a_fork():
     started, ran = time.monotonic(), threading.Event()
     late.submit(lambda _: ran.set(), None, delay=0.0)
     assert ran.wait(0.15)  # (the thread's own delay is 0.2)
+    ran, after = threading.Event(), threading.Event()  # hurried: the job waited for starts now
+    late.submit(lambda _: ran.set(), None, delay=3600)
+    late.submit(lambda _: after.set(), None, delay=3600)
+    assert not ran.wait(0.1)
+    late.hurry()
+    assert ran.wait(30) and not after.wait(0.2)  # (one hurry, one job)
+    late.hurry()
+    assert after.wait(30)
     # A fork in a process without JAX's threads (JAX warns at any fork once it has started them).
     child = textwrap.dedent("""
         import os, threading
@@ -631,21 +639,9 @@ def test_the_cli_report_and_the_html_report_show_where_and_when(tmp_path):
     assert str(tmp_path) not in page.replace(str(log), "")
 
 
-_SERVED_BY_THE_CACHE = textwrap.dedent("""
-    import json, sys, threading
-    import jax, jax.numpy as jnp
-    jax.config.update("jax_compilation_cache_dir", sys.argv[1])
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-    if sys.argv[2] == "skipped":  # JAX looks nothing up, as where it cannot make a key ("skipping the cache")
-        from jax._src import compilation_cache
-        compilation_cache.is_cache_used = lambda backend: False
-    import jaxtrace_nb as jt
-    from jaxtrace_nb import _jax_internals as jaxi, _listeners
-    from jaxtrace_nb._lineprof import LineProfiler
-
-    seen = {"lookups": 0, "hits": 0, "compiles": 0}  # JAX's events so far (our listeners come after these)
-    queued, walks, phase = [], [], ["miss"]
+# JAX's events so far, in `seen` (listeners registered before ours come before them), for the scripts below
+_COUNT_JAX_EVENTS = textwrap.dedent("""
+    seen = {"lookups": 0, "hits": 0, "compiles": 0}
 
     def on_event(event, **kwargs):
         if event == "/jax/compilation_cache/compile_requests_use_cache":
@@ -659,9 +655,39 @@ _SERVED_BY_THE_CACHE = textwrap.dedent("""
 
     jax.monitoring.register_event_listener(on_event)
     jax.monitoring.register_event_duration_secs_listener(on_duration)
+""")
+
+def _run_with_a_cache(script: str, tmp_path, case: str) -> dict:
+    """What `script` prints last (JSON), run on CPU with a persistent cache under `tmp_path`."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "cache"), case], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+_SERVED_BY_THE_CACHE = textwrap.dedent("""
+    import json, sys, threading
+    import jax, jax.numpy as jnp
+    jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    if sys.argv[2] == "skipped":  # JAX looks nothing up, as where it cannot make a key ("skipping the cache")
+        from jax._src import compilation_cache
+        compilation_cache.is_cache_used = lambda backend: False
+    import jaxtrace_nb as jt
+    from jaxtrace_nb import _jax_internals as jaxi, _listeners
+    from jaxtrace_nb._lineprof import LineProfiler
+
+    queued, walks, phase = [], [], ["miss"]
+    COUNT_JAX_EVENTS
     queue, profile = _listeners.Listeners._make_in_thread, LineProfiler.profile
     _listeners.Listeners._make_in_thread = lambda self, unmade, delay=None: (
         queued.append((phase[0], dict(seen), delay)), queue(self, unmade, delay))[1]
+    after_compile = _listeners.Listeners._after_compile
+    _listeners.Listeners._after_compile = lambda self, unmade: (
+        queued.append((phase[0], dict(seen), "at its end")), after_compile(self, unmade))[1]
     LineProfiler.profile = lambda self, *a, **k: (walks.append((phase[0], threading.current_thread().name)),
                                                   profile(self, *a, **k))[1]
 
@@ -687,7 +713,7 @@ _SERVED_BY_THE_CACHE = textwrap.dedent("""
     print(json.dumps({"queued": queued, "walks": walks, "cache": df["persistent_cache"].tolist(),
                       "eqns": [int(n) for n in df["eqns_total"]], "profiled": df["line_profile"].notna().tolist(),
                       "per_keqn": df["compile_s_per_keqn"].notna().tolist(), "faults": jt.faults()}))
-""")
+""").replace("COUNT_JAX_EVENTS\n", _COUNT_JAX_EVENTS)
 
 
 @pytest.mark.parametrize("cache", ["used", "skipped"])
@@ -697,17 +723,12 @@ def test_with_the_persistent_cache_a_program_is_walked_beside_xlas_compile_or_af
     compile's end), never during it. Where JAX looks nothing up (the option on, the cache skipped),
     each is queued at its compile's end. Every walk runs in our thread, none at the read, and the
     events end with the same columns."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    done = subprocess.run([sys.executable, "-c", _SERVED_BY_THE_CACHE, str(tmp_path / "cache"), cache], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = _run_with_a_cache(_SERVED_BY_THE_CACHE, tmp_path, cache)
     assert out["faults"] == {}
     queued = {phase: [(seen, delay) for p, seen, delay in out["queued"] if p == phase]
               for phase in ("miss", "hit", "read")}
     assert queued["miss"] and len(queued["hit"]) == 1 and not queued["read"]  # (JAX's own helpers compile first)
-    after = _listeners.AFTER_COMPILE_DELAY_S
+    after = "at its end"
     if cache == "used":
         assert out["cache"][0].startswith("miss: the first compile") and out["cache"][1] == "hit"
         # looked up, not compiled yet: walked as XLA compiles
@@ -719,6 +740,68 @@ def test_with_the_persistent_cache_a_program_is_walked_beside_xlas_compile_or_af
                    for seen, delay in queued["miss"] + queued["hit"])
     assert {tuple(w) for w in out["walks"]} == {("miss", "jaxtrace_nb-profile"), ("hit", "jaxtrace_nb-profile")}
     assert out["eqns"][-2:] == [3, 3] and out["profiled"][-2:] == [True, True] and out["per_keqn"][-2:] == [True] * 2
+
+
+_SERVED_BACK_TO_BACK = textwrap.dedent("""
+    import json, sys, threading, time
+    import jax, jax.numpy as jnp
+    jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    import jaxtrace_nb as jt
+    from jaxtrace_nb import _jax_internals as jaxi, _listeners
+    from jaxtrace_nb._lineprof import LineProfiler
+
+    case = sys.argv[2]
+    _listeners.AFTER_COMPILE_DELAY_S = {"quiet": 1.0, "lookup": 30.0, "at the latest": 30.0}[case]
+    _listeners.MAX_AFTER_COMPILE_WAIT_S = {"quiet": 60.0, "lookup": 60.0, "at the latest": 1.0}[case]
+    walks = []
+    COUNT_JAX_EVENTS
+    profile = LineProfiler.profile
+    LineProfiler.profile = lambda self, *a, **k: (walks.append(dict(seen)), profile(self, *a, **k))[1]
+
+    def walked(n, within):
+        deadline = time.monotonic() + within
+        while len(walks) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return len(walks) >= n
+
+    jt.start()
+    steps = [jax.jit(lambda x, k=k: jnp.sin(x) * k) for k in (2.0, 3.0, 4.0, 5.0)]
+    x = jnp.ones(4)
+    for step in steps:
+        step(x).block_until_ready()  # missed, written: walked as XLA compiles them
+    assert walked(4, 30)
+    jax.clear_caches()
+    before = len(walks)
+    for i, step in enumerate(steps):  # served back to back ("quiet": over 1.5 s, loads 0.5 s apart)
+        if i and case == "quiet":
+            time.sleep(0.5)
+        step(x).block_until_ready()
+    served = dict(seen)
+    during = len(walks) - before
+    if case == "lookup":
+        jax.jit(lambda x: jnp.cos(x) - 5)(x).block_until_ready()  # looked up, compiled by XLA
+    done = walked(before + 4, 10)
+    print(json.dumps({"served": served, "walks": walks[before:], "during": during, "done": done,
+                      "cache": jt.log(internal=False)["persistent_cache"].tolist(), "faults": jt.faults()}))
+""").replace("COUNT_JAX_EVENTS\n", _COUNT_JAX_EVENTS)
+
+
+@pytest.mark.parametrize("case", ["quiet", "lookup", "at the latest"])
+def test_programs_served_back_to_back_are_walked_once_loads_stop_or_xla_compiles(tmp_path, case):
+    """Programs the persistent cache serves back to back (a warm start: all Python) are walked by our
+    thread once no load has come for `AFTER_COMPILE_DELAY_S`, not between them ("quiet": 1 s, the
+    loads 0.5 s apart, where a walk at a fixed delay after each load fell among them); at once
+    where JAX then looks up a key XLA will compile, the GIL free while it does ("lookup"); at the
+    latest `MAX_AFTER_COMPILE_WAIT_S` after the first ("at the latest")."""
+    out = _run_with_a_cache(_SERVED_BACK_TO_BACK, tmp_path, case)
+    assert out["faults"] == {} and out["cache"][4:8] == ["hit"] * 4
+    assert out["during"] == 0 and out["done"]  # none walked between the loads; all within 10 s
+    if case == "lookup":  # walked once the next lookup came, long before 30 s of quiet
+        assert all(w["lookups"] == out["served"]["lookups"] + 1 for w in out["walks"][:4])
+    else:  # nothing looked up or compiled after the loads before their walks
+        assert out["walks"][:4] == [out["served"]] * 4
 
 
 _A_LOOKUP_THAT_RAISED = textwrap.dedent("""
