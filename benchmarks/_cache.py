@@ -113,6 +113,7 @@ def _finish_our_work(session) -> None:
 def _wait_for_profiles(session) -> None:
     import threading
 
+    session.probe._hurry_compiled()  # (programs the cache served wait for JAX to be quiet a while)
     done = threading.Event()
     session.probe._profiling.submit(lambda _: done.set(), None)
     done.wait(120)
@@ -180,9 +181,9 @@ def _blocks(jt, session, params, x, blocks: int, rounds: int) -> dict:
     it finished at its end (`all_in_s`): what a program that compiles without pause pays.
 
     As in a training loop, a round's program lives on while the next round runs (its function and
-    JAX's trace of it), so that our thread's walk of a hit, 50 ms after it, falls in the next
-    round's work (in-memory caches are cleared before the hit only: a new function misses them
-    anyway). A block's end finishes our work as a read of the log does (the programs not walked yet
+    JAX's trace of it), so that our thread's walk of a hit falls in the next round's work (at its
+    miss's lookup: `_listeners.AFTER_COMPILE_DELAY_S`; in-memory caches are cleared before the hit
+    only: a new function misses them anyway). A block's end finishes our work as a read of the log does (the programs not walked yet
     walked there, the index writer's records written): not by waiting for our thread, whose jobs
     start after a delay, time in which it does no work."""
     import jax
