@@ -10,6 +10,7 @@ pending traces, the lowering and the compile in progress) and its sink. Public l
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -37,6 +38,7 @@ PROFILE_DELAY_S = 0.005
 # (`docs/performance.md`, "Persistent cache").
 AFTER_COMPILE_DELAY_S = 0.25  # (a 16-layer MLP step's load: 0.09 s on a 2-core CPU machine)
 MAX_AFTER_COMPILE_WAIT_S = 1.0
+_LOCK_TIMEOUT_S = 5.0  # our thread's wait for the hand-off's lock (the user's thread holds it microseconds)
 _MAX_UNPROFILED = 256  # traces whose size and line profile wait (made while they compile, or at a read)
 _TRACE_EVENT = jaxi.TRACE_EVENT
 _CACHE_EVENTS = (jaxi.CACHE_HIT_EVENT, jaxi.CACHE_MISS_EVENT)  # listened to always
@@ -235,20 +237,30 @@ class Listeners:
         hand-offs have stopped for `AFTER_COMPILE_DELAY_S` (`_walk_compiled`)."""
         unmade.queued = True
         now = time.monotonic()
-        with self._compiled_lock:
+        lock = self._compiled_lock
+        if not lock.acquire(blocking=False):  # our thread holds it a moment (or a fork copied it held):
+            self._profiling.submit(self._make_later, unmade, AFTER_COMPILE_DELAY_S)  # never wait for it
+            return
+        try:
             self._compiled.append(unmade)
             self._last_compiled = now
-            if self._compiled_first is not None:
-                return  # a job waits for them already
-            self._compiled_first = now
+            pid = os.getpid()
+            if self._compiled_first is not None and self._compiled_pid == pid:
+                return  # a job waits for them already (in this process: a forked child has no jobs)
+            self._compiled_first, self._compiled_pid = now, pid
+        finally:
+            lock.release()
         self._profiling.submit(self._walk_compiled, None, min(AFTER_COMPILE_DELAY_S, MAX_AFTER_COMPILE_WAIT_S))
 
     def _walk_compiled(self, _) -> None:
         """(In `_profiling`'s thread.) The programs handed over at their compiles' ends, once none has
         come for `AFTER_COMPILE_DELAY_S`, a lookup XLA compiles has hurried them, or the first has
         waited `MAX_AFTER_COMPILE_WAIT_S`; the jobs after this one wait for it."""
+        lock = self._compiled_lock
         while True:
-            with self._compiled_lock:
+            if not lock.acquire(timeout=_LOCK_TIMEOUT_S):  # (held since a fork copied it: left to a read)
+                return
+            try:
                 first = self._compiled_first
                 if first is None:  # (a reset took them)
                     return
@@ -260,6 +272,8 @@ class Listeners:
                     self._compiled_first = None
                     self._compiled_hurried = False
                     break
+            finally:
+                lock.release()
             self._profiling.pause(wait)
         for unmade in batch:
             self._make_later(unmade)
@@ -306,8 +320,7 @@ class Listeners:
 
     def forget_unprofiled(self) -> None:
         self._unprofiled.clear()
-        with self._compiled_lock:
-            self._compiled.clear()
+        self._compiled.clear()  # (a job waiting for them finds none)
 
     def make_pending(self) -> None:
         """Measure and profile the traces recorded but not compiled (yet) whose program JAX still holds."""

@@ -76,6 +76,7 @@ class Probe(Listeners):
         self._compiled: collections.deque = collections.deque()
         self._compiled_lock = threading.Lock()
         self._compiled_first: float | None = None
+        self._compiled_pid: int | None = None
         self._last_compiled = 0.0
         self._compiled_hurried = False
 

@@ -804,6 +804,39 @@ def test_programs_served_back_to_back_are_walked_once_loads_stop_or_xla_compiles
         assert out["walks"][:4] == [out["served"]] * 4
 
 
+def test_a_hand_off_at_a_compiles_end_never_waits_for_our_thread():
+    """The user's thread never waits for the lock our thread takes to collect the programs served
+    back to back: held (a moment, or for ever in a child forked while our thread held it), the
+    program is queued on its own, as before they waited together. A forked child's first hand-off
+    queues a job of its own (the parent's job is not in the child's thread)."""
+    import os
+
+    from jaxtrace_nb import _listeners
+    from jaxtrace_nb._probe import Probe
+
+    class Jobs:
+        def __init__(self):
+            self.submitted = []
+
+        def submit(self, job, argument, delay=None):
+            self.submitted.append((job.__name__, argument, delay))
+
+    probe = Probe(None)
+    probe._profiling = jobs = Jobs()
+    unmade = [_listeners._Unmade(object(), lambda: None, str) for _ in range(4)]
+    with probe._compiled_lock:
+        probe._after_compile(unmade[0])
+    assert jobs.submitted == [("_make_later", unmade[0], _listeners.AFTER_COMPILE_DELAY_S)] and not probe._compiled
+    probe._after_compile(unmade[1])  # the first to wait: one job for all
+    probe._after_compile(unmade[2])
+    assert [name for name, _, _ in jobs.submitted] == ["_make_later", "_walk_compiled"]
+    assert list(probe._compiled) == unmade[1:3] and probe._compiled_pid == os.getpid()
+    probe._compiled_pid = -1  # as in a forked child: the job waiting is the parent's
+    probe._after_compile(unmade[3])
+    assert [name for name, _, _ in jobs.submitted] == ["_make_later", "_walk_compiled", "_walk_compiled"]
+    assert all(u.queued for u in unmade)
+
+
 _A_LOOKUP_THAT_RAISED = textwrap.dedent("""
     import json, sys
     import jax, jax.numpy as jnp
