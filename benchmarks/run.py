@@ -550,6 +550,12 @@ def render_text(results: dict) -> str:
                                      for phase in ("hits", "hits_cpu", "hits_user_cpu"))
                          + f"; hits recorded a round {warm['hits']}; our threads' CPU a round "
                          + ", ".join(f"{m} {fmt_spread(r, 'ms', 1e3)}" for m, r in (warm.get("ours_cpu_s") or {}).items()))
+        blocks = cache.get("blocks")
+        if blocks:
+            lines.append(f"  compiles back to back: {blocks['blocks']} blocks of {blocks['rounds']} rounds, off and "
+                         "recorded by turns, on / off median (min–max) and its 95 % interval: " + "; ".join(
+                             f"{what} {fmt_spread(blocks[f'{phase}_ratio'])} (interval {_interval(blocks[f'{phase}_ratio'])})"
+                             for phase, what in (("all_in", "all in"), ("rounds", "the rounds' own seconds"))))
         parts = cache.get("listener_parts")
         if parts:
             lines.append(f"  recording's listeners, ms per compile over {parts['compiles']} compiles (misses and hits; "
