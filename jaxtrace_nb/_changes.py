@@ -10,6 +10,7 @@ from __future__ import annotations
 from ._signature import ArrayToken, Change, Leaf, is_custom_node, same_for_jax
 from ._values import clip
 from ._vocabulary import Cause
+from ._witness import Witness, differing_part
 
 
 def is_argument(path: str) -> bool:
@@ -31,6 +32,8 @@ def classify(change: Change, function_path: str | None = None) -> Cause:
         a, b = old.token, new.token
         if type(a) is not ArrayToken or type(b) is not ArrayToken:
             return Cause.SHAPE if a != b else Cause.SHARDING
+        if a.abstract != b.abstract:
+            return Cause.DTYPE  # another kind of abstract value (an array and a mutable ref): its type
         if a.dtype != b.dtype and (is_key_dtype(a.dtype) or is_key_dtype(b.dtype)):
             return Cause.DTYPE  # a PRNG key of another kind (a raw uint32 key, a typed key): not a shape to pad
         if a.shape != b.shape:
@@ -57,10 +60,29 @@ def describe(change: Change, cause: Cause) -> tuple[str, str]:
     if old is None or new is None:
         return (clip(old.text) if old is not None else absent), (clip(new.text) if new is not None else absent)
     if old.detail == new.detail:  # the placement (a compile's) did not change: show the types
-        return clip(old.text), clip(new.text)
+        return alike_told_apart(old, new, clip(old.text), clip(new.text))
     if cause == Cause.SHARDING:
         return old.detail or old.text, new.detail or new.text
     return clip(f"{old.text}, {old.detail}"), clip(f"{new.text}, {new.detail}")
+
+
+def alike_told_apart(old: Leaf, new: Leaf, before: str, after: str) -> tuple[str, str]:
+    """`before` and `after` of two leaves JAX's comparison finds different, never reading alike:
+    a NaN says so (no NaN equals another NaN object), then the values' qualified types, then a
+    plain word that the texts only look alike."""
+    if before != after:
+        return before, after
+    if getattr(new.witness, "nan", False) or getattr(old.witness, "nan", False):
+        return before, f"{after} (another NaN: NaN never equals NaN)"
+    if old.type_name != new.type_name:
+        return f"{before} ({old.type_name})", f"{after} ({new.type_name})"
+    if type(old.witness) is Witness and type(new.witness) is Witness:
+        part = differing_part(old.witness, new.witness)
+        if part:
+            return before, f"{after} ({part})"
+    if old.by_identity or new.by_identity:
+        return before, f"{after} (another object)"
+    return before, f"{after} (unequal by ==, same summary)"
 
 
 def collapse(changes: list[Change]) -> list[Change]:

@@ -10,6 +10,7 @@ tokens, summaries are bounded (`_values`).
 
 from __future__ import annotations
 
+import itertools
 import sys
 import types
 import weakref
@@ -98,6 +99,8 @@ class Decoder(CallSites):
         signature, arg_names = None, None
         try:
             signature, flat_paths = self._signature(start, call, adapters)
+            if type(signature) is Signature and self.is_library(identity.filename):
+                signature = signature._replace(library=True)
             if call.jit_kind != JitKind.JIT:
                 arg_names = _arg_names(start.debug_info, flat_paths)
         except Exception as e:  # the trace is still recorded, by name, without a cause
@@ -219,7 +222,7 @@ class Decoder(CallSites):
         in_cell = bool(CELL_FILE.search(filename))
         identity = FunctionIdentity(
             name=name, filename=filename, line=line, location=self.location(filename, line),
-            key=f"{'<cell>' if in_cell else filename}::{name}", in_cell=in_cell,
+            key=function_key(filename, name, line, in_cell, fun), in_cell=in_cell,
             internal=self._jitted_by_library(frame, call, filename), jit_kind=str(call.jit_kind),
             jax_name=str(self.internals.fun_name(start.fun)),
             src_info=str(getattr(start.debug_info, "func_src_info", "") or ""))
@@ -328,8 +331,37 @@ class Decoder(CallSites):
         name = printable(jax_name)
         in_cell = bool(CELL_FILE.search(filename))
         return FunctionIdentity(name, filename, line, self.location(filename, line) if match else "?",
-                                f"{'<cell>' if in_cell else filename}::{name}", in_cell, self.is_library(filename),
+                                function_key(filename, name, line, in_cell), in_cell, self.is_library(filename),
                                 str(JitKind.JIT), jax_name, src_info)
+
+
+_ANONYMOUS = ("<lambda>", "<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>")
+
+
+def function_key(filename: str, name: str, line: int, in_cell: bool, fun: Any = None) -> str:
+    """The key that groups a function's traces across re-definitions (a re-run cell, a function
+    re-created by a factory): its file (any cell) and qualified name, and where the name is an
+    anonymous one its line and column (two lambdas are two functions, wherever they sit)."""
+    where = "<cell>" if in_cell else filename
+    if name.endswith(">") and name.rsplit(".", 1)[-1] in _ANONYMOUS:
+        column = _body_column(fun)
+        return f"{where}::{name}@{line}" + (f":{column}" if column is not None else "")
+    return f"{where}::{name}"
+
+
+def _body_column(fun: Any) -> int | None:
+    """The column where a function's body starts (Python 3.11+ keeps instruction positions)."""
+    code = getattr(fun, "__code__", None)
+    positions = getattr(code, "co_positions", None)
+    if positions is None:
+        return None
+    try:
+        for _, _, column, _ in itertools.islice(positions(), 1, 4):
+            if column is not None:
+                return column
+    except Exception:
+        pass
+    return None
 
 
 def _named_arguments(plan: CallPlan, positional: list, var: str | None) -> tuple[tuple, tuple]:

@@ -17,8 +17,9 @@ from typing import NamedTuple
 from . import _hints as hints
 from ._changes import classify, collapse, describe, under
 from ._records import Unrolled
+from ._values import clip
 from ._signature import (NODE_SUFFIX, Change, Signature, call_changes, closest, context_changes, diff_leaves,
-                         same_for_jax)
+                         same_for_jax, search, uncertain_paths)
 from ._vocabulary import Cause, LoweringKind
 from ._witness import Witness
 
@@ -75,17 +76,86 @@ SHARDING_HINT = hints.text("sharding")
 
 # ------------------------------------------------------------------ diagnose
 def diagnose(new: Signature, previous: Sequence[Signature], *, new_object: bool = False,
-             rerun_note: str | None = None, cache_cleared: bool = False) -> Diagnosis:
-    """Explain the trace with signature `new` of a function traced before as `previous`.
+             rerun_note: str | None = None, cache_cleared: bool = False, dropped: Sequence[Signature] = (),
+             numbers: Sequence[int] = (), dropped_numbers: Sequence[int] = (), forgotten: int = 0) -> Diagnosis:
+    """Explain the trace with signature `new` of a function whose keys JAX still holds are
+    `previous` (oldest first).
 
-    `new_object` says the function object is one not seen before (same name and place);
-    `rerun_note`, if given, says why (e.g. "its cell In[5] was re-run"); `cache_cleared` that
-    JAX's trace cache was emptied since the function's last trace.
+    `dropped` are the function's earlier keys JAX no longer holds (an earlier function object's,
+    or from before `jax.clear_caches()`); `numbers` and `dropped_numbers` the trace numbers of
+    both, to name them. `new_object` says the function object is one not seen before (same name
+    and place); `rerun_note`, if given, says why (e.g. "its cell In[5] was re-run");
+    `cache_cleared` that JAX's trace cache was emptied since the function's last trace;
+    `forgotten` that the session's bound dropped that many keys JAX may still hold.
     """
-    if not previous:
+    if not previous and not dropped:
         return FIRST
-    old, changes, ctx = closest(new, previous)
-    return checked(_diagnose(new, old, collapse(changes), ctx, new_object, rerun_note, cache_cleared), new, old)
+    pool, pool_numbers = list(previous), list(numbers)
+    if new_object or not previous:  # JAX compares with no earlier key: the closest of all names the change
+        merged = sorted(zip(list(numbers) + list(dropped_numbers), list(previous) + list(dropped)),
+                        key=lambda pair: pair[0]) if numbers and dropped_numbers else None
+        if merged is not None:
+            pool_numbers, pool = [n for n, _ in merged], [sig for _, sig in merged]
+        else:
+            pool, pool_numbers = list(dropped) + list(previous), list(dropped_numbers) + list(numbers)
+    found = search(new, pool)
+    old = pool[found.index]
+    d = checked(_diagnose(new, old, collapse(found.changes), found.context, new_object, rerun_note, cache_cleared),
+                new, old)
+    number = pool_numbers[found.index] if len(pool_numbers) == len(pool) else None
+    notes = [_tie_note(new, pool, pool_numbers, found)]
+    if d.cause != Cause.UNKNOWN.value:
+        if not previous and not new_object:
+            notes.append(f"JAX's caches were cleared since {_trace(number, 'its last trace')}, so JAX held no earlier "
+                         "key of this function to compare with; the change named is against the closest key it "
+                         "held before." if cache_cleared else
+                         "JAX no longer held any earlier key of this function object; the change named is against "
+                         "the closest key it held before.")
+        elif previous and not new_object:
+            same = [n for n, sig in zip(dropped_numbers, dropped) if _score_is_zero(new, sig)]
+            if same:
+                notes.append(f"The key is identical to trace #{same[-1]}'s, which JAX no longer held"
+                             + (" (its caches were cleared since)." if cache_cleared else "."))
+            elif cache_cleared:
+                notes.append("JAX's caches were cleared (`jax.clear_caches()`) since this function's last trace.")
+    if forgotten:
+        notes.append(f"(jaxtrace_nb's bound on kept keys dropped {forgotten} earlier key(s) of this function that "
+                     "JAX may still hold: a closer one may exist.)")
+    notes = [n for n in notes if n]
+    if not notes:
+        return d
+    return d._replace(explanation=" ".join([d.explanation, *notes]))
+
+
+def _trace(number: int | None, otherwise: str) -> str:
+    return f"trace #{number}" if number is not None else otherwise
+
+
+def _score_is_zero(new: Signature, old: Signature) -> bool:
+    return search(new, [old]).score == 0
+
+
+_MAX_TIES_READ = 16
+
+
+def _tie_note(new: Signature, pool: list, numbers: list, found) -> str:
+    """The earlier keys as close as the one named that differ elsewhere (up to two), by trace number."""
+    if not found.ties or len(numbers) != len(pool):
+        return ""
+    named = {c.path for c in found.changes} | set(found.context)
+    others, seen = [], set()
+    for i in found.ties[:_MAX_TIES_READ]:
+        old = pool[i]
+        paths = tuple(sorted({c.path for c in collapse(diff_leaves(new, old))} | set(context_changes(new, old))))
+        if not paths or set(paths) == named or paths in seen:
+            continue
+        seen.add(paths)
+        others.append(f"trace #{numbers[i]} (differs at {', '.join(_q(p) for p in paths[:3])})")
+        if len(others) == 2:
+            break
+    if not others:
+        return ""
+    return "As close: " + "; ".join(others) + "."
 
 
 def _diagnose(new: Signature, old: Signature, changes: list[Change], ctx: list[str], new_object: bool,
@@ -166,8 +236,11 @@ def _leaf_change(new: Signature, changes: list[Change]) -> Diagnosis:
     first = changes[0]
     cause = classify(first, new.function_path)
     before, after = describe(first, cause)
-    explanation = f"{_q(first.path)} changed {_WHAT[cause]}: {before} → {after}."
     old_leaf, new_leaf = first.old, first.new
+    what = _WHAT[cause]
+    if cause == Cause.DTYPE and getattr(old_leaf.token, "abstract", "") != getattr(new_leaf.token, "abstract", ""):
+        what = "kind of abstract value (JAX's type)"
+    explanation = f"{_q(first.path)} changed {what}: {before} → {after}."
     if cause == Cause.STATIC and old_leaf is not None and new_leaf is not None and new_leaf.by_identity:
         if old_leaf.name is not None and old_leaf.name == new_leaf.name:
             explanation = f"{_q(first.path)} changed: a new object with the same name ({new_leaf.name})."
@@ -208,6 +281,15 @@ def _same_key(new: Signature, old: Signature, cache_cleared: bool) -> Diagnosis:
                          + (" (the function's name, source location or argument names)" if parts[0] == "debug info"
                             else "") + ".", NEW_FUNCTION_HINT if cause == Cause.NEW_FUNCTION else "", 0,
                          "new_function" if cause == Cause.NEW_FUNCTION else None)
+    unsure = uncertain_paths(new, old)
+    if unsure:
+        leaf = new.leaves[unsure[0]]
+        return Diagnosis(
+            Cause.STATIC.value, None, clip(old.leaves[unsure[0]].text), clip(leaf.text),
+            "Every part of JAX's cache key that jaxtrace_nb can compare equals an earlier trace's; "
+            f"{', '.join(_q(p) for p in unsure[:_MAX_LISTED])} it cannot: JAX compares "
+            f"{'it' if len(unsure) == 1 else 'them'} with `==`, but a `{leaf.type_name}` takes no weak reference "
+            "and has no plain form, so only its hash was kept (equal here, which does not make it equal).", "", 0)
     seen = "JAX's caches were cleared (`jax.clear_caches()`) since then" if cache_cleared else \
         "JAX's trace cache no longer held that entry"
     return Diagnosis(
@@ -314,6 +396,17 @@ def kept_lowering(new: Signature, previous: Sequence[Signature]) -> Signature:
     if new.jit_kind == LoweringKind.LOWERING and previous and not any(_same_program(old, new) for old in previous):
         return new._replace(jit_kind=LoweringKind.TRANSFORMED)
     return new
+
+
+def as_consequence(d: Diagnosis, caller: str, number: int | None) -> Diagnosis:
+    """`d`, of a trace made while `caller` was traced again (its trace `number`): said to follow from
+    that retrace, which its own row explains, with no fix of its own."""
+    if d.cause in (None, Cause.FIRST.value, Cause.NEW_FUNCTION.value) or not number or number < 2:
+        return d
+    return d._replace(
+        explanation=f"Traced while `{caller}` was traced again (its trace #{number}), with the arguments that trace "
+                    f"made: a consequence of `{caller}`'s retrace, whose row says why. {d.explanation}",
+        hint="", hint_id=None)
 
 
 def join_hints(first: str | None, then: str | None) -> str | None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 from typing import Callable, NamedTuple
 
-from ._diagnosis import NOT_DIAGNOSED, Diagnosis, InvariantError, diagnose, join_hints, join_ids, unrolled_loop_hint
+from ._diagnosis import NOT_DIAGNOSED, Diagnosis, InvariantError, as_consequence, diagnose, join_hints, join_ids, \
+    unrolled_loop_hint
 from ._lineprof import profile_text
 from ._log import Event
 from ._records import GraphStats, Stage, TraceRecord
@@ -21,10 +22,14 @@ class PendingDiagnosis(NamedTuple):
     """A retrace's diagnosis, made when its event is published: plain signatures and flags only."""
 
     signature: Signature  # or a DeferredSignature: leaves read at `get()`
-    previous: tuple  # the function's earlier signatures when it was traced, newest last
+    previous: tuple  # the keys JAX still held for the function object when it was traced, oldest first
+    numbers: tuple  # their trace numbers
+    dropped: tuple  # the function's other earlier keys (earlier objects, cleared caches)
+    dropped_numbers: tuple
     new_object: bool
     rerun: str | None
     cache_cleared: bool
+    forgotten: int = 0  # keys the session's bound dropped while JAX may hold them
 
     @property
     def leaves(self) -> int:
@@ -33,7 +38,9 @@ class PendingDiagnosis(NamedTuple):
     def run(self, fault: Callable[[str, BaseException], None]) -> Diagnosis:
         try:
             return diagnose(self.signature.get(), [s.get() for s in self.previous], new_object=self.new_object,
-                            rerun_note=self.rerun, cache_cleared=self.cache_cleared)
+                            rerun_note=self.rerun, cache_cleared=self.cache_cleared,
+                            dropped=[s.get() for s in self.dropped], numbers=self.numbers,
+                            dropped_numbers=self.dropped_numbers, forgotten=self.forgotten)
         except InvariantError as e:  # a diagnosis JAX's comparison does not back: said as not diagnosed
             fault("invariant", e)
         except Exception as e:
@@ -45,13 +52,21 @@ class Draft:
     """A trace's event before it is built: what its start and end said, and its ticks."""
 
     __slots__ = ("record", "time", "cell", "test", "start", "end", "new_object", "diagnosis", "pending",
-                 "trace_number", "seconds", "graph", "event", "seq", "profile")
+                 "trace_number", "seconds", "graph", "event", "seq", "profile", "caller")
 
     def __init__(self, record: TraceRecord, cell: int | None, test: str | None):
         self.record, self.time, self.cell, self.test = record, time.time(), cell, test
         self.start = self.end = self.seq = None  # ticks; the log's number, reserved at its end
         self.new_object, self.diagnosis, self.pending = False, None, None  # read at `Lifecycle._begin`
         self.trace_number = self.seconds = self.graph = self.event = self.profile = None
+        self.caller: Draft | None = None  # the trace under way when this nested one started
+
+    def diagnosed(self, d: Diagnosis) -> Diagnosis:
+        """`d`, said to follow from its caller's retrace where it was traced during one."""
+        caller = self.caller
+        if caller is None:
+            return d
+        return as_consequence(d, caller.record.identity.name, caller.trace_number)
 
     @property
     def leaves(self) -> int:

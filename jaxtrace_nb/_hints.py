@@ -140,7 +140,8 @@ def for_change(cause: str, change: Change, sig: Signature) -> tuple[str | None, 
     The generic checks that always win come first (a kind of value replaced by another, a named
     callable re-created, a PRNG key, an argument not passed); then the library adapters, in their
     precedence order (`_adapters.choose_hint`); then the generic hints."""
-    evidence = Evidence(Cause(cause), change.path, change.old, change.new, tuple(owners_of(sig, change.path)))
+    evidence = Evidence(Cause(cause), change.path, change.old, change.new, tuple(owners_of(sig, change.path)),
+                        sig.library)
     found = _choose(evidence)
     if found is None:
         return None, ""
@@ -175,11 +176,13 @@ def _choose(e: Evidence) -> tuple[str, dict] | None:
     return "sharding", {}
 
 
-def _dtype(e: Evidence) -> tuple[str, dict]:
+def _dtype(e: Evidence) -> tuple[str, dict] | None:
     old, new, owner = e.old, e.new, e.owner
     dtypes = {old.type_name, new.type_name} if old and new else set()
     if any(d.startswith("key<") for d in dtypes):
         return "dtype.key", {}
+    if old and new and getattr(old.token, "abstract", "") != getattr(new.token, "abstract", ""):
+        return None  # an array and a mutable ref (or another kind): the explanation says which; no fix to give
     found = _adapters.choose_hint(e)
     if found is not None:
         return found

@@ -62,7 +62,20 @@ def _new_aval_leaf(aval: Any) -> Leaf:
         weak = bool(getattr(aval, "weak_type", False))
     except Exception:
         return Leaf("array", clip(str(aval), 80), ("array", str(aval), "", False, None), witness=aval)
-    return array_leaf(shape, dtype, weak, _explicit_sharding(aval, len(shape)), aval, _type_extras(aval))
+    return array_leaf(shape, dtype, weak, _explicit_sharding(aval, len(shape)), aval, _type_extras(aval),
+                      _abstract_kind(aval))
+
+
+_ARRAY_AVALS = frozenset({"ShapedArray", "DShapedArray", "ConcreteArray"})
+
+
+def _abstract_kind(aval: Any) -> str:
+    """JAX's kind of abstract value when it is not an array's: ``Ref`` for ``jax.new_ref``'s
+    ``AbstractRef`` (JAX writes it ``Ref{f32[3]}``), else the type's own name."""
+    name = type(aval).__name__
+    if name in _ARRAY_AVALS:
+        return ""
+    return name.removeprefix("Abstract") or name
 
 
 def _type_extras(aval: Any) -> str:

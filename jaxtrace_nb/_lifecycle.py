@@ -25,7 +25,7 @@ from typing import Callable
 from ._diagnosis import FIRST, NO_SIGNATURE, REDUCED, REDUCED_COMPILE, Diagnosis, diagnose_compile, \
     first_after_failures, join_hints, join_ids, kept_lowering
 from ._drafts import Draft, PendingDiagnosis, _set_graph, apply_end
-from ._functions import FunctionState, keep, new_object, user_names
+from ._functions import FunctionState, KeptKey, KeyBudget, keep, new_object, user_names
 from ._lineprof import profile_text
 from ._log import Event, EventLog, now, when
 from ._processes import signature_column
@@ -54,6 +54,8 @@ class Lifecycle:
         self.lock = threading.RLock()  # this state and every event handed to the log, in order
         self.functions: dict[str, FunctionState] = {}
         self._programs: dict[tuple, str] = {}  # (JAX name, JAX source info) -> function key
+        self._key_budget = KeyBudget()  # the trace keys kept over all functions
+        self._open = threading.local()  # per thread: the drafts of the traces under way, innermost last
         self._ticks = itertools.count()
         self._unbegun: collections.deque[Draft] = collections.deque()  # drafts in start order
         self._unpublished: list = []  # drafts and events not in the log yet, in the log's order (numbered)
@@ -83,7 +85,7 @@ class Lifecycle:
                 event = self._build(item)
                 pending, item.pending = item.pending, None
                 if pending is not None:
-                    d = pending.run(self.fault)  # (a hint already set, an unrolled loop's, follows its own)
+                    d = item.diagnosed(pending.run(self.fault))  # (a hint already set, an unrolled loop's, follows)
                     event.set_diagnosis(d, join_hints(d.hint, event.hint), join_ids(d.hint_id, event.hint_ids))
             else:
                 event = item
@@ -124,6 +126,7 @@ class Lifecycle:
             self._unpublished, self._unpublished_leaves = [], 0
             self.functions.clear()
             self._programs.clear()
+            self._key_budget = KeyBudget(self._key_budget.limit)
 
     def current_functions(self) -> dict[str, FunctionState]:
         """Per-function state, as of every trace recorded so far (drafts are built first)."""
@@ -137,6 +140,7 @@ class Lifecycle:
         log = self.log
         try:
             draft = Draft(record, self._cell(), self._test())
+            self._opened(draft)
             with self.lock:
                 draft.start = next(self._ticks)
                 if not log.followed:
@@ -170,11 +174,14 @@ class Lifecycle:
         elif state is None or not state.traces:
             diagnosis = first_after_failures(state.failed if state is not None else 0)
         else:
-            pending = PendingDiagnosis(record.signature, tuple(state.signatures), is_new, rerun,
-                                       record.cache_generation != state.cache_generation)
+            held, dropped = state.held(record.function_ref, record.cache_generation)
+            pending = PendingDiagnosis(record.signature, tuple(k.signature for k in held),
+                                       tuple(k.trace_number for k in held), tuple(k.signature for k in dropped),
+                                       tuple(k.trace_number for k in dropped), is_new, rerun,
+                                       record.cache_generation != state.cache_generation, state.forgotten)
             diagnosis = None
             if not defer:
-                diagnosis, pending = pending.run(self.fault), None
+                diagnosis, pending = draft.diagnosed(pending.run(self.fault)), None
         draft.new_object, draft.diagnosis, draft.pending = is_new, diagnosis, pending
         draft.trace_number = traces + 1
 
@@ -191,9 +198,11 @@ class Lifecycle:
         self._begin_started(draft.end)  # the traces that started before it ended read the state before it
         state = self.state(record.identity.key, record.identity)
         if record.signature is not None:
-            state.signatures = keep(state.signatures, record.signature)
-        if record.function_ref is not None and (draft.new_object or not state.refs):
-            state.refs.append(record.function_ref)
+            added = state.add_key(KeptKey(record.signature, record.function_ref, record.cache_generation,
+                                          state.traces + 1))
+            self._key_budget.added(added, self.functions, record.cache_generation)
+        if record.function_ref is not None:
+            state.add_ref(record.function_ref)
         state.traces += 1
         state.location = record.identity.location
         state.cell = draft.cell
@@ -226,7 +235,24 @@ class Lifecycle:
         apply_end(event, draft)
         return event
 
+    def _opened(self, draft: Draft) -> None:
+        """`draft` is under way on this thread; a nested one remembers the trace it started in."""
+        stack = getattr(self._open, "drafts", None)
+        if stack is None:
+            stack = self._open.drafts = []
+        if not draft.record.nested:
+            stack.clear()  # (a top-level trace: none is under way, whatever an unreported end left)
+        elif stack:
+            draft.caller = stack[-1]
+        stack.append(draft)
+
+    def _closed(self, draft: Draft) -> None:
+        stack = getattr(self._open, "drafts", None)
+        if stack and draft in stack:
+            del stack[stack.index(draft):]
+
     def on_trace_end(self, draft: Draft, seconds: float | None, graph: GraphStats | None) -> Event | Draft | None:
+        self._closed(draft)
         draft.seconds, draft.graph = seconds, graph
         try:
             with self.lock:
@@ -246,6 +272,7 @@ class Lifecycle:
             return None
 
     def on_trace_failed(self, draft: Draft) -> None:
+        self._closed(draft)
         try:
             with self.lock:
                 self._build_through()  # the traces before it first: it failed after them

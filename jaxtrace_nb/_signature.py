@@ -57,10 +57,11 @@ class ArrayToken(NamedTuple):
     weak: bool
     sharding: tuple | None  # the mesh axes of each dimension, where the type carries a sharding
     other: str = ""  # the rest of the type where it is not the default (memory space, varying axes)
+    abstract: str = ""  # JAX's kind of abstract value where it is not an array's (``Ref`` for a mutable ref)
 
 
 def array_leaf(shape: tuple, dtype: str, weak: bool = False, sharding: tuple | None = None,
-               aval: object = None, other: str = "") -> Leaf:
+               aval: object = None, other: str = "", abstract: str = "") -> Leaf:
     """An array leaf; `sharding` is the per-dimension mesh axes of an explicit sharding, if any;
     `aval` is JAX's abstract value itself (the leaf's `witness`)."""
     if sharding:
@@ -72,7 +73,9 @@ def array_leaf(shape: tuple, dtype: str, weak: bool = False, sharding: tuple | N
         text += " (weak)"
     if other:
         text += f" {{{other}}}"
-    return Leaf("array", text, ArrayToken("array", tuple(shape), dtype, bool(weak), sharding, other), dtype,
+    if abstract:
+        text = f"{abstract}{{{text}}}"
+    return Leaf("array", text, ArrayToken("array", tuple(shape), dtype, bool(weak), sharding, other, abstract), dtype,
                 witness=aval)
 
 
@@ -98,6 +101,19 @@ def same_for_jax(old: Leaf, new: Leaf) -> bool:
     if type(a) is Witness:
         return type(b) is Witness and a.equals(b)
     return values_equal(a, b)
+
+
+def uncertain_paths(new: Signature, old: Signature) -> list[str]:
+    """The static leaves found equal only by their hashes (`Witness.certain`): values jaxtrace_nb
+    could not keep to compare as JAX does."""
+    found = []
+    old_leaves = old.leaves
+    for path, leaf in new.leaves.items():
+        prev = old_leaves.get(path)
+        a, b = leaf.witness, getattr(prev, "witness", None)
+        if type(a) is Witness and type(b) is Witness and not a.certain(b) and a.equals(b):
+            found.append(path)
+    return found
 
 
 NONE_LEAF = Leaf("none", "None", ("none",))
@@ -149,6 +165,7 @@ class Signature(NamedTuple):
     # A weak reference to JAX's own argument structure of this trace (alive while JAX caches it),
     # to say a difference the leaves do not name in JAX's terms; or None
     tree_ref: object = None
+    library: bool = False  # the traced function is a library's (its own hints cannot ask to change it)
 
     @property
     def n_leaves(self) -> int:
@@ -211,18 +228,78 @@ def context_changes(new: Signature, old: Signature) -> list[str]:
 
 def closest(new: Signature, previous: Sequence[Signature]) -> tuple[Signature, list[Change], list[str]]:
     """The earlier signature with the fewest differences from `new`: (it, leaf changes, context changes)."""
-    best = best_score = None
-    for old in reversed(previous):  # newest first: ties go to the most recent trace
-        changes = diff_leaves(new, old)
-        ctx = context_changes(new, old)
-        fun_changed = new.function_token != old.function_token and new.function_path is None
-        score = len(changes) + len(ctx) + int(fun_changed) + len(call_changes(new, old))
-        if best is None or score < best_score:
-            best, best_score = (old, changes, ctx), score
-            if score <= 1:
-                break
+    found = search(new, previous)
+    return previous[found.index], found.changes, found.context
+
+
+class Found(NamedTuple):
+    """The closest earlier key (`search`): its index, its differences, and the other keys as close."""
+
+    index: int
+    changes: list[Change]
+    context: list[str]
+    score: int  # differing components: leaves, trace-context entries, ways of passing, the function
+    ties: tuple  # indices of the other earlier keys with as few differences, newest first
+
+
+def search(new: Signature, previous: Sequence[Signature]) -> Found:
+    """The earlier key closest to `new` among all of `previous` (oldest first): the fewest differing
+    components, ties broken as JAX's explainer breaks them (`partial_eval.explain`: the lowest layer
+    that differs, trace context before input pytree before types, then the fewest differences there),
+    then the most recent. Each key's count stops once it passes the best so far."""
+    best = None
+    scored: list[tuple[int, int]] = []  # (score, index) of every key at most as far as the best then
+    for i in range(len(previous) - 1, -1, -1):
+        old = previous[i]
+        limit = best if best is not None else 1 << 30
+        score = _score(new, old, limit)
+        if score <= limit:
+            best = score
+            scored.append((score, i))
     assert best is not None
-    return best
+    tied = [i for score, i in scored if score == best]
+    ranked = sorted(tied, key=lambda i: (_jax_rank(new, previous[i]), -i))
+    index = ranked[0]
+    old = previous[index]
+    return Found(index, diff_leaves(new, old), context_changes(new, old), best, tuple(sorted(ranked[1:], reverse=True)))
+
+
+def _score(new: Signature, old: Signature, limit: int) -> int:
+    """The differing components of two keys, counted up to just past `limit`."""
+    n = len(context_changes(new, old)) + len(call_changes(new, old))
+    if new.function_token != old.function_token and new.function_path is None:
+        n += 1
+    if n > limit:
+        return n
+    old_leaves, new_leaves = old.leaves, new.leaves
+    if old_leaves is new_leaves:
+        return n
+    for path, leaf in new_leaves.items():
+        prev = old_leaves.get(path)
+        if prev is None or (prev is not leaf and not same_for_jax(prev, leaf)):
+            n += 1
+            if n > limit:
+                return n
+    if len(old_leaves) != len(new_leaves) or n:
+        for path in old_leaves:
+            if path not in new_leaves:
+                n += 1
+                if n > limit:
+                    return n
+    return n
+
+
+def _jax_rank(new: Signature, old: Signature) -> tuple[int, int]:
+    """JAX's explainer's order of a key's difference: (its lowest layer, its differences there) with
+    layers trace context 0, input pytree (structure, static values) 1, input types 3."""
+    ctx = context_changes(new, old)
+    if ctx:
+        return 0, len(ctx)
+    changes = diff_leaves(new, old)
+    tree = [c for c in changes if c.old is None or c.new is None or c.old.kind != "array" or c.new.kind != "array"]
+    if tree or call_changes(new, old):
+        return 1, len(tree) + len(call_changes(new, old))
+    return 3, len(changes)
 
 
 def owners_of(signature: Signature, path: str) -> list[str]:

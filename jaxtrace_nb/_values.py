@@ -8,6 +8,7 @@ budget. The object itself is never stored: only the returned strings and tokens.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import functools
@@ -127,8 +128,10 @@ def _fmt_one(obj: Any, budget: _Budget, depth: int) -> str:
     name = _callable_name(obj)
     if name is not None:
         return f"<{name}>" if name.startswith(("jit(", "partial(")) else f"<function {name}>"
-    if isinstance(obj, type):
-        return f"<class {getattr(obj, '__qualname__', '?')}>"
+    if isinstance(obj, type):  # qualified: `numpy.float32` and `jax.numpy.float32` are two values
+        module = getattr(obj, "__module__", "") or ""
+        qual = getattr(obj, "__qualname__", "?")
+        return f"<class {qual if module in ('builtins', '') else f'{module}.{qual}'}>"
     module = getattr(t, "__module__", "") or ""
     if module == "numpy" or module.startswith("numpy."):
         if t.__name__.endswith("DType") or t.__name__ == "dtype":
@@ -147,9 +150,11 @@ def _fmt_one(obj: Any, budget: _Budget, depth: int) -> str:
         if t is tuple and len(obj) == 1:
             close = ",)"
         return _fmt_items(open_, close, ((None, x) for x in obj), len(obj), budget, depth)
-    if t is dict:
-        items = ((_fmt(k, budget, depth + 1), v) for k, v in dict.items(obj))
-        return _fmt_items("{", "}", items, len(obj), budget, depth, ": ")
+    if isinstance(obj, dict):  # (a subclass's items read by dict's own methods: no user code runs)
+        pairs = collections.OrderedDict.items(obj) if t is collections.OrderedDict else dict.items(obj)
+        items = ((_fmt(k, budget, depth + 1), v) for k, v in pairs)
+        open_, close = ("{", "}") if t is dict else (f"{t.__name__}({{", "})")
+        return _fmt_items(open_, close, items, dict.__len__(obj), budget, depth, ": ")
     if t in (set, frozenset):
         return _fmt_items(f"{t.__name__}({{", "})", ((None, x) for x in obj), len(obj), budget, depth)
     if dataclasses.is_dataclass(obj):

@@ -1,28 +1,38 @@
 """What JAX compares of a static value in its cache key, kept without holding the user's object.
 
 JAX's tracing-cache key holds every static value (a ``static_argnums`` argument, a custom
-node's metadata, an ``eqx.field(static=True)``) and compares it with ``==``; a
-``static_argnums`` value is wrapped in JAX's ``Static``, whose ``==`` also requires the same
-type. A `Witness` lets the diagnosis ask that same question later:
+node's metadata, an ``eqx.field(static=True)``) and compares it the way a dict lookup does:
+the same object, or ``==`` (checked on JAX 0.10.2: the same NaN object twice hits, two NaN
+objects miss). A ``static_argnums`` value is wrapped in JAX's ``Static``, whose ``==`` also
+requires the same type. A `Witness` lets the diagnosis ask that same question later, with the
+value as it was when JAX compared it (at the trace), never a hash standing for equality:
 
 * a small immutable builtin value (an int, a short string, a tuple of them) is kept as is;
-* any other object is kept as a weak reference, with its hash. JAX's cache holds the object
-  while its entry lives, so the reference is alive whenever JAX itself could compare with it;
-* an object that takes no weak reference is kept as its hash only.
-
-Two witnesses are equal when the objects are equal by ``==`` (JAX's own comparison); when one
-object is gone, by their hashes (consistent with ``==`` for any value JAX accepts as static),
-and a gone object compared by identity differs from any live one.
+* any other value that has a plain form (`canonical`: NumPy scalars and dtypes, long tuples,
+  strings, frozensets, dataclasses and named tuples of such values, and of objects compared by
+  identity, which the form holds weakly) keeps that form, taken at the trace: two plain forms
+  are equal exactly when JAX's ``==`` finds the values equal, and a value mutated after its
+  trace is compared as it was;
+* any other object is kept as a weak reference. JAX's cache holds the object while its entry
+  lives, so the reference is alive whenever JAX itself could compare with it; an object
+  compared by identity that is gone differs from any live one;
+* what is left (no plain form, no weak reference, or gone while compared by ``==``) is
+  *incomparable*: its hash is kept as evidence of a difference only (JAX's ``==`` implies equal
+  hashes). Two incomparable values with equal hashes are not named as a change, and
+  `certain` tells the diagnosis that it cannot say they are equal: it says so in JAX's terms.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from typing import Any
 
 _HELD_SCALARS = (int, float, bool, complex, type(None), type(Ellipsis))
 _MAX_HELD_CHARS = 256
 _MAX_HELD_ITEMS = 16
+_MAX_CANONICAL_ATOMS = 4096  # values, characters / 64 and fields a plain form may hold
+_MAX_CANONICAL_DEPTH = 8
 
 
 def _holdable(obj: Any, depth: int = 0) -> bool:
@@ -37,10 +47,145 @@ def _holdable(obj: Any, depth: int = 0) -> bool:
     return False
 
 
+class _NoForm(Exception):
+    pass
+
+
+def canonical(obj: Any) -> Any:
+    """A plain form of `obj` made of builtins, equal to another's exactly when JAX's ``==`` finds
+    the values equal, or `_MISSING` where there is none (a class with its own ``__eq__``)."""
+    try:
+        return _canonical(obj, 0, [_MAX_CANONICAL_ATOMS])
+    except _NoForm:
+        return _MISSING
+    except Exception:  # (an attribute that raises: no form)
+        return _MISSING
+
+
+def _spend(budget: list, n: int) -> None:
+    budget[0] -= n
+    if budget[0] < 0:
+        raise _NoForm
+
+
+def _canonical(obj: Any, depth: int, budget: list) -> Any:
+    if depth > _MAX_CANONICAL_DEPTH:
+        raise _NoForm
+    t = type(obj)
+    if t in _HELD_SCALARS:
+        _spend(budget, 1)
+        return obj if t is not int or obj.bit_length() <= 4096 else _no_form()
+    if t is str or t is bytes:
+        _spend(budget, 1 + len(obj) // 64)
+        return obj
+    if t is tuple:
+        _spend(budget, 1)
+        return tuple(_canonical(item, depth + 1, budget) for item in obj)
+    if t is frozenset:
+        _spend(budget, 1)
+        return frozenset(_canonical(item, depth + 1, budget) for item in obj)
+    module = getattr(t, "__module__", "") or ""
+    if module == "numpy" or module.startswith("numpy."):
+        import numpy as np  # (numpy is loaded: the value is one of its objects)
+
+        if isinstance(obj, np.generic) and obj.dtype.kind in "biufc?":
+            _spend(budget, 1)
+            return obj.item()  # (a NumPy scalar equals the Python number it holds)
+        if isinstance(obj, np.dtype):
+            _spend(budget, 1)
+            return ("numpy.dtype", obj.str, obj.name)
+        raise _NoForm
+    if isinstance(obj, tuple) and hasattr(t, "_fields") and t.__eq__ is tuple.__eq__:
+        _spend(budget, 1)  # a named tuple compares as a tuple
+        return tuple(_canonical(item, depth + 1, budget) for item in obj)
+    if _identity_compared(t):
+        _spend(budget, 1)  # a weak reference compares as its object while it lives, then as itself
+        try:
+            return weakref.ref(obj)
+        except TypeError:
+            raise _NoForm from None
+    if dataclasses.is_dataclass(obj) and _generated_eq(t):
+        _spend(budget, 1)  # a dataclass's own ``==``: the same class, then its compared fields
+        fields = tuple(_canonical(getattr(obj, f.name), depth + 1, budget)
+                       for f in dataclasses.fields(obj) if f.compare)
+        return ("dataclass", module, t.__qualname__, id(t), fields)
+    raise _NoForm
+
+
+def _field_names(obj: Any) -> tuple | None:
+    if isinstance(obj, tuple) and hasattr(type(obj), "_fields"):
+        return tuple(map(str, type(obj)._fields))
+    if dataclasses.is_dataclass(obj):
+        return tuple(f.name for f in dataclasses.fields(obj) if f.compare)
+    return None
+
+
+def differing_part(old: Witness, new: Witness) -> str | None:
+    """Where two values kept as plain forms first differ, as a path (``.init``, ``[2]``) and what
+    differs there ("another object", or both values), or None where that cannot be said."""
+    a, b = old.held, new.held
+    if a is _MISSING or b is _MISSING:
+        return None
+    fields = new.fields if new.fields == old.fields else None
+    if type(a) is tuple and len(a) == 5 and a[:1] == ("dataclass",) and type(b) is tuple and b[:1] == ("dataclass",):
+        a, b = a[4], b[4]
+    return _first_difference(a, b, fields)
+
+
+def _first_difference(a: Any, b: Any, fields: tuple | None) -> str | None:
+    if type(a) is tuple and type(b) is tuple:
+        if len(a) != len(b):
+            return f"{len(a)} items → {len(b)} items"
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x is y or _equal(x, y):
+                continue
+            where = f".{fields[i]}" if fields is not None and i < len(fields) else f"[{i}]"
+            inner = _first_difference(x, y, None)
+            return f"{where}{inner if inner and inner[:1] in '.[' else ': ' + (inner or '')}".rstrip(": ")
+        return None
+    if type(a) is weakref.ReferenceType or type(b) is weakref.ReferenceType:
+        return "another object"
+    if type(a) is frozenset and type(b) is frozenset:
+        return f"{len(b - a)} added, {len(a - b)} removed"
+    if type(a) in _PLAIN and type(b) in _PLAIN:  # (builtin reprs run no user code)
+        text = f"{a!r} → {b!r}"
+        return text if len(text) <= 60 else text[:59] + "…"
+    return None
+
+
+_PLAIN = (int, float, bool, str, bytes, type(None))
+
+
+def _equal(x: Any, y: Any) -> bool:
+    try:
+        return bool(x == y)
+    except Exception:
+        return False
+
+
+def _identity_compared(t: type) -> bool:
+    try:
+        return t.__eq__ is object.__eq__
+    except Exception:
+        return False
+
+
+def _no_form() -> Any:
+    raise _NoForm
+
+
+def _generated_eq(t: type) -> bool:
+    """Whether `t`'s ``__eq__`` is the one ``dataclasses`` writes (it compiles it from text)."""
+    params = getattr(t, "__dataclass_params__", None)
+    eq = t.__dict__.get("__eq__")
+    code = getattr(eq, "__code__", None)
+    return bool(params is not None and params.eq and code is not None and code.co_filename == "<string>")
+
+
 class Witness:
     """A static value as JAX's cache key compares it (see the module's docstring)."""
 
-    __slots__ = ("held", "ref", "hash", "type_ref", "typed", "by_identity")
+    __slots__ = ("held", "ref", "type_ref", "typed", "by_identity", "nan", "hash", "fields")
 
     def __init__(self, obj: Any, typed: bool = False):
         self.typed = typed  # compared as JAX's ``Static``: the same type, then ``==``
@@ -50,57 +195,71 @@ class Witness:
             self.type_ref = weakref.ref(t)
         except TypeError:  # (every class takes weak references; a defensive default)
             self.type_ref = None
-        try:
-            self.by_identity = t.__eq__ is object.__eq__
-        except Exception:
-            self.by_identity = False
-        if _holdable(obj):
-            self.held = obj
-        else:
-            try:
-                self.ref = weakref.ref(obj)
-            except TypeError:
-                pass
+        self.by_identity = _identity_compared(t)
+        self.nan = t is float and obj != obj
+        self.fields = None
         try:
             self.hash = hash(obj)
         except Exception:
             self.hash = None
+        if _holdable(obj):
+            self.held = obj
+            return
+        self.fields = None  # a named tuple's or dataclass's field names, to say which one differs
+        if not self.by_identity:
+            self.held = canonical(obj)  # (taken now: JAX compared the value as it is now)
+            if self.held is not _MISSING:
+                self.fields = _field_names(obj)
+        if self.held is _MISSING:
+            try:
+                self.ref = weakref.ref(obj)
+            except TypeError:
+                pass
 
     def value(self) -> Any:
-        """The object, or `_MISSING` when it is gone or was never kept."""
+        """The object (or its plain form), or `_MISSING` when it is gone or was never kept."""
         if self.held is not _MISSING:
             return self.held
         obj = self.ref() if self.ref is not None else None
         return _MISSING if obj is None else obj
 
     def equals(self, other: Witness) -> bool:
-        """Whether JAX's ``==`` finds the two values equal."""
+        """Whether JAX's comparison finds the two values equal (identity, then ``==``); two
+        incomparable values, by their hashes (`certain` says which)."""
         if self is other:
             return True
         if self.typed or other.typed:
             mine, theirs = self.type_ref, other.type_ref
             if mine is None or theirs is None or mine() is not theirs():
                 return False
+        if (self.held is _MISSING) != (other.held is _MISSING) and not (self.by_identity or other.by_identity):
+            return False  # a plain form and an object without one: not of one class, nor equal
         a, b = self.value(), other.value()
-        if a is not _MISSING and b is not _MISSING:
-            if a is b:
-                return True
-            try:
-                return bool(a == b)
-            except Exception:  # an __eq__ that raises: JAX could not have cached it as equal either
-                return False
+        if a is _MISSING or b is _MISSING:
+            if self.by_identity or other.by_identity:
+                return False  # a gone object is not the live one (nor another gone one, kept apart by JAX)
+            return self.hash is not None and self.hash == other.hash  # (not certain: see `certain`)
+        if a is b:
+            return True
+        try:
+            return bool(a == b)
+        except Exception:  # an __eq__ that raises: JAX could not have cached it as equal either
+            return False
+
+    def certain(self, other: Witness) -> bool:
+        """Whether `equals` compared the values themselves (not only their hashes)."""
         if self.by_identity or other.by_identity:
-            return False  # a gone object is not the live one (nor another gone one, kept apart by JAX)
-        return self.hash is not None and self.hash == other.hash
+            return True
+        return self.value() is not _MISSING and other.value() is not _MISSING
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Witness) and self.equals(other)
 
     def __hash__(self) -> int:
-        return hash(self.hash)  # (values JAX compares equal hash equal)
+        return 0  # (only compared, never a dict key of its own)
 
     def __repr__(self) -> str:
-        kept = "held" if self.held is not _MISSING else "weak" if self.ref is not None else "hash"
+        kept = "held" if self.held is not _MISSING else "weak" if self.ref is not None else "none"
         return f"Witness({kept}, typed={self.typed})"
 
 

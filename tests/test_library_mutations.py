@@ -346,8 +346,9 @@ SEEDS = range(len(UNITS))
 
 # ------------------------------------------------------------------ what a case expects
 class Expect(NamedTuple):
-    """How `before` or `after` must read: equal to, starting with, or containing `text`; or equal to
-    the other side (`same`, for two alike objects that JAX compares by identity)."""
+    """How `before` or `after` must read: equal to, starting with, or containing `text`; or like
+    the other side (`same`, for two alike objects that JAX compares by identity: the one side
+    reads as the other, then says where they differ)."""
 
     how: str
     text: str = ""
@@ -356,7 +357,15 @@ class Expect(NamedTuple):
         if value is None:
             return False
         return {"exact": value == self.text, "starts": str(value).startswith(self.text),
-                "contains": self.text in str(value), "same": value == other and bool(value)}[self.how]
+                "contains": self.text in str(value), "same": _alike(value, other)}[self.how]
+
+
+def _alike(value, other) -> bool:
+    """Two texts of values that read alike: one the other, with the part that differs after it."""
+    if not value or not other or value == other:
+        return False  # (values JAX found unequal never read the same)
+    short, long = sorted((str(value), str(other)), key=len)
+    return long.startswith(short + " (")
 
 
 def _exactly(before: str, after: str) -> tuple:

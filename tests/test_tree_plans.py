@@ -181,7 +181,7 @@ def test_a_deferred_diagnosis_is_the_one_made_at_the_trace(jt):
     _retraces("deferred")  # diagnosed when the log is read
     deferred = jt.log(internal=False)[fields]
     state = next(s for s in get_session().functions.values() if s.identity.name.endswith("<lambda>"))
-    kept = state.signatures[-1]
+    kept = state.keys[-1].signature
     assert type(kept) is DeferredSignature and kept.get() is kept.get()
     assert kept.n_leaves == len(kept.get().leaves)
     jt.reset()

@@ -51,6 +51,13 @@ class Evidence(NamedTuple):
     old: Leaf | None  # None: not in the earlier trace
     new: Leaf | None  # None: not in this one
     owners: tuple  # the qualified types of the custom containers holding `path`, innermost first
+    library: bool = False  # the traced function is a library's, not the user's
+
+    @property
+    def owner_is_library(self) -> bool:
+        """Whether the innermost custom container is a library's class (its fields are the library's)."""
+        package = self.owner.split(".", 1)[0]
+        return bool(package) and any(package in adapter.packages for adapter in registered())
 
     @property
     def owner(self) -> str:

@@ -46,6 +46,13 @@ class Equinox(Library):
         Hint("static.eqx_field",
              "{p} is an `eqx.field(static=True)`: every new value compiles again. If it changes, make it an ordinary "
              "field holding an array.", True),
+        Hint("static.library_field",
+             "{p} is a static field that `{owner}` declares (`eqx.field(static=True)` in its library): each new "
+             "value compiles again, by the library's design.", False),
+        Hint("static.library_number",
+             "{p} is a Python {type} given to a library's `eqx.filter_jit` function, which treats it as static: each "
+             "new value compiles again. Whether the library accepts an array there is its own choice (its "
+             "documentation says).", False),
     )
 
     def wraps(self, fun: Any) -> bool:
@@ -68,8 +75,12 @@ class Equinox(Library):
         if evidence.cause != Cause.STATIC or new.by_identity:
             return None
         if new.origin == EqxOrigin.FILTER_JIT and new.type_name in ("int", "float", "complex"):
+            if evidence.library:  # (Diffrax rejects a tracer as `max_steps`: the fix is not the user's to make)
+                return "static.library_number", {"type": new.type_name}
             return "static.filter_jit_number", {"type": new.type_name}
         if new.origin == EqxOrigin.STATIC_FIELD:
+            if evidence.owner_is_library:  # (Lineax's operator `tags`: the library's own static field)
+                return "static.library_field", {"owner": evidence.owner.rsplit(".", 1)[-1]}
             return "static.eqx_field", {}
         return None
 

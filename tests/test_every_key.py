@@ -1,0 +1,297 @@
+"""Issue 43: each retrace judged against every key JAX still holds, as JAX compares them.
+
+Each test here failed on the code before (a bounded, hashed, most-recent memory of keys; function
+objects in an 8-entry list; lambdas merged by name) and is checked against JAX's own trace count.
+"""
+
+import dataclasses
+import functools
+import gc
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxtrace_nb._witness import Witness
+
+
+def _rows(jt, name=None):
+    df = jt.log()
+    df = df[(df["kind"] == "trace") & ~df["internal"]]
+    if name is not None:
+        df = df[df["function"].str.endswith(name)]
+    return df.to_dict("records")
+
+
+class Counter:
+    """JAX's own trace count: the traced body runs once per trace."""
+
+    def __init__(self):
+        self.n = 0
+
+    def tick(self):
+        self.n += 1
+
+
+def test_the_closest_key_is_searched_among_all_keys_not_the_last_eight(jt):
+    """9 batch shapes with `train=True`, then shape 1 with `train=False`: trace 1 differs only at
+    `train`, every other key at `x` and `train`."""
+    count = Counter()
+
+    @functools.partial(jax.jit, static_argnames="train")
+    def step(x, train):
+        count.tick()
+        return x * 2 if train else x
+
+    for n in range(1, 10):
+        step(jnp.ones(n), train=True)
+    step(jnp.ones(1), train=False)
+    rows = _rows(jt, "step")
+    assert len(rows) == count.n == 10
+    last = rows[-1]
+    assert (last["cause"], last["leaf"], last["before"], last["after"]) == ("static", "train", "True", "False")
+    assert "pad" not in (last["hint"] or "")
+
+
+def test_many_keys_a_static_change_is_found_whichever_key_it_matches(jt):
+    """100 shapes; then the 37th shape with the other flag: the only key one component away is #37."""
+    @functools.partial(jax.jit, static_argnums=1)
+    def step(x, flag):
+        return x + 1 if flag else x
+
+    for n in range(1, 101):
+        step(jnp.ones(n), True)
+    step(jnp.ones(37), False)
+    last = _rows(jt, "step")[-1]
+    assert (last["cause"], last["leaf"]) == ("static", "flag")
+
+
+@pytest.mark.allows_unknown
+def test_a_key_identical_to_one_before_clear_caches_is_unknown_and_says_cleared(jt):
+    count = Counter()
+
+    @jax.jit
+    def f(x):
+        count.tick()
+        return x + 1
+
+    f(jnp.ones(3))
+    f(jnp.ones(4))
+    jax.clear_caches()
+    f(jnp.ones(3))
+    rows = _rows(jt, "f")
+    assert len(rows) == count.n == 3
+    assert rows[-1]["cause"] == "unknown"
+    assert "cleared" in rows[-1]["explanation"]
+
+
+def test_a_change_after_clear_caches_names_it_and_says_cleared(jt):
+    f = jax.jit(lambda x, s: x * int(s), static_argnums=1)
+    f(jnp.ones(2), np.int64(-1))  # hash(np.int64(-1)) == hash(np.int64(-2))
+    jax.clear_caches()
+    f(jnp.ones(2), np.int64(-2))
+    last = _rows(jt)[-1]
+    assert (last["cause"], last["leaf"]) == ("static", "s")
+    assert last["before"] != last["after"]
+    assert "cleared" in last["explanation"]
+
+
+def test_a_hash_colliding_static_is_not_unknown_while_the_function_lives(jt):
+    f = jax.jit(lambda x, s: x * int(s), static_argnums=1)
+    f(jnp.ones(2), np.int64(-1))
+    f(jnp.ones(2), np.int64(-2))
+    last = _rows(jt)[-1]
+    assert (last["cause"], last["leaf"], last["before"], last["after"]) == \
+        ("static", "s", "np.int64(-1)", "np.int64(-2)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Slotted:
+    __slots__ = ("a",)
+    a: int
+
+
+@dataclasses.dataclass(unsafe_hash=True)
+class Mutable:
+    a: int
+
+
+def test_witnesses_compare_values_never_hashes():
+    """Values that take no weak reference and are not small builtins: compared by a plain form taken
+    when JAX compared them, never by hash (`hash(-1) == hash(-2)`)."""
+    assert hash(np.int64(-1)) == hash(np.int64(-2))
+    assert not Witness(np.int64(-1)).equals(Witness(np.int64(-2)))
+    assert Witness(np.int64(-1)).equals(Witness(np.int64(-1)))
+    assert not Witness(Slotted(-1)).equals(Witness(Slotted(-2)))
+    assert Witness(Slotted(-1)).equals(Witness(Slotted(-1)))
+    long = tuple(range(40))
+    assert not Witness(long).equals(Witness(long[:-1] + (-1,)))
+    assert Witness(long).equals(Witness(tuple(range(40))))
+    assert not Witness(np.dtype("float32")).equals(Witness(np.dtype("float64")))
+    # NumPy scalars equal the Python numbers they hold, as JAX's `==` finds them
+    assert Witness(np.float32(0.5)).equals(Witness(0.5))
+    assert not Witness(np.float32(0.1)).equals(Witness(0.1))
+
+
+def test_a_static_mutated_after_its_trace_is_compared_as_it_was(jt):
+    f = jax.jit(lambda x, cfg: x * cfg.a, static_argnums=1)
+    one, two = Mutable(1), Mutable(2)
+    f(jnp.ones(2), one)
+    f(jnp.ones(2), two)
+    two.a = 1  # now equal to `one`, after JAX compared them
+    last = _rows(jt)[-1]
+    assert (last["cause"], last["leaf"]) == ("static", "cfg")
+    assert (last["before"], last["after"]) == ("Mutable(a=1)", "Mutable(a=2)")
+
+
+def test_the_first_of_many_closures_is_the_same_object_with_a_new_shape(jt):
+    count = Counter()
+
+    def make():
+        @jax.jit
+        def h(x):
+            count.tick()
+            return x * 3
+
+        return h
+
+    hs = [make() for _ in range(9)]
+    for h in hs:
+        h(jnp.ones(2))
+    hs[0](jnp.ones(5))
+    rows = _rows(jt, "h")
+    assert len(rows) == count.n == 10
+    assert [r["cause"] for r in rows[1:9]] == ["new_function"] * 8
+    assert (rows[-1]["cause"], rows[-1]["leaf"]) == ("shape", "x")
+
+
+def test_lambdas_on_adjacent_lines_and_one_line_are_distinct_functions(jt):
+    a = jax.jit(lambda x: x + 1)
+    b = jax.jit(lambda x: x - 1)
+    c, d = jax.jit(lambda x: x * 2), jax.jit(lambda x: x * 3)
+    for f in (a, b, c, d):
+        f(jnp.ones(2))
+    rows = _rows(jt, "<lambda>")
+    assert [r["cause"] for r in rows] == ["first"] * 4
+    assert [r["trace_number"] for r in rows] == [1] * 4
+
+
+def test_a_mutable_ref_is_named_by_its_jax_type(jt):
+    @jax.jit
+    def r(x):
+        return x[...] * 2
+
+    r(jnp.ones(3))
+    r(jax.new_ref(jnp.ones(3)))
+    last = _rows(jt, "r")[-1]
+    assert (last["leaf"], last["before"], last["after"]) == ("x", "f32[3]", "Ref{f32[3]}")
+    assert last["cause"] != "sharding" and "device_put" not in (last["hint"] or "")
+
+
+def test_alike_statics_read_differently(jt):
+    d = jax.jit(lambda x, t: x.astype(t), static_argnums=1)
+    d(jnp.ones(2), jnp.float32)
+    d(jnp.ones(2), np.float32)
+    last = _rows(jt)[-1]
+    assert last["cause"] == "static" and last["before"] != last["after"]
+    assert "jax.numpy.float32" in last["before"] and "numpy.float32" in last["after"]
+
+    q = jax.jit(lambda x, s: x * s, static_argnums=1)
+    q(jnp.ones(2), float("nan"))
+    q(jnp.ones(2), float("nan"))
+    last = _rows(jt)[-1]
+    assert last["cause"] == "static" and "NaN never equals NaN" in last["after"]
+
+
+def test_an_ordered_dict_static_shows_its_contents(jt):
+    import collections
+
+    f = jax.jit(lambda x, axes: x, static_argnums=1)
+
+    class Axes(collections.OrderedDict):  # hashable, as penzai's named axes are frozen mappings
+        def __hash__(self):
+            return hash(tuple(self.items()))
+
+    f(jnp.ones(2), Axes(batch=2, seq=3))
+    f(jnp.ones(2), Axes(batch=2, seq=4))
+    last = _rows(jt)[-1]
+    assert last["before"] != last["after"]
+    assert "seq" in last["after"] and "4" in last["after"]
+
+
+def test_equally_close_keys_are_named_and_jax_breaks_the_tie(jt):
+    """(x f32[2], True), (x f32[3], False), then (x f32[3], True): one component from each earlier
+    key. JAX's explainer ranks a pytree (static) difference before a type difference."""
+    @functools.partial(jax.jit, static_argnums=1)
+    def step(x, train):
+        return x
+
+    step(jnp.ones(2), True)
+    step(jnp.ones(3), False)
+    step(jnp.ones(3), True)
+    last = _rows(jt, "step")[-1]
+    assert (last["cause"], last["leaf"]) == ("static", "train")
+    assert "As close: trace #1 (differs at `x`)" in last["explanation"]
+
+
+def test_a_function_gone_and_made_again_is_new_with_its_keys_dropped(jt):
+    def make():
+        return jax.jit(lambda x: x * 2)
+
+    f = make()
+    f(jnp.ones(2))
+    del f
+    gc.collect()
+    g = make()
+    g(jnp.ones(3))
+    last = _rows(jt)[-1]
+    assert last["cause"] == "new_function"
+
+
+def test_a_library_static_field_gets_no_instruction_to_make_it_traced(jt):
+    """Lineax's operator `tags` is the library's own `eqx.field(static=True)`: the user cannot make it an
+    array, so no hint tells them to."""
+    import equinox as eqx
+    import lineax as lx
+
+    @eqx.filter_jit
+    def solve(op, b):
+        return lx.linear_solve(op, b).value
+
+    a, b = jnp.eye(2) * 2.0, jnp.ones(2)
+    solve(lx.MatrixLinearOperator(a), b)
+    solve(lx.MatrixLinearOperator(a, lx.positive_semidefinite_tag), b)
+    last = _rows(jt, "solve")[-1]
+    assert (last["cause"], last["leaf"]) == ("static", "op.tags")
+    assert last["hint_ids"] == "static.library_field"
+    assert "ordinary field" not in last["hint"] and "array" not in last["hint"]
+
+
+def test_a_retrace_made_by_its_callers_retrace_says_so_and_gives_no_fix(jt):
+    """Diffrax's `diffeqsolve` inside the user's jit, `SaveAt(ts=...)` one longer: the user's `solve`
+    retraces at `ts`; the nested solve's retrace follows from it and says so, with no hint."""
+    import diffrax
+
+    term = diffrax.ODETerm(lambda t, y, args: -y)
+
+    @jax.jit
+    def solve(y0, ts):
+        return diffrax.diffeqsolve(term, diffrax.Tsit5(), 0.0, 1.0, 0.1, y0, saveat=diffrax.SaveAt(ts=ts)).ys
+
+    solve(jnp.ones(2), jnp.linspace(0, 1, 5))
+    solve(jnp.ones(2), jnp.linspace(0, 1, 7))
+    df = jt.log()
+    retraces = df[(df["kind"] == "trace") & (df["trace_number"] > 1)]
+    outer = retraces[retraces["function"].str.endswith("solve") & ~retraces["nested"]]
+    assert outer[["cause", "leaf"]].values.tolist() == [["shape", "ts"]]
+    inner = retraces[retraces["function"] == "diffeqsolve"]
+    assert len(inner) == 1
+    assert "a consequence of `" in inner.iloc[0]["explanation"] and not inner.iloc[0]["hint"]
+    assert pd_na_or_none(inner.iloc[0]["hint_ids"])
+
+
+def pd_na_or_none(value) -> bool:
+    import pandas as pd
+
+    return value is None or value is pd.NA or (isinstance(value, float) and value != value)
