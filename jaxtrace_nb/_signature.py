@@ -247,59 +247,60 @@ def search(new: Signature, previous: Sequence[Signature]) -> Found:
     components, ties broken as JAX's explainer breaks them (`partial_eval.explain`: the lowest layer
     that differs, trace context before input pytree before types, then the fewest differences there),
     then the most recent. Each key's count stops once it passes the best so far."""
-    best = None
-    scored: list[tuple[int, int]] = []  # (score, index) of every key at most as far as the best then
+    best, ranked = None, []  # ranked: (JAX's rank, -index) of each key as close as the best so far
     for i in range(len(previous) - 1, -1, -1):
-        old = previous[i]
         limit = best if best is not None else 1 << 30
-        score = _score(new, old, limit)
+        score, rank = _score(new, previous[i], limit)
+        if score < limit:
+            best, ranked = score, []
         if score <= limit:
             best = score
-            scored.append((score, i))
+            ranked.append((rank, -i))
     assert best is not None
-    tied = [i for score, i in scored if score == best]
-    ranked = sorted(tied, key=lambda i: (_jax_rank(new, previous[i]), -i))
-    index = ranked[0]
+    ranked.sort()
+    index = -ranked[0][1]
     old = previous[index]
-    return Found(index, diff_leaves(new, old), context_changes(new, old), best, tuple(sorted(ranked[1:], reverse=True)))
+    ties = tuple(sorted((-i for _, i in ranked[1:]), reverse=True))
+    return Found(index, diff_leaves(new, old), context_changes(new, old), best, ties)
 
 
-def _score(new: Signature, old: Signature, limit: int) -> int:
-    """The differing components of two keys, counted up to just past `limit`."""
-    n = len(context_changes(new, old)) + len(call_changes(new, old))
-    if new.function_token != old.function_token and new.function_path is None:
-        n += 1
+def _score(new: Signature, old: Signature, limit: int) -> tuple[int, tuple[int, int]]:
+    """The differing components of two keys, counted up to just past `limit`, and JAX's explainer's
+    rank of their difference: (its lowest layer, its differences there), with the layers trace
+    context 0, input pytree (structure, static values, ways of passing) 1, input types 3."""
+    context = 0 if new.context_values is old.context_values and new.context_values else \
+        len(context_changes(new, old))
+    tree = 0 if new.call == old.call else len(call_changes(new, old))
+    n = context + tree + (new.function_token != old.function_token and new.function_path is None)
     if n > limit:
-        return n
+        return n, (0, 0)
+    types = 0
     old_leaves, new_leaves = old.leaves, new.leaves
-    if old_leaves is new_leaves:
-        return n
-    for path, leaf in new_leaves.items():
-        prev = old_leaves.get(path)
-        if prev is None or (prev is not leaf and not same_for_jax(prev, leaf)):
-            n += 1
-            if n > limit:
-                return n
-    if len(old_leaves) != len(new_leaves) or n:
-        for path in old_leaves:
-            if path not in new_leaves:
+    if old_leaves is not new_leaves:
+        for path, leaf in new_leaves.items():
+            prev = old_leaves.get(path)
+            if prev is leaf:
+                continue
+            if prev is None or not same_for_jax(prev, leaf):
                 n += 1
+                if prev is not None and prev.kind == leaf.kind == "array":
+                    types += 1
+                else:
+                    tree += 1
                 if n > limit:
-                    return n
-    return n
-
-
-def _jax_rank(new: Signature, old: Signature) -> tuple[int, int]:
-    """JAX's explainer's order of a key's difference: (its lowest layer, its differences there) with
-    layers trace context 0, input pytree (structure, static values) 1, input types 3."""
-    ctx = context_changes(new, old)
-    if ctx:
-        return 0, len(ctx)
-    changes = diff_leaves(new, old)
-    tree = [c for c in changes if c.old is None or c.new is None or c.old.kind != "array" or c.new.kind != "array"]
-    if tree or call_changes(new, old):
-        return 1, len(tree) + len(call_changes(new, old))
-    return 3, len(changes)
+                    return n, (0, 0)
+        if len(old_leaves) != len(new_leaves) or n:
+            for path in old_leaves:
+                if path not in new_leaves:
+                    n += 1
+                    tree += 1
+                    if n > limit:
+                        return n, (0, 0)
+    if context:
+        return n, (0, context)
+    if tree:
+        return n, (1, tree)
+    return n, (3, types)
 
 
 def owners_of(signature: Signature, path: str) -> list[str]:
