@@ -31,7 +31,7 @@ from typing import Any
 _HELD_SCALARS = (int, float, bool, complex, type(None), type(Ellipsis))
 _MAX_HELD_CHARS = 256
 _MAX_HELD_ITEMS = 16
-_MAX_CANONICAL_ATOMS = 4096  # values, characters / 64 and fields a plain form may hold
+_MAX_CANONICAL_ATOMS = 1024  # values and fields a plain form may hold (a string costs one per 16 characters)
 _MAX_CANONICAL_DEPTH = 8
 
 
@@ -76,7 +76,7 @@ def _canonical(obj: Any, depth: int, budget: list) -> Any:
         _spend(budget, 1)
         return obj if t is not int or obj.bit_length() <= 4096 else _no_form()
     if t is str or t is bytes:
-        _spend(budget, 1 + len(obj) // 64)
+        _spend(budget, 1 + len(obj) // 16)
         return obj
     if t is tuple:
         _spend(budget, 1)
