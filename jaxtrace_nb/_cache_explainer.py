@@ -156,7 +156,7 @@ class CacheExplainer:
             new = canonical_text(new_bytes)  # JAX let the module go: no source lines
         else:
             return None
-        return first_difference(canonical_text(old), new, self._is_library)
+        return first_difference(canonical_text(old), new, self._is_library, record.arg_paths)
 
     def _said(self, event: Event, text: str) -> None:
         event.persistent_cache = text

@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import os
+import re
 import sys
 import threading
 import weakref
@@ -266,7 +267,8 @@ class KeyReader:
             key=pending.key, module_name=pending.module_name, components=components,
             facts=self._facts(pending, chunks), outcome=outcome, reason=reason, eligible=eligible,
             seconds=seconds, cache_dir=self._cache_dir(), compile_options=_joined(chunks.get("compile_options")),
-            module_bytes=None if hit else pending.module_bytes, module_ref=None if hit else pending.module_ref)
+            module_bytes=None if hit else pending.module_bytes, module_ref=None if hit else pending.module_ref,
+            arg_paths=() if hit else _argument_paths(pending.module_ref))
 
     def _facts(self, pending: Pending, chunks: dict) -> dict:
         """The readable side of the key's parts (texts, numbers and lists only)."""
@@ -403,3 +405,28 @@ def _devices(devices) -> dict:
             kinds[printable(str(getattr(device, "device_kind", "?")), 60)] += 1
         count += 1
     return {"count": count, "kinds": dict(kinds)}
+
+
+_NAME_LOC = re.compile(r'^loc\("((?:[^"\\]|\\.)*)"')
+_MAX_ARGUMENT_PATHS = 4096
+
+
+def _argument_paths(module_ref) -> tuple:
+    """The name location of each argument of the module's public ``main`` (JAX writes the user's
+    pytree path there: ``loc("params[0][0]")``), or () where it cannot be read."""
+    module = module_ref() if module_ref is not None else None
+    if module is None:
+        return ()
+    try:
+        for op in module.body.operations:
+            name = op.attributes["sym_name"] if "sym_name" in op.attributes else None
+            if name is None or str(name).strip('"') != "main":
+                continue
+            paths = []
+            for argument in list(op.regions[0].blocks[0].arguments)[:_MAX_ARGUMENT_PATHS]:
+                found = _NAME_LOC.match(str(argument.location))
+                paths.append(found.group(1) if found else "")
+            return tuple(paths)
+    except Exception:
+        return ()
+    return ()

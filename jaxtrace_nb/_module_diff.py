@@ -88,8 +88,10 @@ def frames(ref: str | None, aliases: dict[str, str], depth: int = 0) -> list[tup
     return []
 
 
-def first_difference(old: str, new: str, is_library: Callable[[str], bool] = lambda path: False) -> Difference:
-    """Where `old` (printed without locations) and `new` (printed with them) first differ."""
+def first_difference(old: str, new: str, is_library: Callable[[str], bool] = lambda path: False,
+                     arg_paths: tuple = ()) -> Difference:
+    """Where `old` (printed without locations) and `new` (printed with them, or without: then
+    `arg_paths` names the arguments, as read at the compile) first differ."""
     old_lines = [line for line in old.splitlines() if not _ALIAS.match(line)]
     old_lines = [_LOC_REF.sub("", line) for line in old_lines]
     new_lines, refs, aliases = split_locations(new)
@@ -99,7 +101,7 @@ def first_difference(old: str, new: str, is_library: Callable[[str], bool] = lam
     old_line = old_lines[i].strip() if i < len(old_lines) else "(end of module)"
     new_line = new_lines[i].strip() if i < len(new_lines) else "(end of module)"
     if old_line.startswith("func.func") and new_line.startswith("func.func"):
-        signature = _signature_difference(old_line, new_line, new.splitlines(), aliases)
+        signature = _signature_difference(old_line, new_line, new.splitlines(), aliases, arg_paths)
         if signature is not None:
             return signature
     at, hops = i, 0
@@ -124,16 +126,19 @@ def first_difference(old: str, new: str, is_library: Callable[[str], bool] = lam
                       name=next((n for n in names if "/" in n), names[0] if names else None), via_use=hops > 0)
 
 
-def _signature_difference(old_line: str, new_line: str, new_text: list[str], aliases: dict) -> Difference | None:
+def _signature_difference(old_line: str, new_line: str, new_text: list[str], aliases: dict,
+                          arg_paths: tuple = ()) -> Difference | None:
     """The first argument or result of ``main`` whose type differs (an argument by its pytree path)."""
     raw = next((line.strip() for line in new_text if line.strip().startswith("func.func")), new_line)
     old_args, old_results = _signature(old_line)
     new_args, new_results = _signature(raw)
-    for old_arg, new_arg in zip(old_args, new_args):
+    for i, (old_arg, new_arg) in enumerate(zip(old_args, new_args)):
         old_type, _ = _typed(old_arg)
         new_type, loc = _typed(new_arg)
         if old_type != new_type:
             path = [f[1] for f in frames(loc, aliases) if f[0] == "name"] if loc else []
+            if not path and i < len(arg_paths) and arg_paths[i]:
+                path = [arg_paths[i]]
             return Difference("argument", _short(old_type), _short(new_type), path=path[0] if path else None)
     if len(old_args) != len(new_args):
         return Difference("signature", f"{len(old_args)} argument(s)", f"{len(new_args)} argument(s)")

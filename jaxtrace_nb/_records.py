@@ -129,6 +129,9 @@ class CacheKeyRecord(NamedTuple):
     compile_options: bytes | None  # serialized compile options, as hashed
     module_bytes: bytes | None  # the canonical module's bytecode, as hashed (not kept for a hit)
     module_ref: weakref.ref | None  # the module JAX compiled, with locations (not kept for a hit)
+    # The user's path of each argument of the module's ``main`` (its locations, read at the compile,
+    # so that a miss explained after JAX let the module go still names them); () where not read
+    arg_paths: tuple = ()
 
 
 class EarlierKey(NamedTuple):
