@@ -233,29 +233,29 @@ class Probe(Listeners):
             self._fail_gone(pending, frame)
         handle = self._sink.on_trace(record)  # may raise RetraceError, by design
         if handle is not None:
-            pending.append((token, record.identity.jax_name, handle, id(frame)))
+            pending.append((token, record.identity.jax_name, handle, id(frame), frame.f_code))
 
     def _fail_gone(self, pending: list, frame) -> None:
         """The pending traces whose frame is no longer on the stack under `frame` never completed:
-        they raised, or their end was lost (a frame object's id is stable while its function runs).
+        they raised, or their end was lost.
 
-        A pending trace inside which this one starts has the user's traced function between the
-        two, so the library frames right above `frame` (this trace's own call, made afresh) are
-        not looked at: one of them may sit at the address of a frame gone since (a sibling call)."""
-        alive: set | None = set()
-        f = frame
-        if self.decoder is not None:
-            is_library = self.decoder.is_library
-            while f is not None and is_library(f.f_code.co_filename):
-                f = f.f_back
+        A pending trace's frame is known by its id and its code. A frame object's id is stable
+        while its function runs; once it has returned, a later frame may take its address (JAX 0.8
+        makes a sibling call's frames at the same addresses), and is taken for it only if it runs
+        the same code, JAX's announcing function. This trace's own frame, `frame`, is such a frame
+        and surely not pending: the walk starts above it. Nothing else is skipped: a pending
+        trace's frame may sit among any frames, a library's too (``diffrax.diffeqsolve``, called
+        by the user, starts top-level traces inside its own trace, in Diffrax's code)."""
+        alive: dict | None = {}
+        f = frame.f_back
         for _ in range(_MAX_PENDING_WALK):
             if f is None:
                 break
-            alive.add(id(f))
+            alive[id(f)] = f.f_code
             f = f.f_back
         else:
             alive = None  # a stack this deep: decided at their ends instead
-        while alive is not None and pending and pending[-1][3] not in alive:
+        while alive is not None and pending and alive.get(pending[-1][3]) is not pending[-1][4]:
             self._sink.on_trace_failed(pending.pop()[2])
         while len(pending) >= _MAX_PENDING:
             self._sink.on_trace_failed(pending.pop(0)[2])
