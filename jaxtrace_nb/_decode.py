@@ -94,7 +94,7 @@ class Decoder(CallSites):
         """The record of a trace; `frame` is the trace's own (the user's call is found above it)."""
         adapters = _adapters.active()
         call = self.decode_call(start, adapters)
-        identity = self.identity(start, call, frame)
+        identity = self._called_by(self.identity(start, call, frame), call, frame)
         signature, arg_names = None, None
         try:
             signature, flat_paths = self._signature(start, call, adapters)
@@ -110,6 +110,15 @@ class Decoder(CallSites):
                 ref = None
         return TraceRecord(identity, nested, signature, ref, thread, self.call_site(frame), cache_generation,
                            arg_names, None if identity.internal else self._first_binding(call.user_fun, ref, frame))
+
+    def _called_by(self, identity: FunctionIdentity, call: DecodedCall, frame) -> FunctionIdentity:
+        """`identity` with `internal` as this call makes it: whoever called the jitted object
+        decides, call by call (a function object's kept identity is its first call's: Lineax's
+        ``linear_solve`` is internal inside Optimistix's solve, the user's called directly)."""
+        if frame is None or not self.is_library(identity.filename):
+            return identity
+        internal = self._jitted_by_library(frame, call, identity.filename)
+        return identity if internal == identity.internal else identity._replace(internal=internal)
 
     def _first_binding(self, fun: Any, ref: weakref.ref | None, frame) -> Binding | None:
         """`binding` of a function object's first trace (None after: a retrace does not ask)."""
