@@ -7,7 +7,7 @@ function of the library's), Equinox's own transformations under ``eqx.filter_jit
 at known calls; three counts must agree: our trace rows of the function, the calls in which a
 Python counter inside the traced code moved (the code runs only while JAX traces), and JAX's own
 cache-miss log (``jax_explain_cache_misses``). The rows are numbered 1, 2, … and only the first is
-``first``. A library's function the user called is the user's row (``internal`` False); the same
+``first``; a top-level trace's row has its lowering and compile seconds (no compile row apart). A library's function the user called is the user's row (``internal`` False); the same
 function called by a library inside its own trace is internal.
 """
 
@@ -60,17 +60,19 @@ def _inventory(jt, function, calls, jax_name):
     finally:
         logger.removeHandler(misses)
     df = jt.log()
-    named = (df["function"] == function) | df["function"].str.endswith(f"<locals>.{function}")
-    rows = df[named & (df["kind"] == "trace")]
-    return rows, traced, misses.names.count(jax_name)
+    named = df[(df["function"] == function) | df["function"].str.endswith(f"<locals>.{function}")]
+    return named, traced, misses.names.count(jax_name)
 
 
 def _check(jt, function, calls, expected, *, nested=False, jax_name=None):
-    rows, traced, jax_misses = _inventory(jt, function, calls, jax_name or function)
+    events, traced, jax_misses = _inventory(jt, function, calls, jax_name or function)
+    rows = events[events["kind"] == "trace"]
     assert (len(rows), traced, jax_misses) == (expected, expected, expected), function
     assert rows["trace_number"].tolist() == list(range(1, expected + 1))
     assert rows["cause"].tolist()[0] == "first" and "first" not in rows["cause"].tolist()[1:]
     assert not rows["internal"].any() and rows["nested"].tolist() == [nested] * expected
+    if not nested:  # each trace's own lowering and compile, paired with it: no compile row apart
+        assert len(events) == expected and rows[["trace_s", "lower_s", "compile_s"]].notna().all().all(), function
     return rows
 
 
