@@ -38,6 +38,7 @@ _TRACEBACKS_EXCLUDED = False  # JAX cannot remove a traceback exclusion: add our
 _MAX_HELPER_VERDICTS = 4096
 _MAX_PENDING = 64  # top-level traces pending inside one another on one thread, at most
 _MAX_PENDING_WALK = 512  # frames walked to tell which pending traces are gone
+_MAX_WRAPPERS = 4  # other tools' wrappers of JAX's `test_event` between JAX's call and our hook
 
 
 class Probe(Listeners):
@@ -211,6 +212,11 @@ class Probe(Listeners):
     def _on_trace_start(self, frame) -> None:
         __tracebackhide__ = True
         try:
+            bodies = self.internals.layout.bodies
+            if frame.f_code.co_name not in bodies:  # another tool's wrapper of `test_event` above ours
+                frame = _announcing(frame, bodies)
+                if frame is None:
+                    return
             record, token = self._trace_record(frame)
         except Exception as e:
             self._sink.fault("probe", e)
@@ -315,6 +321,15 @@ class Probe(Listeners):
             helpers.clear()
         helpers[id(fun)] = (ref, verdict)
         return verdict
+
+
+def _announcing(frame, bodies: tuple):
+    """The frame of JAX's announcing function within `_MAX_WRAPPERS` callers of `frame`, or None."""
+    for _ in range(_MAX_WRAPPERS):
+        frame = frame.f_back
+        if frame is None or frame.f_code.co_name in bodies:
+            return frame
+    return None
 
 
 def decoder_source_file(debug_info) -> str:

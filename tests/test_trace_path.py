@@ -446,6 +446,30 @@ def test_a_trace_whose_end_never_came_fails_at_the_end_of_the_trace_around_it(jt
     assert jt.faults() == {}
 
 
+def test_a_trace_announced_through_another_tools_wrapper_is_recorded(jt, monkeypatch):
+    """Another tool rebinds JAX's ``test_event`` on top of our hook after we start: our hook's
+    caller is its wrapper, not JAX's announcing function, and each trace is still recorded and
+    paired with its end, lowering and compile."""
+    module = get_session().probe.internals.layout.hook_module
+    ours = module.test_event
+
+    def other_tool(*args, **kwargs):
+        return ours(*args, **kwargs)
+
+    monkeypatch.setattr(module, "test_event", other_tool)
+
+    @jax.jit
+    def wrapped_announce(x):
+        return x * 3 + 1
+
+    wrapped_announce(jnp.ones(37))
+    wrapped_announce(jnp.ones(41))
+    df = jt.log(internal=False)
+    df = df[df["function"].str.endswith("wrapped_announce")]
+    assert df["kind"].tolist() == ["trace", "trace"] and df["cause"].tolist() == ["first", "shape"]
+    assert df[["trace_s", "lower_s", "compile_s"]].notna().all().all() and jt.faults() == {}
+
+
 def test_a_pending_trace_whose_end_never_came_fails_at_the_next_start(jt, monkeypatch):
     """A trace whose end was never reported (here: its report dropped) is not on the stack when the
     next top-level trace starts: it counts as an attempt, and traces after it pair as before."""
