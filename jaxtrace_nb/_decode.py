@@ -245,9 +245,15 @@ class Decoder(CallSites):
         if not self.is_library(filename):
             return False  # (a function of the user's own, whoever jitted it, is the user's to fix)
         if frame is None:
-            return self.is_library(filename)
+            return True
+        return self.library_jitted(frame, call.jit_kind, call.user_fun if call.jit_kind == JitKind.JIT else None)
+
+    def library_jitted(self, frame, jit_kind: str, fun: Any) -> bool:
+        """Whether a library jitted the function of the trace announced at `frame` (a library's
+        function): whoever called the jitted object is library code, or `fun`, a plain ``jax.jit``
+        function (else None), is jitted where its module defines it."""
         machinery = getattr(self.internals.layout, "machinery", ())
-        wrapper = _adapters.wrapper_package(call.jit_kind)
+        wrapper = _adapters.wrapper_package(jit_kind)
         f, depth = frame, 0
         while f is not None and depth < MAX_CALL_SITE_DEPTH:
             name = f.f_code.co_filename.replace("\\", "/")
@@ -255,11 +261,15 @@ class Decoder(CallSites):
                 break
             f, depth = f.f_back, depth + 1
         if f is None or depth >= MAX_CALL_SITE_DEPTH:
-            return self.is_library(filename)
+            return True
         caller = f.f_code.co_filename
         if self.is_library(caller) and not caller.startswith("<frozen"):
             return True
-        return _jitted_where_defined(call.user_fun if call.jit_kind == JitKind.JIT else None, self.is_library)
+        return self.jitted_where_defined(fun)
+
+    def jitted_where_defined(self, fun: Any) -> bool:
+        """`_jitted_where_defined`: a library's function its module jits where it defines it."""
+        return _jitted_where_defined(fun, self.is_library)
 
     def _remember(self, fun: Any, identity: FunctionIdentity | None, params: tuple | None) -> None:
         """Keep `fun`'s identity and parameters, by the object (a weak reference to it)."""

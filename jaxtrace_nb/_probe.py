@@ -33,6 +33,7 @@ from ._jax_cache_key import KeyReader
 from ._cost import XlaReads
 from ._listeners import _CACHE_EVENTS, PROFILE_DELAY_S, XLA_COST_SHARE, Listeners
 from ._records import Sink
+from ._vocabulary import JitKind
 
 _TRACEBACKS_EXCLUDED = False  # JAX cannot remove a traceback exclusion: add ours once per process
 _MAX_HELPER_VERDICTS = 4096
@@ -306,21 +307,27 @@ class Probe(Listeners):
         return record, start.token
 
     def _is_helper(self, frame, local: dict, debug_info) -> bool:
-        """Whether a trace inside another trace is of a library's own jitted function (not a
-        library's jit wrapper around a user's function). Kept per function object (weakly), for
-        `_trace_record` to find before it reads the trace's arguments."""
+        """Whether a trace inside another trace is of a library's own jitted helper: a library's
+        function (not a library's jit wrapper around a user's function) that a library jitted
+        (`Decoder.library_jitted`); one the user jitted (``jax.jit(optax.safe_norm)`` inside the
+        user's step) is the user's. A helper its module jits where it defines it (JAX's ``jnp``
+        functions) is kept per function object (weakly), for `_trace_record` to find before it
+        reads the trace's arguments; the others are decided at each trace, by their caller."""
         fun = self.internals.layout.fun(frame, local)
         decoder = self.decoder
-        verdict = decoder.is_library(decoder_source_file(debug_info)) and not decoder.is_wrapper(fun)
+        if not decoder.is_library(decoder_source_file(debug_info)) or decoder.is_wrapper(fun):
+            return False
+        if not decoder.jitted_where_defined(fun):
+            return decoder.library_jitted(frame, JitKind.JIT, fun)
         try:
             ref = weakref.ref(fun)
         except TypeError:  # not weakly referable: decided again at its next trace
-            return verdict
+            return True
         helpers = self._helpers
         if len(helpers) >= _MAX_HELPER_VERDICTS:
             helpers.clear()
-        helpers[id(fun)] = (ref, verdict)
-        return verdict
+        helpers[id(fun)] = (ref, True)
+        return True
 
 
 def _announcing(frame, bodies: tuple):

@@ -223,3 +223,17 @@ def test_deep_and_nested_calls(jt):
         return diffrax.diffeqsolve(TERM, diffrax.Tsit5(), 0.0, 1.0, 0.1, y0, max_steps=64).ys
 
     _check(jt, "diffeqsolve", [lambda n=n: outer(jnp.ones(n)) for n in (29, 29, 31)], 2, nested=True)
+
+
+def test_a_library_function_the_user_jitted_inside_the_users_jit(jt):
+    """``jax.jit(term.vf)`` (Diffrax's method, jitted by the user) called inside the user's own jit:
+    a nested trace of a library's function, the user's (not a library's helper, left unrecorded)."""
+    term = diffrax.ODETerm(_vector_field)
+    vector_field = jax.jit(term.vf)
+
+    @jax.jit
+    def outer(y):
+        return vector_field(0.0, y, None)
+
+    _check(jt, "ODETerm.vf", [lambda n=n: outer(jnp.ones(n)) for n in (43, 43, 47)], 2, nested=True,
+           jax_name="vf")
