@@ -268,11 +268,10 @@ class Probe(Listeners):
             self._sink.on_trace_failed(pending.pop(0)[2])
 
     def _trace_record(self, frame) -> tuple:
-        """(the trace's record, its pairing token), or (None, None) for a trace not recorded."""
+        """(the trace's record, its pairing token), or (None, None) for a trace not recorded;
+        `frame` is JAX's announcing function's."""
         internals = self.internals
         layout = internals.layout
-        if frame.f_code.co_name not in layout.bodies:
-            return None, None
         nested = not internals.is_top_level()
         skip_helpers = nested and not self.nested_helpers
         if skip_helpers:  # a library's own helper inside a trace: no view shows it unless asked
