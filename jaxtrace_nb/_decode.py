@@ -95,7 +95,7 @@ class Decoder(CallSites):
         """The record of a trace; `frame` is the trace's own (the user's call is found above it)."""
         adapters = _adapters.active()
         call = self.decode_call(start, adapters)
-        identity = self.identity(start, call, frame)
+        identity = self._called_by(self.identity(start, call, frame), call, frame)
         signature, arg_names = None, None
         try:
             signature, flat_paths = self._signature(start, call, adapters)
@@ -113,6 +113,15 @@ class Decoder(CallSites):
                 ref = None
         return TraceRecord(identity, nested, signature, ref, thread, self.call_site(frame), cache_generation,
                            arg_names, None if identity.internal else self._first_binding(call.user_fun, ref, frame))
+
+    def _called_by(self, identity: FunctionIdentity, call: DecodedCall, frame) -> FunctionIdentity:
+        """`identity` with `internal` as this call makes it: whoever called the jitted object
+        decides, call by call (a function object's kept identity is its first call's: Lineax's
+        ``linear_solve`` is internal inside Optimistix's solve, the user's called directly)."""
+        if frame is None or not self.is_library(identity.filename):
+            return identity
+        internal = self._jitted_by_library(frame, call, identity.filename)
+        return identity if internal == identity.internal else identity._replace(internal=internal)
 
     def _first_binding(self, fun: Any, ref: weakref.ref | None, frame) -> Binding | None:
         """`binding` of a function object's first trace (None after: a retrace does not ask)."""
@@ -239,9 +248,15 @@ class Decoder(CallSites):
         if not self.is_library(filename):
             return False  # (a function of the user's own, whoever jitted it, is the user's to fix)
         if frame is None:
-            return self.is_library(filename)
+            return True
+        return self.library_jitted(frame, call.jit_kind, call.user_fun if call.jit_kind == JitKind.JIT else None)
+
+    def library_jitted(self, frame, jit_kind: str, fun: Any) -> bool:
+        """Whether a library jitted the function of the trace announced at `frame` (a library's
+        function): whoever called the jitted object is library code, or `fun`, a plain ``jax.jit``
+        function (else None), is jitted where its module defines it."""
         machinery = getattr(self.internals.layout, "machinery", ())
-        wrapper = _adapters.wrapper_package(call.jit_kind)
+        wrapper = _adapters.wrapper_package(jit_kind)
         f, depth = frame, 0
         while f is not None and depth < MAX_CALL_SITE_DEPTH:
             name = f.f_code.co_filename.replace("\\", "/")
@@ -249,11 +264,15 @@ class Decoder(CallSites):
                 break
             f, depth = f.f_back, depth + 1
         if f is None or depth >= MAX_CALL_SITE_DEPTH:
-            return self.is_library(filename)
+            return True
         caller = f.f_code.co_filename
         if self.is_library(caller) and not caller.startswith("<frozen"):
             return True
-        return _jitted_where_defined(call.user_fun if call.jit_kind == JitKind.JIT else None, self.is_library)
+        return self.jitted_where_defined(fun)
+
+    def jitted_where_defined(self, fun: Any) -> bool:
+        """`_jitted_where_defined`: a library's function its module jits where it defines it."""
+        return _jitted_where_defined(fun, self.is_library)
 
     def _remember(self, fun: Any, identity: FunctionIdentity | None, params: tuple | None) -> None:
         """Keep `fun`'s identity and parameters, by the object (a weak reference to it)."""

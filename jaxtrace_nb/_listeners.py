@@ -39,6 +39,7 @@ PROFILE_DELAY_S = 0.005
 AFTER_COMPILE_DELAY_S = 0.25  # (a 16-layer MLP step's load: 0.09 s on a 2-core CPU machine)
 MAX_AFTER_COMPILE_WAIT_S = 1.0
 _LOCK_TIMEOUT_S = 5.0  # our thread's wait for the hand-off's lock (the user's thread holds it microseconds)
+_MAX_AWAITING = 16  # ended traces awaiting their lowerings around a later trace's, on one thread
 _MAX_UNPROFILED = 256  # traces whose size and line profile wait (made while they compile, or at a read)
 _TRACE_EVENT = jaxi.TRACE_EVENT
 _CACHE_EVENTS = (jaxi.CACHE_HIT_EVENT, jaxi.CACHE_MISS_EVENT)  # listened to always
@@ -70,9 +71,8 @@ class Listeners:
             name = _jit_inner_name(fun_name)
             if name is None:
                 return
-            pending = tls.__dict__.get("lowering")
-            tls.lowering = None
-            handle = pending[1] if pending is not None and pending[0] == name else None
+            pending = self._awaited(name)
+            handle = pending[1] if pending is not None else None
             unmade, equations = (pending[2], pending[3]) if handle is not None else (None, None)
             if unmade is not None and self._cache_events is not _KEY_EVENTS:
                 self._make_in_thread(unmade)  # measured and profiled in our thread while XLA compiles it
@@ -200,7 +200,38 @@ class Listeners:
                     # its size now, as at every trace's end before; its profile is given up (a walk
                     # here cost the 300-trace `.trace` workload, docs/performance.md, "Trace path")
                     self._measure(unprofiled.popitem(last=False)[1])
+            earlier = tls.__dict__.get("lowering")
+            if earlier is not None:
+                self._await_around(earlier)
             tls.lowering = (pending[1], handle, unmade, graph.eqns_total if graph is not None else None)
+
+    def _await_around(self, earlier: tuple) -> None:
+        """A trace ended while an earlier one still awaits its lowering: kept, by name, should the
+        new one's lowering come inside the earlier one's (a lowering rule that computes eagerly,
+        as Equinox's ``unvmap_any`` in an Optimistix solve: a whole trace, lowering and compile
+        of its own while the solve is lowered)."""
+        awaiting = self._tls.__dict__.get("awaiting")
+        if awaiting is None:
+            awaiting = self._tls.awaiting = []
+        awaiting.append(earlier)
+        if len(awaiting) > _MAX_AWAITING:  # never lowered (``jit(f).trace(x)``, ``jax.eval_shape``)
+            del awaiting[0]
+
+    def _awaited(self, name: str) -> tuple | None:
+        """The ended trace a lowering of `name` is of: the last to end, else the latest of that
+        name kept by `_await_around` (those kept after it were never lowered: dropped)."""
+        tls = self._tls
+        last = tls.__dict__.get("lowering")
+        tls.lowering = None
+        if last is not None and last[0] == name:
+            return last
+        awaiting = tls.__dict__.get("awaiting")
+        for i in range(len(awaiting) - 1, -1, -1) if awaiting else ():
+            if awaiting[i][0] == name:
+                found = awaiting[i]
+                del awaiting[i:]
+                return found
+        return None
 
     # ------------------------------------------------------- line profiles
     def _profile(self, handle, jaxpr) -> int | None:

@@ -33,11 +33,13 @@ from ._jax_cache_key import KeyReader
 from ._cost import XlaReads
 from ._listeners import _CACHE_EVENTS, PROFILE_DELAY_S, XLA_COST_SHARE, Listeners
 from ._records import Sink
+from ._vocabulary import JitKind
 
 _TRACEBACKS_EXCLUDED = False  # JAX cannot remove a traceback exclusion: add ours once per process
 _MAX_HELPER_VERDICTS = 4096
 _MAX_PENDING = 64  # top-level traces pending inside one another on one thread, at most
 _MAX_PENDING_WALK = 512  # frames walked to tell which pending traces are gone
+_MAX_WRAPPERS = 4  # other tools' wrappers of JAX's `test_event` between JAX's call and our hook
 
 
 class Probe(Listeners):
@@ -211,6 +213,11 @@ class Probe(Listeners):
     def _on_trace_start(self, frame) -> None:
         __tracebackhide__ = True
         try:
+            bodies = self.internals.layout.bodies
+            if frame.f_code.co_name not in bodies:  # another tool's wrapper of `test_event` above ours
+                frame = _announcing(frame, bodies)
+                if frame is None:
+                    return
             record, token = self._trace_record(frame)
         except Exception as e:
             self._sink.fault("probe", e)
@@ -233,39 +240,38 @@ class Probe(Listeners):
             self._fail_gone(pending, frame)
         handle = self._sink.on_trace(record)  # may raise RetraceError, by design
         if handle is not None:
-            pending.append((token, record.identity.jax_name, handle, id(frame)))
+            pending.append((token, record.identity.jax_name, handle, id(frame), frame.f_code))
 
     def _fail_gone(self, pending: list, frame) -> None:
         """The pending traces whose frame is no longer on the stack under `frame` never completed:
-        they raised, or their end was lost (a frame object's id is stable while its function runs).
+        they raised, or their end was lost.
 
-        A pending trace inside which this one starts has the user's traced function between the
-        two, so the library frames right above `frame` (this trace's own call, made afresh) are
-        not looked at: one of them may sit at the address of a frame gone since (a sibling call)."""
-        alive: set | None = set()
-        f = frame
-        if self.decoder is not None:
-            is_library = self.decoder.is_library
-            while f is not None and is_library(f.f_code.co_filename):
-                f = f.f_back
+        A pending trace's frame is known by its id and its code. A frame object's id is stable
+        while its function runs; once it has returned, a later frame may take its address (JAX 0.8
+        makes a sibling call's frames at the same addresses), and is taken for it only if it runs
+        the same code, JAX's announcing function. This trace's own frame, `frame`, is such a frame
+        and surely not pending: the walk starts above it. Nothing else is skipped: a pending
+        trace's frame may sit among any frames, a library's too (``diffrax.diffeqsolve``, called
+        by the user, starts top-level traces inside its own trace, in Diffrax's code)."""
+        alive: dict | None = {}
+        f = frame.f_back
         for _ in range(_MAX_PENDING_WALK):
             if f is None:
                 break
-            alive.add(id(f))
+            alive[id(f)] = f.f_code
             f = f.f_back
         else:
             alive = None  # a stack this deep: decided at their ends instead
-        while alive is not None and pending and pending[-1][3] not in alive:
+        while alive is not None and pending and alive.get(pending[-1][3]) is not pending[-1][4]:
             self._sink.on_trace_failed(pending.pop()[2])
         while len(pending) >= _MAX_PENDING:
             self._sink.on_trace_failed(pending.pop(0)[2])
 
     def _trace_record(self, frame) -> tuple:
-        """(the trace's record, its pairing token), or (None, None) for a trace not recorded."""
+        """(the trace's record, its pairing token), or (None, None) for a trace not recorded;
+        `frame` is JAX's announcing function's."""
         internals = self.internals
         layout = internals.layout
-        if frame.f_code.co_name not in layout.bodies:
-            return None, None
         nested = not internals.is_top_level()
         skip_helpers = nested and not self.nested_helpers
         if skip_helpers:  # a library's own helper inside a trace: no view shows it unless asked
@@ -300,21 +306,36 @@ class Probe(Listeners):
         return record, start.token
 
     def _is_helper(self, frame, local: dict, debug_info) -> bool:
-        """Whether a trace inside another trace is of a library's own jitted function (not a
-        library's jit wrapper around a user's function). Kept per function object (weakly), for
-        `_trace_record` to find before it reads the trace's arguments."""
+        """Whether a trace inside another trace is of a library's own jitted helper: a library's
+        function (not a library's jit wrapper around a user's function) that a library jitted
+        (`Decoder.library_jitted`); one the user jitted (``jax.jit(optax.safe_norm)`` inside the
+        user's step) is the user's. A helper its module jits where it defines it (JAX's ``jnp``
+        functions) is kept per function object (weakly), for `_trace_record` to find before it
+        reads the trace's arguments; the others are decided at each trace, by their caller."""
         fun = self.internals.layout.fun(frame, local)
         decoder = self.decoder
-        verdict = decoder.is_library(decoder_source_file(debug_info)) and not decoder.is_wrapper(fun)
+        if not decoder.is_library(decoder_source_file(debug_info)) or decoder.is_wrapper(fun):
+            return False
+        if not decoder.jitted_where_defined(fun):
+            return decoder.library_jitted(frame, JitKind.JIT, fun)
         try:
             ref = weakref.ref(fun)
         except TypeError:  # not weakly referable: decided again at its next trace
-            return verdict
+            return True
         helpers = self._helpers
         if len(helpers) >= _MAX_HELPER_VERDICTS:
             helpers.clear()
-        helpers[id(fun)] = (ref, verdict)
-        return verdict
+        helpers[id(fun)] = (ref, True)
+        return True
+
+
+def _announcing(frame, bodies: tuple):
+    """The frame of JAX's announcing function within `_MAX_WRAPPERS` callers of `frame`, or None."""
+    for _ in range(_MAX_WRAPPERS):
+        frame = frame.f_back
+        if frame is None or frame.f_code.co_name in bodies:
+            return frame
+    return None
 
 
 def decoder_source_file(debug_info) -> str:

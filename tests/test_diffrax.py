@@ -105,9 +105,6 @@ def test_diffrax_frames_are_library_code(jt):
 
 
 @pytest.mark.allows_unknown  # (JAX's caches cleared: Diffrax's own helpers are traced again, inside diffeqsolve's trace)
-@pytest.mark.xfail(strict=True, reason="needs the probe to keep a pending trace whose traced function is library "
-                                       "code (Probe._fail_gone skips library frames up to, and past, the pending "
-                                       "trace's own frame): see the note in `_adapters/diffrax.py`")
 def test_diffeqsolve_rows(jt):
     import jax
 

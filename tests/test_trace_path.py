@@ -446,6 +446,30 @@ def test_a_trace_whose_end_never_came_fails_at_the_end_of_the_trace_around_it(jt
     assert jt.faults() == {}
 
 
+def test_a_trace_announced_through_another_tools_wrapper_is_recorded(jt, monkeypatch):
+    """Another tool rebinds JAX's ``test_event`` on top of our hook after we start: our hook's
+    caller is its wrapper, not JAX's announcing function, and each trace is still recorded and
+    paired with its end, lowering and compile."""
+    module = get_session().probe.internals.layout.hook_module
+    ours = module.test_event
+
+    def other_tool(*args, **kwargs):
+        return ours(*args, **kwargs)
+
+    monkeypatch.setattr(module, "test_event", other_tool)
+
+    @jax.jit
+    def wrapped_announce(x):
+        return x * 3 + 1
+
+    wrapped_announce(jnp.ones(37))
+    wrapped_announce(jnp.ones(41))
+    df = jt.log(internal=False)
+    df = df[df["function"].str.endswith("wrapped_announce")]
+    assert df["kind"].tolist() == ["trace", "trace"] and df["cause"].tolist() == ["first", "shape"]
+    assert df[["trace_s", "lower_s", "compile_s"]].notna().all().all() and jt.faults() == {}
+
+
 def test_a_pending_trace_whose_end_never_came_fails_at_the_next_start(jt, monkeypatch):
     """A trace whose end was never reported (here: its report dropped) is not on the stack when the
     next top-level trace starts: it counts as an attempt, and traces after it pair as before."""
@@ -486,7 +510,9 @@ def test_a_pending_trace_whose_end_never_came_fails_at_the_next_start(jt, monkey
 def test_pending_traces_whose_frames_are_gone_fail_and_the_pending_stay_bounded(monkeypatch):
     """At a top-level trace's start, the pending traces whose frames are no longer on the stack
     count as attempts (innermost first), and at most `_MAX_PENDING` stay pending on a thread, also
-    where the stack is too deep to tell which are gone."""
+    where the stack is too deep to tell which are gone. A pending trace's frame is known by its id
+    and its code: a live frame of other code at its address, or the starting trace's own frame,
+    is not it."""
     from jaxtrace_nb import _probe
     from jaxtrace_nb._probe import _MAX_PENDING, Probe
 
@@ -498,17 +524,26 @@ def test_pending_traces_whose_frames_are_gone_fail_and_the_pending_stay_bounded(
 
     probe = Probe(Sink())
     frame = sys._getframe()
-    pending = [(0, "f", "outer", id(frame)), (1, "g", "gone", id(object())), (2, "h", "gone too", id(Sink))]
-    probe._fail_gone(pending, frame)
-    assert [p[2] for p in pending] == ["outer"] and Sink.failed == ["gone too", "gone"]
+    here = (id(frame), frame.f_code)
+
+    def start(pending, own=False):  # a trace starting in a call made under this test's frame
+        new = sys._getframe()
+        if own:
+            pending.append((3, "s", "own frame", id(new), new.f_code))
+        probe._fail_gone(pending, new)
+
+    pending = [(0, "f", "outer", *here), (1, "g", "gone", id(object()), frame.f_code),
+               (2, "h", "other code", id(frame), start.__code__)]
+    start(pending, own=True)
+    assert [p[2] for p in pending] == ["outer"] and Sink.failed == ["own frame", "other code", "gone"]
     Sink.failed.clear()
-    pending = [(i, "f", i, id(frame)) for i in range(_MAX_PENDING + 5)]
-    probe._fail_gone(pending, frame)
+    pending = [(i, "f", i, *here) for i in range(_MAX_PENDING + 5)]
+    start(pending)
     assert len(pending) == _MAX_PENDING - 1 and Sink.failed == list(range(6))
     Sink.failed.clear()
     monkeypatch.setattr(_probe, "_MAX_PENDING_WALK", 2)  # this test's frame is deeper than that
-    pending = [(i, "f", i, id(object())) for i in range(_MAX_PENDING + 2)]
-    probe._fail_gone(pending, frame)
+    pending = [(i, "f", i, id(object()), frame.f_code) for i in range(_MAX_PENDING + 2)]
+    start(pending)
     assert len(pending) == _MAX_PENDING - 1 and Sink.failed == [0, 1, 2]
 
 

@@ -18,14 +18,6 @@ Diffrax users need on top:
 
 Tolerances, ``t0``, ``t1``, ``dt0`` and ``args`` stay Equinox's: a Python float there is static,
 and ``jnp.asarray(...)`` makes it traced (``static.filter_jit_number``).
-
-Known limit, in the probe: ``diffeqsolve`` is library code that starts top-level traces of its
-own while it is traced (Equinox's error checks, on their first use). `Probe._fail_gone` skips
-the library frames above a new trace before it looks for the pending traces' frames, and with
-Diffrax's frames counted as library code it skips past the pending ``diffeqsolve`` trace's own
-frame, so that trace counts as one that raised. Stopping the skip at a frame of JAX's announcing
-function (``f.f_code.co_name in layout.bodies``: a trace in progress) fixes it;
-``tests/test_diffrax.py::test_diffeqsolve_rows`` is a strict xfail until then.
 """
 
 from __future__ import annotations
