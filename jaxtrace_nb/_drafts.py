@@ -52,7 +52,7 @@ class Draft:
     """A trace's event before it is built: what its start and end said, and its ticks."""
 
     __slots__ = ("record", "time", "cell", "test", "start", "end", "new_object", "diagnosis", "pending",
-                 "trace_number", "seconds", "graph", "event", "seq", "profile", "caller")
+                 "trace_number", "seconds", "graph", "event", "seq", "profile", "caller", "retrace_number")
 
     def __init__(self, record: TraceRecord, cell: int | None, test: str | None):
         self.record, self.time, self.cell, self.test = record, time.time(), cell, test
@@ -60,13 +60,14 @@ class Draft:
         self.new_object, self.diagnosis, self.pending = False, None, None  # read at `Lifecycle._begin`
         self.trace_number = self.seconds = self.graph = self.event = self.profile = None
         self.caller: Draft | None = None  # the trace under way when this nested one started
+        self.retrace_number: int | None = None  # its number when it began, if its function had traced before
 
     def diagnosed(self, d: Diagnosis) -> Diagnosis:
         """`d`, said to follow from its caller's retrace where it was traced during one."""
         caller = self.caller
-        if caller is None:
+        if caller is None or caller.retrace_number is None:
             return d
-        return as_consequence(d, caller.record.identity.name, caller.trace_number)
+        return as_consequence(d, caller.record.identity.name, caller.retrace_number)
 
     @property
     def leaves(self) -> int:

@@ -184,6 +184,7 @@ class Lifecycle:
                 diagnosis, pending = draft.diagnosed(pending.run(self.fault)), None
         draft.new_object, draft.diagnosis, draft.pending = is_new, diagnosis, pending
         draft.trace_number = traces + 1
+        draft.retrace_number = traces + 1 if traces else None
 
     def _begin_started(self, before: float = float("inf")) -> None:
         """Every trace that started before tick `before` and has not read its function's state reads
