@@ -35,16 +35,16 @@ from ._jax_cache_key import entry_path
 from ._records import CACHE_KEY_COMPONENTS, CacheComparison, CacheKeyRecord, EarlierKey
 
 SCHEMA = 1
-MAX_KEYS_PER_NAME = 16
+MAX_KEYS_PER_NAME = 256
 MAX_KEYS = 20_000
-MAX_MODULES_PER_NAME = 4
+MAX_MODULES_PER_NAME = 16
 MAX_MODULE_BYTES = 16 << 20  # compressed; a larger module is indexed without it
 MAX_MODULES_BYTES = 256 << 20
 MAX_QUEUED = 1024  # records waiting in the writer's queue (as many again in a batch it gathers); more are dropped
 BUSY_TIMEOUT_S = 10.0
 _PRUNE_EVERY = 256  # writes between two global prunings (and one at the first write)
 _MAX_BATCH = 64  # records in one of the writer's transactions (other processes wait for its write lock)
-_CANDIDATES = 64  # the most recent keys of a name compared with a new one
+_CANDIDATES = MAX_KEYS_PER_NAME  # every key of a name is compared with a new one
 # The writer starts once no record has come for this long (unless a flush or a read asks sooner),
 # and then writes every record waiting in one transaction: its Python would otherwise take the GIL
 # from the user's thread in the work JAX does right after a compile (its output shardings, the cache
@@ -175,8 +175,10 @@ class RunInfo:
 
 def compare(con: sqlite3.Connection, record: CacheKeyRecord, location: str | None) -> CacheComparison:
     """`record`'s key against the index: the same key seen before, else the closest other key of
-    the same name (fewest differing parts; then one compiled for the same function; then one whose
-    module is kept; then the most recent), and which parts differ. Reads only (never waits for a writer)."""
+    the same name (fewest differing parts; then fewest differing argument types and JAX options,
+    for keys whose parts differ alike (`_finer`); then one compiled for the same function; then one
+    whose module is kept; then the most recent), and which parts differ. Reads only (never waits
+    for a writer)."""
     row = con.execute(f"SELECT {', '.join(_KEY_COLUMNS)} FROM keys WHERE key=?", (record.key,)).fetchone()
     if row is not None:
         same = _earlier(row)
@@ -189,7 +191,8 @@ def compare(con: sqlite3.Connection, record: CacheKeyRecord, location: str | Non
     best = None
     # Only what ranks a candidate is decoded (its parts' hashes); the closest one's row after. (One
     # query: another process may prune a key between two.)
-    location_at, components_at, seen_at = (_KEY_COLUMNS.index(c) for c in ("location", "components", "last_seen"))
+    location_at, components_at, seen_at, facts_at = (_KEY_COLUMNS.index(c)
+                                                     for c in ("location", "components", "last_seen", "facts"))
     for *row, kept in con.execute(
             f"SELECT {', '.join(_KEY_COLUMNS)}, EXISTS(SELECT 1 FROM modules WHERE modules.computation = "
             "keys.computation) FROM keys WHERE module_name=? AND key<>? ORDER BY last_seen DESC LIMIT ?",
@@ -199,8 +202,8 @@ def compare(con: sqlite3.Connection, record: CacheKeyRecord, location: str | Non
             continue
         differing = tuple(name for name in CACHE_KEY_COMPONENTS if name in mine and theirs[name] != mine[name])
         # (a computation that differs is told best against an earlier key whose module is kept)
-        rank = (len(differing), row[location_at] != location, "computation" in differing and not kept,
-                -float(row[seen_at]))
+        rank = (len(differing), _finer(record.facts, row[facts_at]), row[location_at] != location,
+                "computation" in differing and not kept, -float(row[seen_at]))
         if best is None or rank < best[0]:
             best = (rank, row, differing)
     if best is None:
@@ -214,6 +217,20 @@ def compare(con: sqlite3.Connection, record: CacheKeyRecord, location: str | Non
             earlier = earlier._replace(module_bytes=zlib.decompress(data[0]))
         return CacheComparison(None, earlier, differing, None, record.module_bytes)
     return CacheComparison(None, earlier, differing, None, None)
+
+
+def _finer(mine: dict, theirs_json: str) -> int:
+    """How many argument types (by the user's path) and JAX options differ between two compiles:
+    what tells apart keys whose parts differ alike (a batch size and a dtype both change only the
+    computation)."""
+    try:
+        theirs = json.loads(theirs_json)
+    except (TypeError, ValueError):
+        return 0
+    a, b = dict(map(tuple, mine.get("arguments") or ())), dict(map(tuple, theirs.get("arguments") or ()))
+    n = sum(1 for path in a.keys() | b.keys() if a.get(path) != b.get(path))
+    x, y = mine.get("options") or {}, theirs.get("options") or {}
+    return n + sum(1 for name in x.keys() | y.keys() if x.get(name) != y.get(name))
 
 
 class _Prepared(NamedTuple):

@@ -36,6 +36,7 @@ MAX_FUNCTIONS = 20_000
 # this many signature leaves, before they are finished anyway (memory stays bounded).
 MAX_UNPUBLISHED_EVENTS = 4096
 MAX_UNPUBLISHED_LEAVES = 200_000
+MAX_KEY_ARGUMENTS = 512  # argument types kept with a persistent cache key, to rank keys of other runs
 
 
 class Lifecycle:
@@ -401,9 +402,20 @@ class Lifecycle:
     def on_cache_key(self, event: Event | None, record: CacheKeyRecord) -> None:
         try:
             if self.cache_keys is not None:
-                self.cache_keys(event if type(event) is Event else None, record)
+                event = event if type(event) is Event else None
+                self.cache_keys(event, self._with_arguments(event, record))
         except Exception as e:
             self.fault("persistent cache", e)
+
+    def _with_arguments(self, event: Event | None, record: CacheKeyRecord) -> CacheKeyRecord:
+        """`record` with its compile's argument types under the user's paths (the function's last
+        lowering, this compile's), so that keys of other runs are compared part by part too."""
+        state = self.functions.get(event.key) if event is not None else None
+        lowering = state.lowerings[-1] if state is not None and state.lowerings else None
+        if lowering is None:
+            return record
+        arguments = [[path, leaf.text] for path, leaf in itertools.islice(lowering.leaves.items(), MAX_KEY_ARGUMENTS)]
+        return record._replace(facts={**record.facts, "arguments": arguments})
 
     # ---------------------------------------------------------------- helpers
     def _remember_program(self, identity: FunctionIdentity) -> None:
