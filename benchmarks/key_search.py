@@ -137,6 +137,7 @@ def main() -> None:
     parser.add_argument("--mode", choices=MODES)
     parser.add_argument("--keys", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--streams", default=",".join(STREAMS), help=f"comma-separated subset of {STREAMS}")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args()
     if args.worker:
@@ -146,22 +147,24 @@ def main() -> None:
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=HERE).stdout.strip()
+    streams = [kind for kind in args.streams.split(",") if kind]
     started = time.perf_counter()
-    runs: dict = {kind: {mode: [] for mode in MODES} for kind in STREAMS}
+    runs: dict = {kind: {mode: [] for mode in MODES} for kind in streams}
     for r in range(args.rounds):
-        for kind in STREAMS:
+        for kind in streams:
             for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]:  # rotated: noise hits every mode
                 runs[kind][mode].append(_spawn(kind, mode, args.keys))
     lines = [f"jaxtrace_nb key search — {datetime.datetime.now().isoformat(timespec='seconds')}",
              f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; python "
              f"{platform.python_version()}; jax {jax.__version__}; commit {commit}; wall "
              f"{time.perf_counter() - started:.0f} s",
-             f"command: python benchmarks/key_search.py --keys {args.keys} --rounds {args.rounds}", "",
+             f"command: python benchmarks/key_search.py --keys {args.keys} --rounds {args.rounds} --streams "
+             f"{','.join(streams)}", "",
              "| stream | keys | baseline s | explain s | recorded s (stream + read) | recorded / baseline | "
              "recorded / explain | diagnosis ms/trace, first tenth | last tenth | causes |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     summary = {}
-    for kind in STREAMS:
+    for kind in streams:
         med = {mode: statistics.median(run["total_s"] for run in runs[kind][mode]) for mode in MODES}
         rec = runs[kind]["recorded"]
         stream_s = statistics.median(run["stream_s"] for run in rec)
