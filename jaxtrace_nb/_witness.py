@@ -106,7 +106,7 @@ def _canonical(obj: Any, depth: int, budget: list) -> Any:
             raise _NoForm from None
     if dataclasses.is_dataclass(obj) and _generated_eq(t):
         _spend(budget, 1)  # a dataclass's own ``==``: the same class, then its compared fields
-        fields = tuple(_canonical(getattr(obj, f.name), depth + 1, budget)
+        fields = tuple(_canonical(object.__getattribute__(obj, f.name), depth + 1, budget)
                        for f in dataclasses.fields(obj) if f.compare)
         return ("dataclass", module, t.__qualname__, id(t), fields)
     raise _NoForm
