@@ -24,6 +24,14 @@ def _rows(jt, name=None):
     return df.to_dict("records")
 
 
+def _clears_seen() -> bool:
+    """Whether the probe sees `jax.clear_caches()`: through the trace cache's counter, which JAX 0.8's
+    tracing cache (`lu.cache`) does not have (there the explanations cannot say it)."""
+    from jaxtrace_nb._session import get_session
+
+    return get_session().probe.internals.trace_cache_info is not None
+
+
 class Counter:
     """JAX's own trace count: the traced body runs once per trace."""
 
@@ -83,7 +91,7 @@ def test_a_key_identical_to_one_before_clear_caches_is_unknown_and_says_cleared(
     rows = _rows(jt, "f")
     assert len(rows) == count.n == 3
     assert rows[-1]["cause"] == "unknown"
-    assert "cleared" in rows[-1]["explanation"]
+    assert "cleared" in rows[-1]["explanation"] or not _clears_seen()
 
 
 def test_a_change_after_clear_caches_names_it_and_says_cleared(jt):
@@ -94,7 +102,7 @@ def test_a_change_after_clear_caches_names_it_and_says_cleared(jt):
     last = _rows(jt)[-1]
     assert (last["cause"], last["leaf"]) == ("static", "s")
     assert last["before"] != last["after"]
-    assert "cleared" in last["explanation"]
+    assert "cleared" in last["explanation"] or not _clears_seen()
 
 
 def test_a_hash_colliding_static_is_not_unknown_while_the_function_lives(jt):

@@ -72,6 +72,11 @@ def test_random_call_sequences_are_judged_against_every_key_jax_holds(jt, seed):
 
         return f
 
+    from jaxtrace_nb._session import get_session
+
+    # JAX 0.8's tracing cache (`lu.cache`) has no counter that shows `jax.clear_caches()`: there
+    # jaxtrace_nb takes the keys a clear dropped as still held (docs/design.md), and so does the model.
+    clears_seen = get_session().probe.internals.trace_cache_info is not None
     f = make()
     generation, obj = 0, 0
     history = []  # (generation, object, key) of every trace, as JAX's cache saw them
@@ -95,7 +100,8 @@ def test_random_call_sequences_are_judged_against_every_key_jax_holds(jt, seed):
             new_object = bool(history) and not any(o == obj for _, o, _ in history)
             cleared = bool(history) and not new_object and history[-1][0] != generation
             same_object = [k for _, o, k in history if o == obj]
-            expected.append((key, _expected(key, held, same_object or [k for _, _, k in history], new_object),
+            seen_held = held if clears_seen else same_object
+            expected.append((key, _expected(key, seen_held, same_object or [k for _, _, k in history], new_object),
                              cleared))
             history.append((generation, obj, key))
     df = jt.log()
@@ -107,6 +113,6 @@ def test_random_call_sequences_are_judged_against_every_key_jax_holds(jt, seed):
         if row["cause"] not in ("first", "new_function", "unknown"):
             assert row["leaf"] in leaves, where
             assert row["before"] != row["after"], where
-        if cleared:
+        if cleared and clears_seen:
             assert "cleared" in row["explanation"], where
     assert jt.faults() == {}

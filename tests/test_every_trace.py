@@ -48,8 +48,10 @@ def _inventory(jt, function, calls, jax_name):
     """(our trace rows of `function`, the calls that traced by the Python counter, JAX's misses of
     `jax_name`, its name to JAX)."""
     misses = _Misses()
-    logger = logging.getLogger("jax._src.interpreters.partial_eval")
-    logger.addHandler(misses)
+    # (JAX 0.8 logs its misses from `jax._src.pjit`, later versions from `partial_eval`)
+    loggers = [logging.getLogger(name) for name in ("jax._src.interpreters.partial_eval", "jax._src.pjit")]
+    for logger in loggers:
+        logger.addHandler(misses)
     traced = 0
     try:
         with jax.explain_cache_misses(True):
@@ -58,7 +60,8 @@ def _inventory(jt, function, calls, jax_name):
                 jax.block_until_ready(call())
                 traced += COUNT[0] > before
     finally:
-        logger.removeHandler(misses)
+        for logger in loggers:
+            logger.removeHandler(misses)
     df = jt.log()
     named = df[(df["function"] == function) | df["function"].str.endswith(f"<locals>.{function}")]
     return named, traced, misses.names.count(jax_name)
