@@ -243,7 +243,7 @@ def shape_census(fn=None, *, sizes=None, max_padding: float = 0.15, events=None,
             step(params, batch)
         df = jt.shape_census()
         df[df.suggested][["function", "leaf", "scheme", "buckets", "compiles", "padding", "code"]]
-        #   step  tokens  buckets(5)  103,151,203,283,512  5  0.118  n = next(b for b in [...] if b >= n)
+        #   step  tokens  buckets(5)  103,151,203,283,512  5  0.118  n = next((b for b in [...] if b >= n), -(-n // 512) * 512)
     """
     import pandas as pd
 

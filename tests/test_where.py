@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from jaxtrace_nb import _listeners
-from jaxtrace_nb._census import optimal_buckets, parse_shape, pick, schemes, simplest
+from jaxtrace_nb._census import census, optimal_buckets, parse_shape, pick, schemes, simplest, suggestion_text
 from jaxtrace_nb._lineprof import OTHER, profile_rows
 from jaxtrace_nb._log import Event
 
@@ -460,6 +460,41 @@ def test_suggested_buckets_compile_at_most_as_stated_when_run(jt):
         assert fresh._cache_size() == stated  # exact on the lengths it was computed from
     weighted = jt.shape_census(sizes=lengths.tolist())
     assert weighted[weighted["suggested"]]["padding"].iloc[0] <= 0.15
+
+
+@pytest.mark.allows_unknown
+def test_every_suggested_code_runs_over_the_sizes_seen_and_past_the_largest(jt):
+    """Each scheme's code, executed as the user would paste it: total on every size the census saw
+    and on sizes past the largest bucket, where it still pads to a few shapes."""
+    lengths = sorted(set(replayed_batch_lengths(batches=300).tolist()))
+
+    @jax.jit
+    def step(tokens):
+        return jnp.tanh(tokens).sum()
+
+    for n in lengths:
+        step(np.zeros((8, n), np.float32))
+    df = jt.shape_census()
+    mine = df[df["function"].str.endswith("<locals>.step") & (df["scheme"] != "as is")]
+    assert mine["suggested"].any() and mine["scheme"].str.startswith("buckets").any()
+    for row in mine.itertuples():
+        bounds = [int(b) for b in row.buckets.split(",")]
+        largest = bounds[-1]
+        past = list(range(largest + 1, 4 * largest + 2))
+
+        def run(n, code=row.code):
+            scope = {"n": n}
+            exec(code, scope)
+            return scope["n"]
+
+        assert [run(n) for n in lengths] == [next(b for b in bounds if b >= n) for n in lengths], row.scheme
+        padded = [run(n) for n in past]
+        assert all(p >= n for p, n in zip(padded, past)), row.scheme
+        assert len(set(padded)) <= 4 if row.scheme.startswith("buckets") else len(set(padded)) <= len(past) // 8 + 1, \
+            (row.scheme, sorted(set(padded)))
+    (found,) = [c for c in census(jt.get_session().log.events()) if c.function.endswith("<locals>.step")]
+    bucketed = next(s for s in found.candidates if s.name.startswith("buckets"))
+    assert "past the largest: its next multiple" in suggestion_text(found._replace(pick=bucketed, simplest=None))
 
 
 # ------------------------------------------------------------------ timeline
