@@ -279,12 +279,32 @@ CENSUS_FRAME_COLUMNS = ("function", "leaf", "dims", "shapes_seen", "sizes", "sec
                         "compiles", "padding", "seconds_est", "code", "suggested")
 
 
-def census_rows(found: Iterable[LeafCensus]) -> list[dict]:
-    """One row per (leaf, candidate scheme), as `jt.shape_census()` gives them."""
+def _family(s: Scheme) -> str:
+    return s.name.split("(")[0]
+
+
+def shortlist(c: LeafCensus, alternatives: int = 3, max_padding: float = MAX_PADDING) -> list[Scheme]:
+    """The pick, then at most `alternatives` others (each family's best first, within the padding
+    budget before past it, fewer compiles before less padding), then "as is" to compare with."""
+    as_is, others = c.candidates[0], [s for s in c.candidates[1:] if s is not c.pick]
+    ranked = sorted(others, key=lambda s: (s.padding > max_padding + 1e-12, s.compiles, s.padding))
+    best_of_family: dict[str, Scheme] = {}
+    for s in ranked:
+        best_of_family.setdefault(_family(s), s)
+    firsts = list(best_of_family.values())
+    chosen = (firsts + [s for s in ranked if s not in firsts])[:alternatives]
+    return ([c.pick] if c.pick is not None else []) + sorted(chosen, key=ranked.index) + [as_is]
+
+
+def census_rows(found: Iterable[LeafCensus], alternatives: int | None = None,
+                max_padding: float = MAX_PADDING) -> list[dict]:
+    """Rows of `jt.shape_census()`: per leaf, its `shortlist`, or every candidate scheme ("as is"
+    first) when `alternatives` is None."""
     rows = []
     for c in found:
         mean = c.mean_compile_s
-        for s in c.candidates:
+        shown = c.candidates if alternatives is None else shortlist(c, alternatives, max_padding)
+        for s in shown:
             rows.append({
                 "function": c.function, "leaf": c.leaf, "dims": ",".join(map(str, c.varying)),
                 "shapes_seen": len(c.shapes), "sizes": sizes_text(c), "seconds": c.seconds, "scheme": s.name,

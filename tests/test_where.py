@@ -438,7 +438,7 @@ def test_suggested_buckets_compile_at_most_as_stated_when_run(jt):
 
     for n in lengths:
         step(np.zeros((8, int(n)), np.float32))
-    df = jt.shape_census()
+    df = jt.shape_census(full=True)
     mine = df[(df["function"] == "test_suggested_buckets_compile_at_most_as_stated_when_run.<locals>.step")]
     as_is = mine[mine["scheme"] == "as is"].iloc[0]
     assert as_is["compiles"] == as_is["shapes_seen"] == len(set(lengths.tolist())) > 100
@@ -462,6 +462,37 @@ def test_suggested_buckets_compile_at_most_as_stated_when_run(jt):
     assert weighted[weighted["suggested"]]["padding"].iloc[0] <= 0.15
 
 
+def test_the_census_shows_the_suggestion_first_then_a_few_alternatives(jt):
+    """The docstring's example, run: per leaf the pick, three others (each kind's best first), "as
+    is"; the full table on request, and each short row equal to its row there."""
+    @jax.jit
+    def step(tokens, mask):
+        return tokens.sum() + mask.sum()
+
+    lengths = [34, 119, 21, 58, 203, 16, 84, 136, 41, 250, 27, 96]
+    for n in lengths:
+        step(np.zeros((8, n), np.int32), np.ones((2,), np.int32))
+    for m in range(3, 12):
+        step(np.zeros((8, 96), np.int32), np.ones((m,), np.int32))
+    short, full = jt.shape_census(step), jt.shape_census(step, full=True)
+    tokens = short[short["leaf"] == "tokens"]
+    assert tokens["scheme"].tolist() == ["buckets(5)", "buckets(6)", "multiple_of(16)", "pow2", "as is"]
+    assert tokens["suggested"].tolist() == [True, False, False, False, False]
+    assert tokens["buckets"].iloc[0] == "34,58,96,136,250" and tokens["compiles"].tolist() == [5, 6, 9, 5, 12]
+    assert tokens["padding"].round(3).tolist() == [0.121, 0.077, 0.076, 0.312, 0.0]
+    assert set(short["leaf"]) == set(full["leaf"]) == {"tokens", "mask"}
+    for leaf, rows in short.groupby("leaf", sort=False):
+        everything = full[full["leaf"] == leaf]
+        assert everything["scheme"].iloc[0] == "as is" and len(everything) > len(rows)
+        assert rows["scheme"].iloc[-1] == "as is" and len(rows) <= 5
+        assert rows["suggested"].iloc[0] == everything["suggested"].any()
+        in_full = {r["scheme"]: r for r in everything.drop(columns="seconds_est").to_dict("records")}
+        assert all(r == in_full[r["scheme"]] for r in rows.drop(columns="seconds_est").to_dict("records"))
+    assert len(full[full["leaf"] == "tokens"]) == 19
+    picked = jt.shape_census(step, alternatives=0)
+    assert picked[picked["leaf"] == "tokens"]["scheme"].tolist() == ["buckets(5)", "as is"]
+
+
 @pytest.mark.allows_unknown
 def test_every_suggested_code_runs_over_the_sizes_seen_and_past_the_largest(jt):
     """Each scheme's code, executed as the user would paste it: total on every size the census saw
@@ -474,7 +505,7 @@ def test_every_suggested_code_runs_over_the_sizes_seen_and_past_the_largest(jt):
 
     for n in lengths:
         step(np.zeros((8, n), np.float32))
-    df = jt.shape_census()
+    df = jt.shape_census(full=True)
     mine = df[df["function"].str.endswith("<locals>.step") & (df["scheme"] != "as is")]
     assert mine["suggested"].any() and mine["scheme"].str.startswith("buckets").any()
     for row in mine.itertuples():
