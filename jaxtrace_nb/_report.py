@@ -41,6 +41,8 @@ class Column(NamedTuple):
 # The views' table, one row per function (``jt.summary()``'s own columns: `_frames.SUMMARY_FRAME_COLUMNS`).
 TABLE_COLUMNS = (
     Column("function", "function", "code", "the function's qualified name; click a row for its history", 28),
+    Column("tests", "test", "text", "the pytest tests (node ids) whose calls traced it", 30, in_frame=False,
+           collapse="empty"),
     Column("why", "why (latest retrace)", "rich", "the latest group of retraces with the same cause and leaf: how "
            "many, before → after, where it was first called, and the hint", in_frame=False),
     Column("traces", "traces", "int", "traces: misses of JAX's tracing cache", 6),

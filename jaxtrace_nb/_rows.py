@@ -79,6 +79,13 @@ def change_texts(events: tuple[Event, ...] | list[Event]) -> tuple[str, str]:
     return ", ".join(short), ", ".join(full)
 
 
+def tests_texts(tests) -> tuple[str, str]:
+    """(shown, full) of pytest node ids: the first two and how many more; every one, a line each,
+    where the first are not all (else "")."""
+    tests = list(tests)
+    return fmt.listed(tests), "\n".join(tests) if len(tests) > 2 else ""
+
+
 def _explained(e: Event) -> tuple[str, str]:
     """(explanation, hint) of an event, with paths and floats shortened alike."""
     digits = fmt.short_numbers(e.before, e.after)[2]
@@ -115,7 +122,7 @@ def group_text(g: Group) -> GroupText:
     shown, full = change_texts(g.events)
     explanation, hint = _explained(first)
     created = " or ".join(fmt.short_path(c) for c in (first.created_at or "").split(", ") if c)
-    return GroupText(", ".join(cells), fmt.listed(tests), "\n".join(tests) if len(tests) > 2 else "", first.function,
+    return GroupText(", ".join(cells), *tests_texts(tests), first.function,
                      span, first.kind, len(g.events), first.cause or "(not diagnosed)", first.leaf, shown, full,
                      fmt.short_path(first.call_site), explanation, hint, created, cache_words(first))
 
@@ -216,6 +223,7 @@ def _table_row(row: dict) -> dict:
         "trace_s": json_value(row["trace_s"]), "lower_s": json_value(row["lower_s"]),
         "compile_s": json_value(row["compile_s"]), "total_s": json_value(row["total_s"]),
         "last_cause": row["last_cause"], "last_leaf": row["last_leaf"], "why": why(row),
+        "tests": tests_texts(row["tests"])[0], "full": {"tests": tests_texts(row["tests"])[1]},
     }
 
 

@@ -614,7 +614,7 @@ def test_every_view_shows_the_same_numbers_under_the_same_labels(path, executed,
     raw, summaries = executed.raw(path)
     monkeypatch.chdir(executed.cwd[path.stem])  # paths shortened as the kernel shortened them
     framed = [c for c in TABLE_COLUMNS if c.in_frame]
-    text_columns = [c for c in TABLE_COLUMNS if c.text_width]
+    text_columns = [c for c in TABLE_COLUMNS if c.text_width and c.collapse != "empty"]  # (test: under pytest)
     seen = 0
     for cell, state, text, html in _tracewatch_outputs(raw):
         seen += 1

@@ -107,7 +107,8 @@ def test_each_label_means_one_quantity_in_every_view_and_the_frame():
     text = render_text(Report(events, "t"))
     header = text.splitlines()[2]
     assert [c.label for c in TABLE_COLUMNS if c.text_width] == [
-        "function", "traces", "compiles", "eqns total", "trace s", "lower s", "compile s", "last cause", "leaf"]
+        "function", "test", "traces", "compiles", "eqns total", "trace s", "lower s", "compile s", "last cause", "leaf"]
+    assert " test" not in header  # no test traced: no test column
     assert all(label in header for label in ("eqns total", "trace s", "last cause"))
 
 
