@@ -164,7 +164,7 @@ def event_row(e: Event, slowest_seq) -> dict:
         "time": e.time.strftime("%H:%M:%S") if e.time else None,
         "trace_number": e.trace_number, "kind": e.kind, "cause": e.cause, "leaf": e.leaf,
         "change": fmt.change(before, after), "call_site": fmt.short_path(e.call_site),
-        "explanation": prose_cell(explanation, None), "eqns_total": json_value(e.eqns_total),
+        "explanation": prose_cell(explanation, None, cache_words(e)), "eqns_total": json_value(e.eqns_total),
         "flops": json_value(e.flops), "persistent_cache": cache_verdict(e), "trace_s": json_value(e.trace_s),
         "lower_s": json_value(e.lower_s), "compile_s": json_value(e.compile_s), "total_s": e.total_s,
         "slowest": e.seq == slowest_seq,

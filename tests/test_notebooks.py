@@ -245,18 +245,29 @@ def _report_text(text: str) -> str:
     start = next((i for i, line in enumerate(lines) if line.startswith("function")), None)
     if start is None:
         return "\n".join(lines)
-    columns = [c for c in TABLE_COLUMNS if c.text_width]
+    spans = _text_spans(lines[start], TABLE_COLUMNS)
     end = next((i for i in range(start + 2, len(lines)) if not lines[i].strip()), len(lines))
     rows = []
     for line in lines[start + 2:end]:
-        cells, at = [], 0
-        for c in columns:
-            width = max(c.text_width, len(c.label))
-            value = line[at:] if c is columns[-1] else line[at:at + width]
-            cells.append(TIME if c.name in TIMED_COLUMNS and value.strip() else value.strip())
-            at += width + 1
-        rows.append(" | ".join(cells))
+        cells = [line[a:b].strip() for _, a, b in spans]
+        rows.append(" | ".join(TIME if c.name in TIMED_COLUMNS and v else v for (c, _, _), v in zip(spans, cells)))
     return "\n".join(lines[:start + 2] + sorted(rows) + lines[end:])
+
+
+def _text_spans(header: str, columns) -> list:
+    """(column, start, end) of each column the terminal table's `header` shows (end None: the last).
+    A text column starts at its label and ends before the next column; a number's column ends at its
+    label, as wide as its `text_width` (text columns widen to their values, numbers do not)."""
+    from jaxtrace_nb._views import _NUMERIC
+
+    found, at = [], 0
+    for c in columns:
+        position = re.search(rf"(?<!\S){re.escape(c.label)}(?!\S)", header[at:]) if c.text_width else None
+        if position is not None:
+            found.append((c, at + position.start()))
+            at += position.end()
+    starts = [p + len(c.label) - max(c.text_width, len(c.label)) if c.kind in _NUMERIC else p for c, p in found]
+    return [(c, a, b - 1 if b is not None else None) for (c, _), a, b in zip(found, starts, [*starts[1:], None])]
 
 
 class _Texts(HTMLParser):
@@ -580,17 +591,13 @@ def _text_rows(text: str, columns) -> tuple[list[str], list[dict]]:
     """The terminal table of a text report: its labels and, per row, column name -> text."""
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("function"))
-    widths = [max(c.text_width, len(c.label)) for c in columns]
+    spans = _text_spans(lines[start], columns)
     rows = []
     for line in lines[start + 2:]:
         if not line.strip():
             break
-        cells, at = {}, 0
-        for c, w in zip(columns, widths):
-            cells[c.name] = (line[at:] if c is columns[-1] else line[at:at + w]).strip()
-            at += w + 1
-        rows.append(cells)
-    return [c.label for c in columns if c.label in lines[start]], rows
+        rows.append({c.name: line[a:b].strip() for c, a, b in spans})
+    return [c.label for c, _, _ in spans], rows
 
 
 def _tracewatch_outputs(raw):
