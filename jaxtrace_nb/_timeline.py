@@ -355,7 +355,8 @@ def trace_events(events: Iterable, *, internal: bool = False) -> dict:
             seconds += value
         ends[(pid, tid)] = ns
         total = cumulative[pid] = cumulative.get(pid, 0.0) + seconds
-        out.append({"ph": "C", "name": "cumulative compile seconds", "pid": pid, "tid": 0, "ts": ns / 1000,
+        # Perfetto titles a counter's track "<name> <argument>": "cumulative compile seconds".
+        out.append({"ph": "C", "name": "cumulative compile", "pid": pid, "tid": 0, "ts": ns / 1000,
                     "args": {"seconds": round(total, 6)}})
     return {"traceEvents": meta + out, "displayTimeUnit": "ms",
             "otherData": {"producer": "jaxtrace_nb", "t0_epoch_s": t0, "compiles": len(compiles)}}

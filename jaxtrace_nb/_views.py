@@ -40,7 +40,8 @@ def _text_value(column: Column, row: dict) -> str:
     return "" if value is None else str(value)
 
 
-_TEXT_GROWS = {"last_leaf": 40}  # columns wider than their `text_width` where a value needs it, up to this
+# Columns wider than their `text_width` where a value needs it, up to this; past it, a value keeps its tail.
+_TEXT_GROWS = {"function": 60, "last_leaf": 40}
 _TEXT_LAST = "tests"  # the terminal table's last column (never cut), where shown
 
 

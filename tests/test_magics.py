@@ -16,6 +16,30 @@ def test_cell_magic_shows_cause_leaf_and_change(shell):
     assert any("<table" in d.get("text/html", "") for d in outputs)
 
 
+def test_the_readmes_first_screen_notebook_example_runs(shell):
+    """The README's first screen: the two set-up commands and the three-line notebook example, whose
+    cells run as they stand in a real shell, around a `train_step` that retraces."""
+    import pathlib
+
+    lines = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").splitlines()
+    first = "\n".join(lines[:40])
+    assert 'pip install -e ".[demo]"' in first and 'pip install -e ".[test]" && python -m pytest' in first
+    cells = re.findall(r"```python\n(.*?)```", first, re.S)
+    assert [cell.splitlines()[0].split("  #")[0].strip() for cell in cells] == [
+        "%load_ext jaxtrace_nb", "%%tracewatch", "import jaxtrace_nb as jt; jt.log()"]
+    results = [shell.run_cell(cells[0], store_history=True)]
+    shell.run_cell("@jax.jit\ndef train_step(params, batch):\n    return (params * batch).sum(), params\n"
+                   "params, batch = jnp.ones(3), jnp.ones(3)\ntrain_step(params, batch)\nbatch = jnp.ones((2, 3))\n",
+                   store_history=True)
+    results += [shell.run_cell(cell, store_history=True) for cell in cells[1:]]
+    assert all(r.success for r in results), [r.error_in_exec for r in results]
+    assert "train_step #2 trace: shape at `batch`: f32[3] → f32[2,3]" in "\n".join(_texts(shell)), _texts(shell)
+    log = results[-1].result
+    log = log[~log["internal"]]
+    assert log[["function", "cause", "leaf"]].values.tolist() == [["train_step", "first", None],
+                                                                   ["train_step", "shape", "batch"]]
+
+
 def test_every_cell_is_attributed(shell):
     shell.run_cell("%load_ext jaxtrace_nb", store_history=True)
     n = shell.execution_count

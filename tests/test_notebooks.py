@@ -617,6 +617,7 @@ def _tracewatch_outputs(raw):
 def test_every_view_shows_the_same_numbers_under_the_same_labels(path, executed, monkeypatch):
     from jaxtrace_nb._report import TABLE_COLUMNS
     from jaxtrace_nb._rows import SPECS
+    from jaxtrace_nb._views import _TEXT_GROWS
 
     raw, summaries = executed.raw(path)
     monkeypatch.chdir(executed.cwd[path.stem])  # paths shortened as the kernel shortened them
@@ -657,7 +658,7 @@ def test_every_view_shows_the_same_numbers_under_the_same_labels(path, executed,
                 assert (got is None) if _missing(value) else (got == pytest.approx(value) if isinstance(value, float)
                                                                else _shown(c, got) == want), (c.name, got, value)
                 if c.text_width:
-                    width = max(c.text_width, len(c.label))
+                    width = max(c.text_width, len(c.label), _TEXT_GROWS.get(c.name, 0))  # (names here: shorter)
                     assert text_row[c.name] == (want if c is text_columns[-1] else want[:width]), (c.name, text_row)
     assert seen, "every notebook shows at least one %%tracewatch report"
 

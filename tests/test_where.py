@@ -657,6 +657,9 @@ def test_perfetto_reads_the_export_back(perfetto, tmp_path, jt):
     assert threads == {"train_step", "eval<step>"}
     counters = tp.query("select count(*) as n from counter")[0]["n"]
     assert counters == 8
+    tracks = {r["name"] for r in tp.query("select distinct t.name from counter c "
+                                          "join counter_track t on c.track_id = t.id")}
+    assert tracks == {"cumulative compile seconds"}  # Perfetto names a counter's track "<name> <argument>"
 
 
 def test_perfetto_flags_a_broken_trace(perfetto):
