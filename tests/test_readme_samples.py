@@ -1,5 +1,6 @@
-"""The README's sample outputs are what their programs print now (`docs/readme_samples.py` writes
-them): each sample run again, compared with its README block with every time masked."""
+"""The sample outputs of README.md and docs/pytest.md are what their programs print now
+(`docs/readme_samples.py` writes them): each sample run again, compared with its block with every
+time masked."""
 
 import importlib.util
 from pathlib import Path
@@ -25,14 +26,17 @@ def test_the_mask_hides_times_and_nothing_else():
         assert samples.masked(said) != samples.masked(said.replace(*edit)), edit
 
 
-def test_every_readme_sample_is_what_its_program_prints():
+def test_every_sample_is_what_its_program_prints():
     import jax
 
     if jax.__version__ != samples.SAMPLES_JAX:
         pytest.skip(f"the README's samples were made with JAX {samples.SAMPLES_JAX}; {jax.__version__} gives its "
                     f"own equation counts and internal functions (CI's newest environment runs this check)")
-    found = samples.produce(samples.README.read_text(encoding="utf-8"))
-    assert set(found) == set(samples.SAMPLES)
-    for name, (said, now) in found.items():
-        assert samples.masked(said) == samples.masked(now), (
-            f"README.md sample {name!r} is stale: run `python docs/readme_samples.py`\n--- README\n{said}--- now\n{now}")
+    names = []
+    for document in samples.DOCUMENTS:
+        for name, (said, now) in samples.produce(document.read_text(encoding="utf-8")).items():
+            names.append(name)
+            assert samples.masked(said) == samples.masked(now), (
+                f"{document.name} sample {name!r} is stale: run `python docs/readme_samples.py`\n"
+                f"--- {document.name}\n{said}--- now\n{now}")
+    assert sorted(names) == sorted(samples.SAMPLES)
