@@ -215,6 +215,7 @@ def table_row(row: dict) -> dict:
 
 
 def _table_row(row: dict) -> dict:
+    tests, tests_full = tests_texts(row["tests"])
     return {
         "key": row["id"], "hidden": not is_shown(row, internal=False), "internal": row["internal"],
         "nested": row["nested"], "search": _search(row), "function": row["function"],
@@ -223,7 +224,7 @@ def _table_row(row: dict) -> dict:
         "trace_s": json_value(row["trace_s"]), "lower_s": json_value(row["lower_s"]),
         "compile_s": json_value(row["compile_s"]), "total_s": json_value(row["total_s"]),
         "last_cause": row["last_cause"], "last_leaf": row["last_leaf"], "why": why(row),
-        "tests": tests_texts(row["tests"])[0], "full": {"tests": tests_texts(row["tests"])[1]},
+        "tests": tests, "full": {"tests": tests_full},
     }
 
 
