@@ -45,11 +45,6 @@ _TEXT_GROWS = {"function": 60, "last_leaf": 40}
 _TEXT_LAST = "tests"  # the terminal table's last column (never cut), where shown
 
 
-def _fit(value: str, width: int) -> str:
-    """`value` in `width` characters: whole, or its tail after "…" (a name's last part says most)."""
-    return value if len(value) <= width else "…" + value[len(value) - width + 1:]
-
-
 def _text_table(rows: list[dict]) -> list[str]:
     columns = sorted((c for c in shown_columns(TABLE_COLUMNS, rows) if c.text_width),
                      key=lambda c: c.name == _TEXT_LAST)
@@ -60,7 +55,7 @@ def _text_table(rows: list[dict]) -> list[str]:
     def line(texts: list[str]) -> str:
         cells = []
         for c, w, v in zip(columns, widths, texts):
-            v = v if c is columns[-1] else _fit(v, w) if c.name in _TEXT_GROWS else v[:w]
+            v = v if c is columns[-1] else fmt.tail(v, w) if c.name in _TEXT_GROWS else v[:w]
             cells.append(v.rjust(w) if c.kind in _NUMERIC else v.ljust(w))
         return " ".join(cells).rstrip()
 

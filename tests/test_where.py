@@ -605,6 +605,39 @@ def test_plot_timeline_draws_with_matplotlib(jt):
     assert sum(len(c.get_offsets()) for c in ax.collections) == 3
 
 
+def test_a_saved_plot_timeline_keeps_every_label_inside_the_figure(jt, tmp_path):
+    """`jt.plot_timeline()` then `savefig`, as a script does: no text of the figure is cut by its edge
+    (long qualified names as y labels, the caption, the right axis' label)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+    def make_train_step(scale):
+        @jax.jit
+        def train_step_with_a_learning_rate_schedule(x):
+            return x * scale
+
+        return train_step_with_a_learning_rate_schedule
+
+    step, late = make_train_step(2.0), jax.jit(lambda x: x + 1)
+    for n in (1, 2, 3):
+        step(jnp.ones(n))
+    late(1.0)
+    ax = jt.plot_timeline()
+    fig = ax.figure
+    fig.savefig(tmp_path / "timeline.png")
+    renderer = fig.canvas.get_renderer()
+    def drawn_ticks(a):  # (matplotlib keeps labels of ticks past the axis' limits, and does not draw them)
+        low, high = sorted(a.get_ylim())
+        return [t for t in a.get_yticklabels() if low <= t.get_position()[1] <= high]
+
+    texts = [t for a in fig.axes for t in (*drawn_ticks(a), a.title, a.xaxis.label, a.yaxis.label) if t.get_text()]
+    assert "…rain_step_with_a_learning_rate_schedule  ×3" in [t.get_text()[:44] for t in texts]  # its tail
+    for t in texts:
+        box = t.get_window_extent(renderer)
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.x1 and box.y0 >= 0 and box.y1 <= fig.bbox.y1, t.get_text()
+
+
 # ----------------------------------------------------------- Trace Event Format
 def test_export_writes_integer_nanosecond_stages_one_track_per_process(tmp_path):
     import jaxtrace_nb
