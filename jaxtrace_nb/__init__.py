@@ -228,22 +228,31 @@ def compile_profile(fn=None, *, events=None, internal: bool = False):
     return profile_frame(_events(events, internal), fn, internal=internal)
 
 
-def shape_census(fn=None, *, sizes=None, max_padding: float = 0.15, events=None, internal: bool = False):
+def shape_census(fn=None, *, sizes=None, max_padding: float = 0.15, events=None, internal: bool = False,
+                 full: bool = False, alternatives: int = 3):
     """For every leaf that retraced on `shape`: the shapes seen, their compiles and seconds, and
-    how padding its varying dimensions would have compiled fewer times: a DataFrame with one row
-    per (leaf, scheme), ``as is`` first, the pick marked ``suggested``.
+    how padding its varying dimensions would have compiled fewer times. A DataFrame, per leaf:
+    the suggestion first (``suggested``), then at most `alternatives` other schemes (the best
+    of each kind first), then ``as is`` to compare with; `full=True` gives every scheme tried,
+    ``as is`` first.
 
-    Schemes: ``multiple_of(N)``, ``pow2``, ``buckets(K)`` (K sizes chosen to pad the least). A
-    scheme's ``compiles`` is exact for the shapes this run saw. ``padding`` is the share of
-    extra elements, per distinct shape seen (a cache hit never reaches jaxtrace_nb, so calls are
-    not counted) unless `sizes`, a sample of the real sizes, weights it by calls. The pick has
-    the fewest compiles within `max_padding`. Example::
+    Schemes: ``multiple_of(N)``, ``pow2``, ``buckets(K)`` (K sizes chosen to pad the least; past
+    the largest, a size pads to its next multiple). A scheme's ``compiles`` is exact for the
+    shapes this run saw. ``padding`` is the share of extra elements, per distinct shape seen (a
+    cache hit never reaches jaxtrace_nb, so calls are not counted) unless `sizes`, a sample of the
+    real sizes, weights it by calls. The suggestion has the fewest compiles within `max_padding`.
+    Its ``code`` pads a size ``n``. Example::
 
-        for batch in batches:            # 248 distinct lengths
+        for batch in batches:            # 12 distinct lengths
             step(params, batch)
-        df = jt.shape_census()
-        df[df.suggested][["function", "leaf", "scheme", "buckets", "compiles", "padding", "code"]]
-        #   step  tokens  buckets(5)  103,151,203,283,512  5  0.118  n = next(b for b in [...] if b >= n)
+        jt.shape_census()[["leaf", "scheme", "buckets", "compiles", "padding", "suggested"]]
+        #     leaf           scheme                                  buckets  compiles  padding  suggested
+        #   tokens       buckets(5)                         34,58,96,136,250         5    0.121       True
+        #   tokens       buckets(6)                      34,58,96,136,203,250         6    0.077      False
+        #   tokens  multiple_of(16)           16,32,48,64,96,128,144,208,256         9    0.076      False
+        #   tokens             pow2                         16,32,64,128,256         5    0.312      False
+        #   tokens            as is  16,21,27,34,41,58,84,96,119,136,203,250        12    0.000      False
+        jt.shape_census(full=True)       # every scheme tried: 19 rows for this leaf
     """
     import pandas as pd
 
@@ -252,7 +261,8 @@ def shape_census(fn=None, *, sizes=None, max_padding: float = 0.15, events=None,
 
     found = [c for c in census(_events(events, internal), sizes=sizes, max_padding=max_padding, internal=True)
              if matches(c.function, fn)]
-    return pd.DataFrame(census_rows(found), columns=list(CENSUS_FRAME_COLUMNS))
+    rows = census_rows(found, None if full else alternatives, max_padding)
+    return pd.DataFrame(rows, columns=list(CENSUS_FRAME_COLUMNS))
 
 
 def plot_timeline(*, events=None, internal: bool = False, ax=None):

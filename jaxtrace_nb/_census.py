@@ -8,7 +8,9 @@ that differ between them are padded by each candidate scheme:
 * ``multiple_of(N)``: up to a multiple of N (one line of code);
 * ``pow2``: up to the next power of two (one line);
 * ``buckets(K)``: K sizes, chosen by an exact dynamic programme that minimises the padded
-  elements over the sizes seen (every list ends at the largest size seen).
+  elements over the sizes seen (every list ends at the largest size seen); a size past the
+  largest bucket pads to the next multiple of it, so that a longer input costs one compile
+  per multiple, never an error.
 
 A scheme's ``compiles`` is the number of distinct padded shapes: exact on this run's shapes,
 not an estimate (a longer input later costs one compile more). Its ``padding`` is the share of
@@ -53,8 +55,19 @@ class Scheme(NamedTuple):
 
     def pad(self, dim_index: int) -> Callable[[int], int]:
         """The padding of the varying dimension `dim_index` (its position among the varying ones)."""
-        sizes = self.buckets[dim_index]
-        return lambda n: next((b for b in sizes if b >= n), n)
+        return bucket_pad(self.buckets[dim_index])
+
+
+def bucket_pad(sizes: Sequence[int]) -> Callable[[int], int]:
+    """Up to the first of `sizes` (ascending) that holds `n`; past the largest, its next multiple."""
+    largest = sizes[-1]
+    return lambda n: next((b for b in sizes if b >= n), -(-n // largest) * largest)
+
+
+def bucket_code(sizes: Sequence[int]) -> str:
+    """`bucket_pad(sizes)` as the one line of Python the census suggests."""
+    largest = sizes[-1]
+    return f"n = next((b for b in {list(sizes)} if b >= n), -(-n // {largest}) * {largest})"
 
 
 def _multiple(n: int) -> Callable[[int], int]:
@@ -125,9 +138,7 @@ def schemes(shapes: dict[tuple, float], max_buckets: int = MAX_BUCKETS) -> list[
     distinct = max(len(c) for c in per_dim)
     for k in range(1, min(max_buckets, distinct - 1) + 1):
         bounds = [optimal_buckets(c, k) for c in per_dim]
-        pads = [(lambda b: (lambda v: next(x for x in b if x >= v)))(b) for b in bounds]
-        listed = bounds[0] if ndim == 1 else tuple(bounds)
-        out.append(evaluate(f"buckets({k})", pads, shapes, f"n = next(b for b in {list(listed)} if b >= n)"
+        out.append(evaluate(f"buckets({k})", [bucket_pad(b) for b in bounds], shapes, bucket_code(bounds[0])
                             if ndim == 1 else f"buckets per dimension: {[list(b) for b in bounds]}"))
     return out
 
@@ -258,7 +269,8 @@ def suggestion_text(c: LeafCensus) -> str:
 
 def _scheme_text(c: LeafCensus, s: Scheme) -> str:
     what = s.name if not s.name.startswith("buckets") else \
-        "pad to " + (", ".join(map(str, s.buckets[0])) if len(s.buckets) == 1 else str([list(b) for b in s.buckets]))
+        "pad to " + (", ".join(map(str, s.buckets[0])) if len(s.buckets) == 1 else str([list(b) for b in s.buckets])) \
+        + " (past the largest: its next multiple)"
     seconds = f", ~{s.compiles * c.mean_compile_s:.3f} s" if c.mean_compile_s is not None else ""
     return f"{what}: {s.compiles} compile(s){seconds}, padding {100 * s.padding:.1f} %"
 
@@ -267,12 +279,32 @@ CENSUS_FRAME_COLUMNS = ("function", "leaf", "dims", "shapes_seen", "sizes", "sec
                         "compiles", "padding", "seconds_est", "code", "suggested")
 
 
-def census_rows(found: Iterable[LeafCensus]) -> list[dict]:
-    """One row per (leaf, candidate scheme), as `jt.shape_census()` gives them."""
+def _family(s: Scheme) -> str:
+    return s.name.split("(")[0]
+
+
+def shortlist(c: LeafCensus, alternatives: int = 3, max_padding: float = MAX_PADDING) -> list[Scheme]:
+    """The pick, then at most `alternatives` others (each family's best first, within the padding
+    budget before past it, fewer compiles before less padding), then "as is" to compare with."""
+    as_is, others = c.candidates[0], [s for s in c.candidates[1:] if s is not c.pick]
+    ranked = sorted(others, key=lambda s: (s.padding > max_padding + 1e-12, s.compiles, s.padding))
+    best_of_family: dict[str, Scheme] = {}
+    for s in ranked:
+        best_of_family.setdefault(_family(s), s)
+    firsts = list(best_of_family.values())
+    chosen = (firsts + [s for s in ranked if s not in firsts])[:alternatives]
+    return ([c.pick] if c.pick is not None else []) + sorted(chosen, key=ranked.index) + [as_is]
+
+
+def census_rows(found: Iterable[LeafCensus], alternatives: int | None = None,
+                max_padding: float = MAX_PADDING) -> list[dict]:
+    """Rows of `jt.shape_census()`: per leaf, its `shortlist`, or every candidate scheme ("as is"
+    first) when `alternatives` is None."""
     rows = []
     for c in found:
         mean = c.mean_compile_s
-        for s in c.candidates:
+        shown = c.candidates if alternatives is None else shortlist(c, alternatives, max_padding)
+        for s in shown:
             rows.append({
                 "function": c.function, "leaf": c.leaf, "dims": ",".join(map(str, c.varying)),
                 "shapes_seen": len(c.shapes), "sizes": sizes_text(c), "seconds": c.seconds, "scheme": s.name,

@@ -123,6 +123,11 @@ def seconds(value) -> str:
     return "" if value is None or value != value else f"{value:.3f}"
 
 
+def tail(text: str, width: int) -> str:
+    """`text` in `width` characters: whole, or its tail after "…" (a qualified name's last part says most)."""
+    return text if len(text) <= width else "…" + text[len(text) - width + 1:]
+
+
 def listed(items: list[str], most: int = 2) -> str:
     """The first `most` of `items`, comma-separated, and how many more ("a, b +3 more")."""
     shown = ", ".join(items[:most])

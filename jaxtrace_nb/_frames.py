@@ -71,9 +71,10 @@ def function_row(events: list[Event]) -> dict:
         "nested": bool(first.nested), "traces": 0, "compiles": 0, "trace_s": None, "lower_s": None,
         "compile_s": None, "total_s": None, "eqns": None, "eqns_total": None, "loop_repeats": None,
         "cache_hits": 0, "cache_saved_s": 0.0, "last_cause": None, "last_leaf": None, "cells": "",
-        "key": first.key, "retraces": 0, "leaves": "",
+        "key": first.key, "retraces": 0, "leaves": "", "tests": (),
     }
     cells: list = []
+    tests: dict = {}
     leaves: list = []
     for e in events:
         if e.kind == "trace":
@@ -98,10 +99,13 @@ def function_row(events: list[Event]) -> dict:
             cells.append(e.cell)
         if e.leaf and e.leaf not in leaves:
             leaves.append(e.leaf)
+        if e.test:
+            tests[e.test] = None
     for col in ("trace_s", "lower_s", "compile_s"):
         row["total_s"] = _add(row["total_s"], row[col])
     row["cells"] = ", ".join(str(c) for c in cells)
     row["leaves"] = "\n".join(leaves)
+    row["tests"] = tuple(tests)
     return row
 
 

@@ -15,7 +15,7 @@ import hashlib
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from ._cache_words import HIT, MISS, NOT_CACHED, notable_miss, verdict_word
+from ._cache_words import FIRST_COMPILE, HIT, MISS, NOT_CACHED, notable_miss, verdict_word
 from ._frames import function_row
 from ._log import Event
 from ._timeline import Span, span_of, spans_caption
@@ -41,6 +41,8 @@ class Column(NamedTuple):
 # The views' table, one row per function (``jt.summary()``'s own columns: `_frames.SUMMARY_FRAME_COLUMNS`).
 TABLE_COLUMNS = (
     Column("function", "function", "code", "the function's qualified name; click a row for its history", 28),
+    Column("tests", "test", "text", "the pytest tests (node ids) whose calls traced it", 30, in_frame=False,
+           collapse="empty"),
     Column("why", "why (latest retrace)", "rich", "the latest group of retraces with the same cause and leaf: how "
            "many, before → after, where it was first called, and the hint", in_frame=False),
     Column("traces", "traces", "int", "traces: misses of JAX's tracing cache", 6),
@@ -123,7 +125,8 @@ class Counts(NamedTuple):
     hidden_functions: int
     hidden_events: int
     dropped: int
-    cache: tuple = (0, 0, 0)  # persistent compilation cache: hits, misses, compiles not cached
+    # persistent compilation cache: hits, misses, compiles not cached, misses that are a name's first compile
+    cache: tuple = (0, 0, 0, 0)
 
     @property
     def total_s(self) -> float:
@@ -131,7 +134,7 @@ class Counts(NamedTuple):
 
 
 class Group(NamedTuple):
-    """A function's events with the same kind, cause, leaf and hint, in order."""
+    """A function's events with the same kind, cause, leaf, hint and persistent cache miss, in order."""
 
     events: tuple[Event, ...]
 
@@ -143,14 +146,16 @@ class Group(NamedTuple):
     def notable(self) -> bool:
         """A retrace (or compile) to explain, a first trace with a hint (an unrolled loop), or one
         that missed the persistent compilation cache for a reason (not its first compile there)."""
-        return self.first.cause != "first" or bool(self.first.hint) or notable_miss(self.first.persistent_cache)
+        return any(e.cause != "first" or e.hint or notable_miss(e.persistent_cache) for e in self.events)
 
 
 def group_events(events: Iterable[Event]) -> list[Group]:
-    """`events` of one function grouped by (kind, cause, leaf, hint), in order of first event."""
+    """`events` of one function grouped by (kind, cause, leaf, hint, the words of a notable persistent
+    cache miss), in order of first event: a miss is never told in another compile's words."""
     groups: dict[tuple, list[Event]] = {}
     for e in events:
-        groups.setdefault((e.kind, e.cause, e.leaf, e.hint), []).append(e)
+        miss = e.persistent_cache if notable_miss(e.persistent_cache) else None
+        groups.setdefault((e.kind, e.cause, e.leaf, e.hint, miss), []).append(e)
     return [Group(tuple(g)) for g in groups.values()]
 
 
@@ -172,7 +177,7 @@ class Report:
         self._ids: dict[str, str] = {}  # key -> a short id the views use (a key holds a file's path)
         self._rows: dict[str, dict] = {}
         self._spans: dict[str, Span | None] = {}  # key -> its compiles, for the timeline's caption
-        self._verdicts: dict[str, tuple[int, int, int]] = {}  # key -> persistent cache hits, misses, not cached
+        self._verdicts: dict[str, tuple[int, ...]] = {}  # key -> `Counts.cache` of its events
         self._dirty: set[str] = set()
         for e in events:
             self.add(e)
@@ -217,7 +222,8 @@ class Report:
             self._rows[key] = row
             self._spans[key] = span_of(history)
             verdicts = [verdict_word(e.persistent_cache) for e in history]
-            self._verdicts[key] = (verdicts.count(HIT), verdicts.count(MISS), verdicts.count(NOT_CACHED))
+            firsts = sum(bool(e.persistent_cache) and e.persistent_cache.startswith(FIRST_COMPILE) for e in history)
+            self._verdicts[key] = (verdicts.count(HIT), verdicts.count(MISS), verdicts.count(NOT_CACHED), firsts)
         self._dirty.clear()
         return [self._rows[key] for key in self._history]
 
@@ -249,7 +255,7 @@ class Report:
         rows = self.rows(internal)
         seconds = {c: sum(f[c] for f in rows if f[c] is not None and f[c] == f[c]) for c in SECONDS}
         shown_events = sum(len(self._history[f["key"]]) for f in rows)
-        cache = tuple(sum(self._verdicts[f["key"]][i] for f in rows) for i in range(3))
+        cache = tuple(sum(self._verdicts[f["key"]][i] for f in rows) for i in range(4))
         return Counts(len(rows), sum(f["traces"] for f in rows), sum(f["compiles"] for f in rows),
                       sum(f["retraces"] for f in rows), seconds["trace_s"], seconds["lower_s"],
                       seconds["compile_s"], len(self._history) - len(rows), self.n_events - shown_events,
@@ -283,7 +289,8 @@ def headline(title: str, c: Counts) -> str:
     if c.dropped:
         text += f" ({c.dropped} oldest event(s) dropped by the log cap)"
     if any(c.cache):
-        hits, misses, not_cached = c.cache
+        hits, misses, not_cached, firsts = c.cache
         text += f"; persistent cache: {hits} hit(s), {misses} miss(es)" + \
+            (f" ({firsts} of them a first compile with this cache)" if firsts else "") + \
             (f", {not_cached} not cached" if not_cached else "")
     return text

@@ -79,6 +79,13 @@ def change_texts(events: tuple[Event, ...] | list[Event]) -> tuple[str, str]:
     return ", ".join(short), ", ".join(full)
 
 
+def tests_texts(tests) -> tuple[str, str]:
+    """(shown, full) of pytest node ids: the first two and how many more; every one, a line each,
+    where the first are not all (else "")."""
+    tests = list(tests)
+    return fmt.listed(tests), "\n".join(tests) if len(tests) > 2 else ""
+
+
 def _explained(e: Event) -> tuple[str, str]:
     """(explanation, hint) of an event, with paths and floats shortened alike."""
     digits = fmt.short_numbers(e.before, e.after)[2]
@@ -115,7 +122,7 @@ def group_text(g: Group) -> GroupText:
     shown, full = change_texts(g.events)
     explanation, hint = _explained(first)
     created = " or ".join(fmt.short_path(c) for c in (first.created_at or "").split(", ") if c)
-    return GroupText(", ".join(cells), fmt.listed(tests), "\n".join(tests) if len(tests) > 2 else "", first.function,
+    return GroupText(", ".join(cells), *tests_texts(tests), first.function,
                      span, first.kind, len(g.events), first.cause or "(not diagnosed)", first.leaf, shown, full,
                      fmt.short_path(first.call_site), explanation, hint, created, cache_words(first))
 
@@ -157,7 +164,7 @@ def event_row(e: Event, slowest_seq) -> dict:
         "time": e.time.strftime("%H:%M:%S") if e.time else None,
         "trace_number": e.trace_number, "kind": e.kind, "cause": e.cause, "leaf": e.leaf,
         "change": fmt.change(before, after), "call_site": fmt.short_path(e.call_site),
-        "explanation": prose_cell(explanation, None), "eqns_total": json_value(e.eqns_total),
+        "explanation": prose_cell(explanation, None, cache_words(e)), "eqns_total": json_value(e.eqns_total),
         "flops": json_value(e.flops), "persistent_cache": cache_verdict(e), "trace_s": json_value(e.trace_s),
         "lower_s": json_value(e.lower_s), "compile_s": json_value(e.compile_s), "total_s": e.total_s,
         "slowest": e.seq == slowest_seq,
@@ -208,6 +215,7 @@ def table_row(row: dict) -> dict:
 
 
 def _table_row(row: dict) -> dict:
+    tests, tests_full = tests_texts(row["tests"])
     return {
         "key": row["id"], "hidden": not is_shown(row, internal=False), "internal": row["internal"],
         "nested": row["nested"], "search": _search(row), "function": row["function"],
@@ -216,6 +224,7 @@ def _table_row(row: dict) -> dict:
         "trace_s": json_value(row["trace_s"]), "lower_s": json_value(row["lower_s"]),
         "compile_s": json_value(row["compile_s"]), "total_s": json_value(row["total_s"]),
         "last_cause": row["last_cause"], "last_leaf": row["last_leaf"], "why": why(row),
+        "tests": tests, "full": {"tests": tests_full},
     }
 
 

@@ -22,6 +22,7 @@ from typing import NamedTuple
 from . import _format as fmt
 
 MAX_MARKS = 2000  # past this, marks of one row in one pixel column are drawn as one
+PLOT_LABEL_CHARS = 40  # of a function's name beside its row in `plot`: its tail past that
 CAUSE_COLOURS = {
     "first": "#4c78a8", "shape": "#f58518", "dtype": "#e45756", "weak_type": "#72b7b2", "static": "#54a24b",
     "structure": "#b8860b", "new_function": "#b279a2", "context": "#d6616b", "sharding": "#9d755d",
@@ -355,7 +356,8 @@ def trace_events(events: Iterable, *, internal: bool = False) -> dict:
             seconds += value
         ends[(pid, tid)] = ns
         total = cumulative[pid] = cumulative.get(pid, 0.0) + seconds
-        out.append({"ph": "C", "name": "cumulative compile seconds", "pid": pid, "tid": 0, "ts": ns / 1000,
+        # Perfetto titles a counter's track "<name> <argument>": "cumulative compile seconds".
+        out.append({"ph": "C", "name": "cumulative compile", "pid": pid, "tid": 0, "ts": ns / 1000,
                     "args": {"seconds": round(total, 6)}})
     return {"traceEvents": meta + out, "displayTimeUnit": "ms",
             "otherData": {"producer": "jaxtrace_nb", "t0_epoch_s": t0, "compiles": len(compiles)}}
@@ -374,8 +376,8 @@ def plot(tl: Timeline, ax=None):
     """The timeline on a matplotlib Axes (made when `ax` is None); returns the Axes."""
     import matplotlib.pyplot as plt
 
-    if ax is None:
-        _, ax = plt.subplots(figsize=(9, 1.2 + 0.35 * max(1, len(tl.rows))))
+    if ax is None:  # laid out at each draw, so that a saved figure keeps its labels
+        _, ax = plt.subplots(figsize=(9, 1.2 + 0.35 * max(1, len(tl.rows))), layout="constrained")
     if not tl.marks:
         ax.set_axis_off()
         ax.text(0.5, 0.5, "no compile recorded", ha="center", va="center", transform=ax.transAxes)
@@ -389,10 +391,10 @@ def plot(tl: Timeline, ax=None):
         for m in ms:
             ax.plot([m.t, m.t + m.seconds], [m.row, m.row], color=CAUSE_COLOURS.get(cause, _NO_CAUSE), lw=2)
     ax.set_yticks(range(len(tl.rows)))
-    ax.set_yticklabels([f"{r.label}  ×{r.compiles} {r.seconds:.2f} s" for r in tl.rows])
+    ax.set_yticklabels([f"{fmt.tail(r.label, PLOT_LABEL_CHARS)}  ×{r.compiles} {r.seconds:.2f} s" for r in tl.rows])
     ax.set_ylim(len(tl.rows) - 0.5, -0.5)
     ax.set_xlabel("seconds since the first compile")
-    ax.set_title(caption(tl), fontsize=9)
+    ax.set_title(caption(tl).replace("; ", ";\n"), fontsize=9)
     twin = ax.twinx()
     twin.step([0.0] + [end for end, _ in tl.cumulative], [0.0] + [total for _, total in tl.cumulative],
               where="post", color="#555555", ls="--", lw=1)

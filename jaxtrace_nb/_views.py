@@ -40,20 +40,27 @@ def _text_value(column: Column, row: dict) -> str:
     return "" if value is None else str(value)
 
 
-def _text_table(rows: list[dict]) -> list[str]:
-    columns = [c for c in TABLE_COLUMNS if c.text_width]
-    widths = [max(c.text_width, len(c.label)) for c in columns]
+# Columns wider than their `text_width` where a value needs it, up to this; past it, a value keeps its tail.
+_TEXT_GROWS = {"function": 60, "last_leaf": 40}
+_TEXT_LAST = "tests"  # the terminal table's last column (never cut), where shown
 
-    def line(values: list[str]) -> str:
+
+def _text_table(rows: list[dict]) -> list[str]:
+    columns = sorted((c for c in shown_columns(TABLE_COLUMNS, rows) if c.text_width),
+                     key=lambda c: c.name == _TEXT_LAST)
+    values = [[_text_value(c, r) for c in columns] for r in rows]
+    widths = [max(c.text_width, len(c.label), min(_TEXT_GROWS.get(c.name, 0), max(map(len, column), default=0)))
+              for c, column in zip(columns, zip(*values) if values else [()] * len(columns))]
+
+    def line(texts: list[str]) -> str:
         cells = []
-        for c, w, v in zip(columns, widths, values):
-            v = v[:w] if c is not columns[-1] else v
+        for c, w, v in zip(columns, widths, texts):
+            v = v if c is columns[-1] else fmt.tail(v, w) if c.name in _TEXT_GROWS else v[:w]
             cells.append(v.rjust(w) if c.kind in _NUMERIC else v.ljust(w))
         return " ".join(cells).rstrip()
 
     header = line([c.label for c in columns])
-    body = [line([_text_value(c, r) for c in columns]) for r in rows]
-    return [header, "-" * len(header), *body]
+    return [header, "-" * len(header), *map(line, values)]
 
 
 def plain_text(spans: list) -> str:

@@ -6,6 +6,7 @@
 * `explained_misses`: JAX's own cache-miss explanations tied to the recorded traces.
 * `inventory_tool`: the JAX call-site extractor of `benchmarks/jax_inventory.py`.
 * `shell`-side helpers for a real IPython `InteractiveShell` (`display_texts`).
+* `package_frames`: the lines of a traceback that name a file of jaxtrace_nb itself.
 """
 
 import contextlib
@@ -161,6 +162,18 @@ def inventory_tool():
         sys.modules[name] = module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+_PACKAGE_DIR = pathlib.Path(jt.__file__).resolve().parent
+# A module file of the package wherever it is installed (a subprocess may import another copy):
+# the checkout's own directory may be called jaxtrace_nb too, so the name alone proves nothing.
+_PACKAGE_FILE = re.compile(r"(?<![\w.-])jaxtrace_nb[\\/](?:_adapters[\\/])?_{1,2}\w+\.py\b")
+
+
+def package_frames(text: str) -> list:
+    """The lines of a traceback `text` that name a file of jaxtrace_nb's package."""
+    return [line for line in text.splitlines()
+            if str(_PACKAGE_DIR) + "/" in line or _PACKAGE_FILE.search(line)]
 
 
 def package_frames_on_cache_hits(calls, repeat: int = 50) -> list:

@@ -280,6 +280,14 @@ def test_nbconvert_html_offline_shows_the_static_table(tmp_path):
         expect(static.locator(".jtnb-headline")).to_contain_text("%%tracewatch (cell 3): 6 trace(s)")
         expect(static.locator("table.jtnb-groups")).to_contain_text("f32[1] → f32[2]")
         expect(static.locator("table.jtnb-summary td.jtnb-c-function").first).to_be_visible()
+        # nbconvert right-aligns and wraps every cell of rendered HTML: ours stay text left, numbers right, unwrapped
+        for table in ("jtnb-summary", "jtnb-groups"):
+            cells = static.locator(f"table.{table} tbody tr").first.evaluate(
+                "row => Array.from(row.cells, c => [c.className, getComputedStyle(c).textAlign, "
+                "getComputedStyle(c).whiteSpace])")
+            for css, align, space in cells:
+                number = "jtnb-n" in css.split()
+                assert (align, number and space) == ("right" if number else "left", number and "nowrap"), cells
         _no_script_ran(page, dialogs)
         assert any("cdn" in u or "unpkg" in u for u in external), external  # the widget manager it could not load
 

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from _support import package_frames
 from jaxtrace_nb import _cli, _run
 from jaxtrace_nb._persist import load_events
 
@@ -70,7 +71,7 @@ def test_run_is_the_program_under_python(program, mode, status):
     assert before == plain.stderr  # tracebacks, chained exceptions, exit messages: as python prints them
     assert "step" in report and "`x`" in report and "f64[3] → f64[4]" in report
     if mode == "raise":
-        assert 'in <module>\n    inner()' in before and "jaxtrace_nb" not in before and "runpy" not in before
+        assert 'in <module>\n    inner()' in before and package_frames(before) == [] and "runpy" not in before
 
 
 def test_run_module_is_python_dash_m(program):

@@ -2,7 +2,7 @@
 
 import re
 
-from _support import display_outputs as _outputs, display_texts as _texts
+from _support import display_outputs as _outputs, display_texts as _texts, package_frames
 
 
 def test_cell_magic_shows_cause_leaf_and_change(shell):
@@ -14,6 +14,30 @@ def test_cell_magic_shows_cause_leaf_and_change(shell):
     text = _texts(shell)[-1]
     assert "f #2 trace: shape at `x`: f32[] (weak) → f32[3]" in text
     assert any("<table" in d.get("text/html", "") for d in outputs)
+
+
+def test_the_readmes_first_screen_notebook_example_runs(shell):
+    """The README's first screen: the two set-up commands and the three-line notebook example, whose
+    cells run as they stand in a real shell, around a `train_step` that retraces."""
+    import pathlib
+
+    lines = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").splitlines()
+    first = "\n".join(lines[:40])
+    assert 'pip install -e ".[demo]"' in first and 'pip install -e ".[test]" && python -m pytest' in first
+    cells = re.findall(r"```python\n(.*?)```", first, re.S)
+    assert [cell.splitlines()[0].split("  #")[0].strip() for cell in cells] == [
+        "%load_ext jaxtrace_nb", "%%tracewatch", "import jaxtrace_nb as jt; jt.log()"]
+    results = [shell.run_cell(cells[0], store_history=True)]
+    shell.run_cell("@jax.jit\ndef train_step(params, batch):\n    return (params * batch).sum(), params\n"
+                   "params, batch = jnp.ones(3), jnp.ones(3)\ntrain_step(params, batch)\nbatch = jnp.ones((2, 3))\n",
+                   store_history=True)
+    results += [shell.run_cell(cell, store_history=True) for cell in cells[1:]]
+    assert all(r.success for r in results), [r.error_in_exec for r in results]
+    assert "train_step #2 trace: shape at `batch`: f32[3] → f32[2,3]" in "\n".join(_texts(shell)), _texts(shell)
+    log = results[-1].result
+    log = log[~log["internal"]]
+    assert log[["function", "cause", "leaf"]].values.tolist() == [["train_step", "first", None],
+                                                                   ["train_step", "shape", "batch"]]
 
 
 def test_every_cell_is_attributed(shell):
@@ -65,8 +89,10 @@ def test_retrace_error_points_at_the_cell_the_user_ran_without_our_frames(shell,
     out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)  # IPython 9 colours "In[n]" apart from ", line 2"
     assert "RetraceError" in out and f"In[{result.execution_count}], line 2" in out
     assert f"In[{result.execution_count + 1}]" not in out
-    for ours in ("_watch.py", "_session.py", "_probe.py", "_ipython.py", "jaxtrace_nb"):
-        assert ours not in out.split("Traceback", 1)[1].split("RetraceError:", 1)[0], ours
+    shown = out.split("Traceback", 1)[1].split("RetraceError:", 1)[0]
+    for ours in ("_watch.py", "_session.py", "_probe.py", "_ipython.py"):
+        assert ours not in shown, ours
+    assert package_frames(shown) == []
     assert shell.custom_exceptions == ()  # our handler lived only while the cell ran
 
 

@@ -260,3 +260,74 @@ def test_run_and_its_persisted_log_name_the_argument_in_the_users_terms(tmp_path
     assert said in outputs[1]
     persisted = [json.loads(line) for line in (tmp_path / "run2.jsonl").read_text(encoding="utf-8").splitlines()]
     assert any(said in str(value) for record in persisted for value in record.values()), persisted
+
+
+# Six runs of one program sharing a cache, as a newcomer tries them: the first compile, a hit, then one
+# change per run; two of them change the same part (the model's constant), in different words.
+SIX_RUNS = ({}, {}, {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false"}, {"PAIR_CONST": "0.7"},
+            {"PAIR_CONST": "0.9"}, {"PAIR_ACT": "jax.nn.relu"})
+
+
+@pytest.fixture(scope="module")
+def six_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("six")
+    logs = [root / f"run{i}.jsonl" for i in range(1, 7)]
+    for env, log in zip(SIX_RUNS, logs):
+        _run(root / "cache", root / "work", env.items(), log=log)  # one model file: one function in the reports
+    return root, logs
+
+
+def _report(*args) -> str:
+    done = subprocess.run([sys.executable, "-m", "jaxtrace_nb", "report", *map(str, args)], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)), check=True)
+    return done.stdout
+
+
+def _steps_misses(log) -> list[str]:
+    """The words of each notable miss of `step` in one run's log, as the reports shorten them."""
+    from jaxtrace_nb._persist import load_events
+    from jaxtrace_nb._rows import cache_words
+
+    return [cache_words(e) for e in load_events(log) if e.function == "step" and cache_words(e)]
+
+
+def test_a_merged_report_explains_every_miss_it_counts(six_runs):
+    root, logs = six_runs
+    misses = {log.name: _steps_misses(log) for log in logs}
+    assert [len(m) for m in misses.values()] == [0, 0, 1, 1, 1, 1]  # the first compile and the hit: not notable
+    assert len(set(sum(misses.values(), []))) == 4  # four reasons, each in words of its own
+    text = _report(*logs)
+    headline = text.splitlines()[0]
+    assert "persistent cache: 1 hit(s), 5 miss(es) (1 of them a first compile with this cache)" \
+        in headline, headline
+    notes = text[text.index("Retraces and notes"):]
+    for log, words in misses.items():
+        for said in words:
+            assert notes.count(f"persistent cache miss{said[len('miss'):]}") == 1, (log, said, notes)
+    for n in (2, 3, 6):  # the notes whatever the number of logs: one, or the first n
+        part = _report(*logs[:n]) if n > 1 else _report(logs[2])
+        shown = [w for log in (logs[:n] if n > 1 else [logs[2]]) for w in misses[log.name]]
+        assert ("Retraces and notes" in part) == bool(shown), (n, part)
+        assert all(f"persistent cache miss{w[len('miss'):]}" in part for w in shown), (n, part)
+
+
+def test_the_html_reports_expanded_groups_say_why_each_compile_missed(six_runs, tmp_path):
+    import html as html_module
+    import json
+
+    root, logs = six_runs
+    page = tmp_path / "six.html"
+    subprocess.run([sys.executable, "-m", "jaxtrace_nb", "report", *map(str, logs), "-o", str(page)], check=True,
+                   capture_output=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    text = page.read_text(encoding="utf-8")
+    data = text[text.index("<script type='application/json' id='jtnb-data'>"):].split(">", 1)[1]
+    histories = json.loads(data[:data.index("</script>")])["histories"]
+    (step,) = [h for h in histories.values() if h["title"].startswith("step ")]
+    events = [e for g in step["groups"] for e in g["events"]]
+    said = {"".join(s[1] for _, spans in e["explanation"] for s in spans) for e in events if e["persistent_cache"]
+            == "miss"}
+    for words in sum((_steps_misses(log) for log in logs), []):
+        assert any(f"persistent cache miss{words[len('miss'):]}".replace("`", "") in s for s in said), (words, said)
+    static = html_module.unescape(text[text.index("jtnb-groups"):])
+    for words in sum((_steps_misses(log) for log in logs), []):
+        assert words[len("miss: "):].replace("`", "")[:60] in static.replace("<code>", "").replace("</code>", "")

@@ -105,6 +105,71 @@ def test_guard_and_report(pytester):
     assert report.exists() and "train_step" in report.read_text(encoding="utf-8")
 
 
+_TWO_FUNCTIONS = """
+import jax
+import jax.numpy as jnp
+
+
+@jax.jit
+def shared(x):
+    return x + 1
+
+
+@jax.jit
+def only_in_first(x):
+    return x * 3
+
+
+def test_first():
+    shared(jnp.ones(3))
+    only_in_first(jnp.ones(2))
+
+
+def test_second():
+    shared(jnp.ones(4))
+
+
+def test_third():
+    shared(jnp.ones(5))
+"""
+
+
+@pytest.mark.parametrize("suffix", ["txt", "html"])
+def test_every_report_format_has_a_test_column(pytester, suffix):
+    """The session's report names, beside each function, the tests whose calls traced it: a function
+    traced once, in one test, included (the groups name a test only beside a retrace)."""
+    import json
+    import re
+
+    pytester.makeconftest(_CONFTEST)
+    pytester.makepyfile(test_two=_TWO_FUNCTIONS)
+    report = pytester.path / f"traces.{suffix}"
+    result = pytester.runpytest_subprocess(f"--jaxtrace-report={report}", "-p", "no:cacheprovider", timeout=180)
+    result.assert_outcomes(passed=3)
+    text = report.read_text(encoding="utf-8")
+    first, second, third = (f"test_two.py::test_{n}" for n in ("first", "second", "third"))
+    expected = {"only_in_first": first, "shared": f"{first}, {second} +1 more"}
+    if suffix == "txt":
+        header, rule, *body = text.split("\n\n")[1].splitlines()
+        assert header.split()[-1] == "test" and len(rule) == len(header)
+        start = header.index("test", header.index("leaf"))
+        rows = {line.split()[0]: line[start:].strip() for line in body}
+        assert rows == expected, text
+    else:
+        static = text[text.index("jtnb-summary"):]
+        static = static[:static.index("</table>")]
+        assert "<th class='jtnb-c-tests' title='the pytest tests (node ids) whose calls traced it'>test</th>" in static
+        cells = re.findall(r"<td class='jtnb-c-function'><code>(\w+)</code></td><td class='jtnb-c-tests'"
+                           r"(?: title='([^']*)')?>([^<]*)</td>", static)
+        assert {f: shown for f, _, shown in cells} == expected
+        assert {f: title for f, title, _ in cells} == {"only_in_first": "", "shared": f"{first}\n{second}\n{third}"}
+        data = text[text.index("<script type='application/json' id='jtnb-data'>"):].split(">", 1)[1]
+        state = json.loads(data[:data.index("</script>")])["state"]
+        widget = {r["function"]: (r["tests"], r["full"]["tests"]) for r in json.loads(state["rows_json"])
+                  if not r["hidden"]}
+        assert widget == {"only_in_first": (first, ""), "shared": (expected["shared"], f"{first}\n{second}\n{third}")}
+
+
 def test_marker_alone_guards_only_its_test(pytester):
     pytester.makeconftest(_CONFTEST)
     pytester.makepyfile(test_marked='''

@@ -14,6 +14,7 @@ import os
 from jaxtrace_nb._log import Event
 from jaxtrace_nb._report import Report, function_id, group_events
 from jaxtrace_nb._rows import HINT, WHY_LINE, change_texts, history_view, table_content
+from jaxtrace_nb._views import render_text
 
 HERE = os.getcwd()
 KEY = "k:step"
@@ -58,6 +59,26 @@ def test_groups_are_the_changes_applied():
     assert [(g.first.cause, g.first.leaf, len(g.events)) for g in groups] == \
         [("first", None, 1), ("shape", "x", 4), ("static", "n", 1)]
     assert [g.notable for g in groups] == [False, True, True]
+
+
+def test_merged_runs_group_each_persistent_cache_miss_by_its_own_words():
+    """Three runs' first traces of one function (merged logs): the first compile with the cache, then
+    two misses with one hint in different words. Each miss is a group of its own, notable though the
+    function's first event is not, and the headline says which miss needs no note."""
+    words = ["miss: the first compile of `jit_step` with this cache (its index holds no earlier key of that name)",
+             "miss: the computation differs first (`stablehlo.constant`): `0.5` → `0.7` (closest earlier key: run 1)",
+             "miss: the computation differs first (`stablehlo.constant`): `0.7` → `0.9` (closest earlier key: run 2)",
+             "hit"]
+    runs = [_event(i, cause="first", hint="a captured constant" if i in (1, 2) else "") for i in range(4)]
+    for e, said in zip(runs, words):
+        e.trace_number, e.persistent_cache = 1, said
+    groups = group_events(runs)
+    assert [[e.seq for e in g.events] for g in groups] == [[0, 3], [1], [2]]
+    assert [g.notable for g in groups] == [False, True, True]
+    text = render_text(Report(runs, "3 logs"))
+    assert text.splitlines()[0].endswith("persistent cache: 1 hit(s), 3 miss(es) (1 of them a first compile with "
+                                         "this cache)")
+    assert all(text.count(f"persistent cache miss{w[len('miss'):]}") == 1 for w in words[1:3])
 
 
 def test_change_texts_list_three_and_shorten_more():

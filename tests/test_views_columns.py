@@ -82,6 +82,23 @@ def test_empty_columns_give_way_and_narrow_ones_are_marked():
     assert re.search(r"@container \(max-width: \d+px\) \{\s*\.jtnb-narrow \{ display: none; \}", css)
 
 
+def test_the_terminal_table_shows_a_long_name_whole_or_keeps_its_tail():
+    """A name past 28 characters widens its column (up to 60), a longer one keeps its last 59 after
+    "…", and every other column stays under its label."""
+    names = ["make_train_step.<locals>.train_step", "Trainer.build.<locals>.make.<locals>." + "x" * 30 + ".loss"]
+    events = [_event(i) for i in range(2)]
+    for e, name in zip(events, names):
+        e.function, e.key = name, f"k:{name}"
+    header, rule, *rows = render_text(Report(events)).split("\n\n")[1].splitlines()
+    assert len(rule) == len(header)
+    at = {label: header.index(label) for label in ("traces", "compiles", "last cause")}
+    assert header.index("traces") == 61
+    by_name = {line[:60].rstrip(): line for line in rows}
+    assert set(by_name) == {names[0], "…" + names[1][-59:]}
+    for line in rows:
+        assert line[at["traces"]:at["traces"] + 6].strip() == "1" and line[at["last cause"]:].startswith("first")
+
+
 def test_code_wraps_but_never_inside_a_number():
     assert breakable("0.0375 → 0.04125") == "0.0375 → 0.04125"
     assert breakable("opt_state[0].mu") == "opt_state[<wbr>0].<wbr>mu"

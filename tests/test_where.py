@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from jaxtrace_nb import _listeners
-from jaxtrace_nb._census import optimal_buckets, parse_shape, pick, schemes, simplest
+from jaxtrace_nb._census import census, optimal_buckets, parse_shape, pick, schemes, simplest, suggestion_text
 from jaxtrace_nb._lineprof import OTHER, profile_rows
 from jaxtrace_nb._log import Event
 
@@ -438,7 +438,7 @@ def test_suggested_buckets_compile_at_most_as_stated_when_run(jt):
 
     for n in lengths:
         step(np.zeros((8, int(n)), np.float32))
-    df = jt.shape_census()
+    df = jt.shape_census(full=True)
     mine = df[(df["function"] == "test_suggested_buckets_compile_at_most_as_stated_when_run.<locals>.step")]
     as_is = mine[mine["scheme"] == "as is"].iloc[0]
     assert as_is["compiles"] == as_is["shapes_seen"] == len(set(lengths.tolist())) > 100
@@ -460,6 +460,72 @@ def test_suggested_buckets_compile_at_most_as_stated_when_run(jt):
         assert fresh._cache_size() == stated  # exact on the lengths it was computed from
     weighted = jt.shape_census(sizes=lengths.tolist())
     assert weighted[weighted["suggested"]]["padding"].iloc[0] <= 0.15
+
+
+def test_the_census_shows_the_suggestion_first_then_a_few_alternatives(jt):
+    """The docstring's example, run: per leaf the pick, three others (each kind's best first), "as
+    is"; the full table on request, and each short row equal to its row there."""
+    @jax.jit
+    def step(tokens, mask):
+        return tokens.sum() + mask.sum()
+
+    lengths = [34, 119, 21, 58, 203, 16, 84, 136, 41, 250, 27, 96]
+    for n in lengths:
+        step(np.zeros((8, n), np.int32), np.ones((2,), np.int32))
+    for m in range(3, 12):
+        step(np.zeros((8, 96), np.int32), np.ones((m,), np.int32))
+    short, full = jt.shape_census(step), jt.shape_census(step, full=True)
+    tokens = short[short["leaf"] == "tokens"]
+    assert tokens["scheme"].tolist() == ["buckets(5)", "buckets(6)", "multiple_of(16)", "pow2", "as is"]
+    assert tokens["suggested"].tolist() == [True, False, False, False, False]
+    assert tokens["buckets"].iloc[0] == "34,58,96,136,250" and tokens["compiles"].tolist() == [5, 6, 9, 5, 12]
+    assert tokens["padding"].round(3).tolist() == [0.121, 0.077, 0.076, 0.312, 0.0]
+    assert set(short["leaf"]) == set(full["leaf"]) == {"tokens", "mask"}
+    for leaf, rows in short.groupby("leaf", sort=False):
+        everything = full[full["leaf"] == leaf]
+        assert everything["scheme"].iloc[0] == "as is" and len(everything) > len(rows)
+        assert rows["scheme"].iloc[-1] == "as is" and len(rows) <= 5
+        assert rows["suggested"].iloc[0] == everything["suggested"].any()
+        in_full = {r["scheme"]: r for r in everything.drop(columns="seconds_est").to_dict("records")}
+        assert all(r == in_full[r["scheme"]] for r in rows.drop(columns="seconds_est").to_dict("records"))
+    assert len(full[full["leaf"] == "tokens"]) == 19
+    picked = jt.shape_census(step, alternatives=0)
+    assert picked[picked["leaf"] == "tokens"]["scheme"].tolist() == ["buckets(5)", "as is"]
+
+
+@pytest.mark.allows_unknown
+def test_every_suggested_code_runs_over_the_sizes_seen_and_past_the_largest(jt):
+    """Each scheme's code, executed as the user would paste it: total on every size the census saw
+    and on sizes past the largest bucket, where it still pads to a few shapes."""
+    lengths = sorted(set(replayed_batch_lengths(batches=300).tolist()))
+
+    @jax.jit
+    def step(tokens):
+        return jnp.tanh(tokens).sum()
+
+    for n in lengths:
+        step(np.zeros((8, n), np.float32))
+    df = jt.shape_census(full=True)
+    mine = df[df["function"].str.endswith("<locals>.step") & (df["scheme"] != "as is")]
+    assert mine["suggested"].any() and mine["scheme"].str.startswith("buckets").any()
+    for row in mine.itertuples():
+        bounds = [int(b) for b in row.buckets.split(",")]
+        largest = bounds[-1]
+        past = list(range(largest + 1, 4 * largest + 2))
+
+        def run(n, code=row.code):
+            scope = {"n": n}
+            exec(code, scope)
+            return scope["n"]
+
+        assert [run(n) for n in lengths] == [next(b for b in bounds if b >= n) for n in lengths], row.scheme
+        padded = [run(n) for n in past]
+        assert all(p >= n for p, n in zip(padded, past)), row.scheme
+        assert len(set(padded)) <= 4 if row.scheme.startswith("buckets") else len(set(padded)) <= len(past) // 8 + 1, \
+            (row.scheme, sorted(set(padded)))
+    (found,) = [c for c in census(jt.get_session().log.events()) if c.function.endswith("<locals>.step")]
+    bucketed = next(s for s in found.candidates if s.name.startswith("buckets"))
+    assert "past the largest: its next multiple" in suggestion_text(found._replace(pick=bucketed, simplest=None))
 
 
 # ------------------------------------------------------------------ timeline
@@ -539,6 +605,39 @@ def test_plot_timeline_draws_with_matplotlib(jt):
     assert sum(len(c.get_offsets()) for c in ax.collections) == 3
 
 
+def test_a_saved_plot_timeline_keeps_every_label_inside_the_figure(jt, tmp_path):
+    """`jt.plot_timeline()` then `savefig`, as a script does: no text of the figure is cut by its edge
+    (long qualified names as y labels, the caption, the right axis' label)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+    def make_train_step(scale):
+        @jax.jit
+        def train_step_with_a_learning_rate_schedule(x):
+            return x * scale
+
+        return train_step_with_a_learning_rate_schedule
+
+    step, late = make_train_step(2.0), jax.jit(lambda x: x + 1)
+    for n in (1, 2, 3):
+        step(jnp.ones(n))
+    late(1.0)
+    ax = jt.plot_timeline()
+    fig = ax.figure
+    fig.savefig(tmp_path / "timeline.png")
+    renderer = fig.canvas.get_renderer()
+    def drawn_ticks(a):  # (matplotlib keeps labels of ticks past the axis' limits, and does not draw them)
+        low, high = sorted(a.get_ylim())
+        return [t for t in a.get_yticklabels() if low <= t.get_position()[1] <= high]
+
+    texts = [t for a in fig.axes for t in (*drawn_ticks(a), a.title, a.xaxis.label, a.yaxis.label) if t.get_text()]
+    assert "…rain_step_with_a_learning_rate_schedule  ×3" in [t.get_text()[:44] for t in texts]  # its tail
+    for t in texts:
+        box = t.get_window_extent(renderer)
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.x1 and box.y0 >= 0 and box.y1 <= fig.bbox.y1, t.get_text()
+
+
 # ----------------------------------------------------------- Trace Event Format
 def test_export_writes_integer_nanosecond_stages_one_track_per_process(tmp_path):
     import jaxtrace_nb
@@ -591,6 +690,9 @@ def test_perfetto_reads_the_export_back(perfetto, tmp_path, jt):
     assert threads == {"train_step", "eval<step>"}
     counters = tp.query("select count(*) as n from counter")[0]["n"]
     assert counters == 8
+    tracks = {r["name"] for r in tp.query("select distinct t.name from counter c "
+                                          "join counter_track t on c.track_id = t.id")}
+    assert tracks == {"cumulative compile seconds"}  # Perfetto names a counter's track "<name> <argument>"
 
 
 def test_perfetto_flags_a_broken_trace(perfetto):

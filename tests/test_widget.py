@@ -107,7 +107,8 @@ def test_each_label_means_one_quantity_in_every_view_and_the_frame():
     text = render_text(Report(events, "t"))
     header = text.splitlines()[2]
     assert [c.label for c in TABLE_COLUMNS if c.text_width] == [
-        "function", "traces", "compiles", "eqns total", "trace s", "lower s", "compile s", "last cause", "leaf"]
+        "function", "test", "traces", "compiles", "eqns total", "trace s", "lower s", "compile s", "last cause", "leaf"]
+    assert " test" not in header  # no test traced: no test column
     assert all(label in header for label in ("eqns total", "trace s", "last cause"))
 
 
@@ -426,7 +427,8 @@ def _cache_log():
 def test_a_persistent_cache_miss_is_shown_in_every_view():
     report = Report(_cache_log(), "t")
     text = render_text(report)
-    assert text.splitlines()[0].endswith("; persistent cache: 1 hit(s), 2 miss(es), 1 not cached")
+    assert text.splitlines()[0].endswith("; persistent cache: 1 hit(s), 2 miss(es) (1 of them a first compile "
+                                         "with this cache), 1 not cached")
     assert ("      persistent cache miss: XLA flags differ: `--xla_cpu_enable_fast_math=false` added (closest earlier "
             "key of `jit_train`") in text
     assert "hint: The runs that share this cache set different `XLA_FLAGS`." in text
@@ -448,5 +450,6 @@ def test_a_persistent_cache_miss_is_shown_in_every_view():
     assert [block[0] for block in group["explanation"]] == ["", "jtnb-cache", "jtnb-hint"]
     (event,) = group["events"]
     assert (event["persistent_cache"], event["full"]["persistent_cache"]) == ("miss", _MISS + " " + INJECTION)
+    assert event["explanation"][1] == rows["train"]["why"][1]  # an expanded group says why each compile missed
     table.selected = rows["evaluate"]["key"]
     assert table.history["groups"][0]["events"][0]["persistent_cache"] == "hit"
