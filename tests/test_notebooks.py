@@ -67,9 +67,9 @@ EXPECTED = {
     "02_callable_attribute_recreated": [
         row("loss", "first"),
         row("loss", "static", "model.activation", "<function make_model.<locals>.<lambda>>",
-            "<function make_model.<locals>.<lambda>>"),
+            "<function make_model.<locals>.<lambda>> (another object)"),
         row("loss", "static", "model.activation", "<function make_model.<locals>.<lambda>>",
-            "<function make_model.<locals>.<lambda>>"),
+            "<function make_model.<locals>.<lambda>> (another object)"),
         row("loss", "static", "model.activation", "<function make_model.<locals>.<lambda>>",
             "<function gelu_exact>"),
     ],
