@@ -303,3 +303,20 @@ def pd_na_or_none(value) -> bool:
     import pandas as pd
 
     return value is None or value is pd.NA or (isinstance(value, float) and value != value)
+
+
+def test_penzai_named_axes_show_their_names(jt):
+    """Penzai's `NamedArray` keeps its axis names in an `OrderedDict` (node metadata): before and after
+    show its items, never `<OrderedDict object>` on both sides."""
+    from penzai import pz
+
+    @jax.jit
+    def f(a):
+        return a
+
+    f(pz.nx.wrap(jnp.ones((2, 3))).tag("batch", "seq"))
+    f(pz.nx.wrap(jnp.ones((2, 3))).tag("batch", "feat"))
+    last = _rows(jt, "f")[-1]
+    assert (last["cause"], last["leaf"]) == ("static", "a.named_axes")
+    assert (last["before"], last["after"]) == ("OrderedDict({'batch': 2, 'seq': 3})",
+                                               "OrderedDict({'batch': 2, 'feat': 3})")
