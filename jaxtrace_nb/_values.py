@@ -38,6 +38,17 @@ class StaticInfo(NamedTuple):
     token: tuple  # equal tokens <=> "same static value" for our diff
 
 
+# Library types whose value is named by one string attribute (read without running their code),
+# registered by their adapters: qualified type name -> attribute.
+_NAMED_BY: dict[str, str] = {}
+
+
+def name_values_by(type_name: str, attribute: str) -> None:
+    """Summaries of objects of `type_name` (qualified) read as their `attribute`, a string (an
+    adapter's word for a library's marker objects, such as Lineax's operator tags)."""
+    _NAMED_BY[type_name] = attribute
+
+
 def _type_name(obj: Any) -> str:
     t = type(obj)
     module = getattr(t, "__module__", "") or ""
@@ -133,6 +144,14 @@ def _fmt_one(obj: Any, budget: _Budget, depth: int) -> str:
         qual = getattr(obj, "__qualname__", "?")
         return f"<class {qual if module in ('builtins', '') else f'{module}.{qual}'}>"
     module = getattr(t, "__module__", "") or ""
+    attribute = _NAMED_BY.get(f"{module}.{getattr(t, '__qualname__', '')}") if _NAMED_BY else None
+    if attribute is not None:
+        try:
+            value = object.__getattribute__(obj, attribute)
+        except AttributeError:
+            value = None
+        if type(value) is str:
+            return value[:budget.chars]
     if module == "numpy" or module.startswith("numpy."):
         if t.__name__.endswith("DType") or t.__name__ == "dtype":
             return f"dtype({getattr(obj, 'name', '?')})"

@@ -273,6 +273,7 @@ def test_a_library_static_field_gets_no_instruction_to_make_it_traced(jt):
     last = _rows(jt, "solve")[-1]
     assert (last["cause"], last["leaf"]) == ("static", "op.tags")
     assert last["hint_ids"] == "static.library_field"
+    assert (last["before"], last["after"]) == ("frozenset({})", "frozenset({positive_semidefinite_tag})")
     assert "ordinary field" not in last["hint"] and "array" not in last["hint"]
 
 

@@ -27,9 +27,13 @@ from typing import Any
 
 from .._calls import DecodedCall, SkeletonArg
 from .._leaves import Placeholder, custom_node_leaf
+from .._values import name_values_by
 from .._vocabulary import Cause, StrEnum
 from ._registry import Evidence, Hint, Library, register
 from .equinox import EqxOrigin, decode_filter_jit, filter_jit_function
+
+
+name_values_by("lineax._tags._HasRepr", "string")  # Lineax's operator tags: `symmetric_tag`, ...
 
 
 class DiffraxOrigin(StrEnum):
