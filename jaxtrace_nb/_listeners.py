@@ -40,6 +40,10 @@ AFTER_COMPILE_DELAY_S = 0.25  # (a 16-layer MLP step's load: 0.09 s on a 2-core 
 MAX_AFTER_COMPILE_WAIT_S = 1.0
 _LOCK_TIMEOUT_S = 5.0  # our thread's wait for the hand-off's lock (the user's thread holds it microseconds)
 _MAX_AWAITING = 16  # ended traces awaiting their lowerings around a later trace's, on one thread
+# JAX's lowering functions (JAX 0.8–0.10, pxla.py and mlir.py): a trace that ends while one of them
+# runs was made inside a lowering, and the trace whose lowering it is still awaits it.
+_LOWERING_FRAMES = frozenset({"lower_sharding_computation", "_cached_lowering_to_hlo", "lower_jaxpr_to_module"})
+_MAX_LOWERING_DEPTH = 200
 _MAX_UNPROFILED = 256  # traces whose size and line profile wait (made while they compile, or at a read)
 _TRACE_EVENT = jaxi.TRACE_EVENT
 _CACHE_EVENTS = (jaxi.CACHE_HIT_EVENT, jaxi.CACHE_MISS_EVENT)  # listened to always
@@ -201,11 +205,11 @@ class Listeners:
                     # here cost the 300-trace `.trace` workload, docs/performance.md, "Trace path")
                     self._measure(unprofiled.popitem(last=False)[1])
             earlier = tls.__dict__.get("lowering")
-            if earlier is not None:
+            if earlier is not None and _inside_lowering():
                 self._await_around(earlier)
             tls.lowering = (pending[1], handle, unmade, graph.eqns_total if graph is not None else None)
 
-    def _await_around(self, earlier: tuple) -> None:
+    def _await_around(self, earlier: tuple) -> None:  # (only inside a lowering: `_inside_lowering`)
         """A trace ended while an earlier one still awaits its lowering: kept, by name, should the
         new one's lowering come inside the earlier one's (a lowering rule that computes eagerly,
         as Equinox's ``unvmap_any`` in an Optimistix solve: a whole trace, lowering and compile
@@ -462,3 +466,14 @@ class _Unmade:
         self.handle, self.program, self.location = handle, program, location
         self.graph: Any = _NOT_MADE  # then a GraphStats, or None where it cannot be made
         self.queued = False  # handed to our thread
+
+
+def _inside_lowering() -> bool:
+    """Whether one of JAX's lowering functions is running on this thread (a trace ending now was made
+    inside a lowering; an earlier trace that was never lowered, `jit(f).trace(x)`, is not awaited)."""
+    f, depth = sys._getframe(1), 0
+    while f is not None and depth < _MAX_LOWERING_DEPTH:
+        if f.f_code.co_name in _LOWERING_FRAMES:
+            return True
+        f, depth = f.f_back, depth + 1
+    return False
