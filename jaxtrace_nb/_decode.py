@@ -10,7 +10,9 @@ tokens, summaries are bounded (`_values`).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
 import sys
 import types
 import weakref
@@ -59,6 +61,15 @@ class TraceContext(NamedTuple):
 
     values: tuple
     texts: tuple  # ((name, value text), ...)
+
+
+_STDLIB = os.path.dirname(contextlib.__file__).replace("\\", "/") + "/"
+
+
+def _stdlib(filename: str) -> bool:
+    """Whether `filename` is Python's own library (a `contextlib` decorator between JAX's jit
+    machinery and the library that called it, as JAX 0.8's ``jnp.einsum`` has): never the caller."""
+    return filename.startswith(_STDLIB) and "-packages/" not in filename
 
 
 def _jitted_where_defined(fun: Any, is_library: Callable[[str], bool]) -> bool:
@@ -260,7 +271,7 @@ class Decoder(CallSites):
         f, depth = frame, 0
         while f is not None and depth < MAX_CALL_SITE_DEPTH:
             name = f.f_code.co_filename.replace("\\", "/")
-            if not (name.endswith(machinery) or (wrapper and self.in_package(name, wrapper))):
+            if not (name.endswith(machinery) or (wrapper and self.in_package(name, wrapper)) or _stdlib(name)):
                 break
             f, depth = f.f_back, depth + 1
         if f is None or depth >= MAX_CALL_SITE_DEPTH:
