@@ -16,14 +16,12 @@ import re
 import sys
 import warnings
 
+import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
-import pytest
-
-eqx = pytest.importorskip("equinox")
-diffrax = pytest.importorskip("diffrax")
-optx = pytest.importorskip("optimistix")
-lx = pytest.importorskip("lineax")
+import lineax as lx
+import optimistix as optx
 
 COUNT = [0]  # moved by the code JAX traces
 
@@ -198,7 +196,7 @@ def test_jax_jit_pjit_and_nnx_jit(jt):
     _check(jt, "plain", [lambda n=n: jitted(jnp.ones(n)) for n in (11, 11, 13, 17)], 3)
     _check(jt, "partitioned", [lambda n=n: pjitted(jnp.ones(n)) for n in (11, 11, 13)], 2)
 
-    nnx = pytest.importorskip("flax.nnx")
+    from flax import nnx
 
     @nnx.jit
     def graphed(model, x):
