@@ -19,7 +19,7 @@ from ._changes import classify, collapse, describe, under
 from ._records import Unrolled
 from ._values import clip
 from ._signature import (NODE_SUFFIX, Change, Signature, call_changes, closest, context_changes, diff_leaves,
-                         same_for_jax, search, uncertain_paths)
+                         same_for_jax, same_key, search, uncertain_paths)
 from ._vocabulary import Cause, LoweringKind
 from ._witness import Witness
 
@@ -92,12 +92,10 @@ def diagnose(new: Signature, previous: Sequence[Signature], *, new_object: bool 
         return FIRST
     pool, pool_numbers = list(previous), list(numbers)
     if new_object or not previous:  # JAX compares with no earlier key: the closest of all names the change
-        merged = sorted(zip(list(numbers) + list(dropped_numbers), list(previous) + list(dropped)),
-                        key=lambda pair: pair[0]) if numbers and dropped_numbers else None
-        if merged is not None:
-            pool_numbers, pool = [n for n, _ in merged], [sig for _, sig in merged]
-        else:
-            pool, pool_numbers = list(dropped) + list(previous), list(dropped_numbers) + list(numbers)
+        pool, pool_numbers = list(dropped) + pool, list(dropped_numbers) + pool_numbers
+        if len(pool_numbers) == len(pool):  # oldest first, as `search` breaks its last ties
+            order = sorted(range(len(pool)), key=pool_numbers.__getitem__)
+            pool, pool_numbers = [pool[i] for i in order], [pool_numbers[i] for i in order]
     found = search(new, pool)
     old = pool[found.index]
     d = checked(_diagnose(new, old, collapse(found.changes), found.context, new_object, rerun_note, cache_cleared),
@@ -112,7 +110,7 @@ def diagnose(new: Signature, previous: Sequence[Signature], *, new_object: bool 
                          "JAX no longer held any earlier key of this function object; the change named is against "
                          "the closest key it held before.")
         elif previous and not new_object:
-            same = [n for n, sig in zip(dropped_numbers, dropped) if _score_is_zero(new, sig)]
+            same = [n for n, sig in zip(dropped_numbers, dropped) if same_key(new, sig)]
             if same:
                 notes.append(f"The key is identical to trace #{same[-1]}'s, which JAX no longer held"
                              + (" (its caches were cleared since)." if cache_cleared else "."))
@@ -129,10 +127,6 @@ def diagnose(new: Signature, previous: Sequence[Signature], *, new_object: bool 
 
 def _trace(number: int | None, otherwise: str) -> str:
     return f"trace #{number}" if number is not None else otherwise
-
-
-def _score_is_zero(new: Signature, old: Signature) -> bool:
-    return search(new, [old]).score == 0
 
 
 _MAX_TIES_READ = 16

@@ -100,13 +100,13 @@ class FunctionState:
     def shed(self, leaves: int, generation: int) -> int:
         """Drop kept keys for about `leaves` leaves, those JAX no longer holds first; returns the
         leaves dropped."""
-        keys, dropped = self.keys, 0
-        gone = [k for k in keys if k.generation != generation or (k.ref is not None and k.ref() is None)]
-        if gone:
-            ids = set(map(id, gone))
-            for k in gone:
+        kept, dropped = [], 0
+        for k in self.keys:
+            if k.generation != generation or (k.ref is not None and k.ref() is None):
                 dropped += k.signature.n_leaves
-            keys[:] = [k for k in keys if id(k) not in ids]
+            else:
+                kept.append(k)
+        self.keys = keys = kept
         while keys and dropped < leaves:
             k = keys.pop(0)
             dropped += k.signature.n_leaves

@@ -264,6 +264,11 @@ def search(new: Signature, previous: Sequence[Signature]) -> Found:
     return Found(index, diff_leaves(new, old), context_changes(new, old), best, ties)
 
 
+def same_key(new: Signature, old: Signature) -> bool:
+    """Whether no component of the two keys differs by JAX's comparison."""
+    return _score(new, old, 0)[0] == 0
+
+
 def _score(new: Signature, old: Signature, limit: int) -> tuple[int, tuple[int, int]]:
     """The differing components of two keys, counted up to just past `limit`, and JAX's explainer's
     rank of their difference: (its lowest layer, its differences there), with the layers trace

@@ -321,3 +321,33 @@ def test_penzai_named_axes_show_their_names(jt):
     assert (last["cause"], last["leaf"]) == ("static", "a.named_axes")
     assert (last["before"], last["after"]) == ("OrderedDict({'batch': 2, 'seq': 3})",
                                                "OrderedDict({'batch': 2, 'feat': 3})")
+
+
+def test_the_sessions_bound_drops_keys_jax_no_longer_holds_first():
+    """Past `KeyBudget`'s limit, keys of a cleared generation go first; then the oldest of the function that
+    keeps the most, which counts them as forgotten (its explanations say a closer key may exist)."""
+    import weakref
+
+    from jaxtrace_nb._functions import FunctionState, KeptKey, KeyBudget
+    from jaxtrace_nb._signature import Signature, array_leaf
+
+    class Fn:
+        pass
+
+    fn = Fn()
+    ref = weakref.ref(fn)
+    sig = Signature(("id", 1), (), {f"x{i}": array_leaf((i,), "float32") for i in range(10)})
+    big, small = FunctionState(None), FunctionState(None)
+    functions, budget = {"big": big, "small": small}, KeyBudget(limit=100)
+    for n in range(4):  # generation 0: cleared since
+        budget.added(big.add_key(KeptKey(sig, ref, 0, n + 1)), functions, 1)
+    for n in range(5):
+        budget.added(big.add_key(KeptKey(sig, ref, 1, n + 5)), functions, 1)
+    budget.added(small.add_key(KeptKey(sig, ref, 1, 1)), functions, 1)  # 100 leaves: at the limit
+    budget.added(big.add_key(KeptKey(sig, ref, 1, 10)), functions, 1)  # past it: generation 0 goes
+    assert [k.trace_number for k in big.keys] == [5, 6, 7, 8, 9, 10] and big.forgotten == 0
+    for n in range(11, 15):
+        budget.added(big.add_key(KeptKey(sig, ref, 1, n)), functions, 1)
+    assert budget.leaves <= 100 and big.forgotten == 2  # held keys dropped, oldest first: forgotten
+    assert [k.trace_number for k in big.keys] == [7, 8, 9, 10, 11, 12, 13, 14] and len(small.keys) == 1
+    assert big.kept_leaves == 10 * len(big.keys)
