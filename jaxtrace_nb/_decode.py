@@ -181,7 +181,7 @@ class Decoder(CallSites):
                                       named.plan.n_leaves)
         # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this runs at every retrace.
         return tuple.__new__(TraceRecord, (known.identity, nested, signature, known.ref, thread,
-                                           self.call_site(frame), cache_generation, None, None))
+                                           self.call_site(frame), cache_generation, None, None, False))
 
     def _named_plan(self, fun: Any, known: KnownFunction, tree: Any, names: Any) -> NamedPlan | None:
         """The `NamedPlan` of a plain ``jax.jit`` function's call with `tree`, kept for its next

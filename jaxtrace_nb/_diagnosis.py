@@ -77,7 +77,8 @@ SHARDING_HINT = hints.text("sharding")
 # ------------------------------------------------------------------ diagnose
 def diagnose(new: Signature, previous: Sequence[Signature], *, new_object: bool = False,
              rerun_note: str | None = None, cache_cleared: bool = False, dropped: Sequence[Signature] = (),
-             numbers: Sequence[int] = (), dropped_numbers: Sequence[int] = (), forgotten: int = 0) -> Diagnosis:
+             numbers: Sequence[int] = (), dropped_numbers: Sequence[int] = (), forgotten: int = 0,
+             evicted: bool = False) -> Diagnosis:
     """Explain the trace with signature `new` of a function whose keys JAX still holds are
     `previous` (oldest first).
 
@@ -86,7 +87,9 @@ def diagnose(new: Signature, previous: Sequence[Signature], *, new_object: bool 
     both, to name them. `new_object` says the function object is one not seen before (same name
     and place); `rerun_note`, if given, says why (e.g. "its cell In[5] was re-run");
     `cache_cleared` that JAX's trace cache was emptied since the function's last trace;
-    `forgotten` that the session's bound dropped that many keys JAX may still hold.
+    `forgotten` that the session's bound dropped that many keys JAX may still hold; `evicted` that
+    JAX's cache held no key of this function object, though it is the one traced before (its
+    keys went with `f.clear_cache()`).
     """
     if not previous and not dropped:
         return FIRST
@@ -98,15 +101,16 @@ def diagnose(new: Signature, previous: Sequence[Signature], *, new_object: bool 
             pool, pool_numbers = [pool[i] for i in order], [pool_numbers[i] for i in order]
     found = search(new, pool)
     old = pool[found.index]
-    d = checked(_diagnose(new, old, collapse(found.changes), found.context, new_object, rerun_note, cache_cleared),
+    cleared = _CLEARED_ALL if cache_cleared else _CLEARED_OWN if evicted and not new_object else None
+    d = checked(_diagnose(new, old, collapse(found.changes), found.context, new_object, rerun_note, cleared),
                 new, old)
     number = pool_numbers[found.index] if len(pool_numbers) == len(pool) else None
     notes = [_tie_note(new, pool, pool_numbers, found)]
     if d.cause != Cause.UNKNOWN.value:
         if not previous and not new_object:
-            notes.append(f"JAX's caches were cleared since {_trace(number, 'its last trace')}, so JAX held no earlier "
+            notes.append(f"{cleared} since {_trace(number, 'its last trace')}, so JAX held no earlier "
                          "key of this function to compare with; the change named is against the closest key it "
-                         "held before." if cache_cleared else
+                         "held before." if cleared else
                          "JAX no longer held any earlier key of this function object; the change named is against "
                          "the closest key it held before.")
         elif previous and not new_object:
@@ -153,7 +157,7 @@ def _tie_note(new: Signature, pool: list, numbers: list, found) -> str:
 
 
 def _diagnose(new: Signature, old: Signature, changes: list[Change], ctx: list[str], new_object: bool,
-              rerun_note: str | None, cache_cleared: bool) -> Diagnosis:
+              rerun_note: str | None, cleared: str | None) -> Diagnosis:
     function_change = [c for c in changes if c.path == new.function_path]
     if new_object or function_change:
         return _new_function(new, changes, function_change, rerun_note)
@@ -169,7 +173,7 @@ def _diagnose(new: Signature, old: Signature, changes: list[Change], ctx: list[s
             f"{_q(name)} was passed by {was} and is now passed by {now}: JAX's cache key keeps positional and "
             "keyword arguments apart, so the call has a new input structure.",
             hints.text("structure.call", name), len(moved), "structure.call")
-    return _same_key(new, old, cache_cleared)
+    return _same_key(new, old, cleared)
 
 
 _NAMED_CAUSES = frozenset({Cause.SHAPE, Cause.DTYPE, Cause.WEAK_TYPE, Cause.STATIC, Cause.STRUCTURE, Cause.SHARDING})
@@ -249,7 +253,11 @@ def _leaf_change(new: Signature, changes: list[Change]) -> Diagnosis:
     return Diagnosis(cause.value, first.path, before, after, explanation, hint, len(changes), hint_id)
 
 
-def _same_key(new: Signature, old: Signature, cache_cleared: bool) -> Diagnosis:
+_CLEARED_ALL = "JAX's caches were cleared (`jax.clear_caches()`)"
+_CLEARED_OWN = "JAX's cache of this function object was emptied (`f.clear_cache()`)"
+
+
+def _same_key(new: Signature, old: Signature, cleared: str | None) -> Diagnosis:
     """No argument leaf, context value or way of passing differs by JAX's comparison: JAX's key is
     identical to `old`'s, unless a part of it that jaxtrace_nb reads no leaf of differs. That is
     stated in JAX's own terms (the key's part, JAX's input path), never guessed at."""
@@ -284,12 +292,11 @@ def _same_key(new: Signature, old: Signature, cache_cleared: bool) -> Diagnosis:
             f"{', '.join(_q(p) for p in unsure[:_MAX_LISTED])} it cannot: JAX compares "
             f"{'it' if len(unsure) == 1 else 'them'} with `==`, but a `{leaf.type_name}` takes no weak reference "
             "and has no plain form, so only its hash was kept (equal here, which does not make it equal).", "", 0)
-    seen = "JAX's caches were cleared (`jax.clear_caches()`) since then" if cache_cleared else \
-        "JAX's trace cache no longer held that entry"
+    seen = f"{cleared} since then" if cleared else "JAX's trace cache no longer held that entry"
     return Diagnosis(
         Cause.UNKNOWN.value, None, None, None,
         f"Traced again with a cache key identical to an earlier trace of this function: {seen}"
-        + ("." if cache_cleared else " (an entry leaves it when its function object is garbage-collected, or "
+        + ("." if cleared else " (an entry leaves it when its function object is garbage-collected, or "
            "with `f.clear_cache()` or `jax.clear_caches()`)."), "", 0)
 
 

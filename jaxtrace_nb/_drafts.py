@@ -30,6 +30,7 @@ class PendingDiagnosis(NamedTuple):
     rerun: str | None
     cache_cleared: bool
     forgotten: int = 0  # keys the session's bound dropped while JAX may hold them
+    evicted: bool = False  # JAX held no key of the function object: `f.clear_cache()` emptied it
 
     @property
     def leaves(self) -> int:
@@ -40,7 +41,8 @@ class PendingDiagnosis(NamedTuple):
             return diagnose(self.signature.get(), [s.get() for s in self.previous], new_object=self.new_object,
                             rerun_note=self.rerun, cache_cleared=self.cache_cleared,
                             dropped=[s.get() for s in self.dropped], numbers=self.numbers,
-                            dropped_numbers=self.dropped_numbers, forgotten=self.forgotten)
+                            dropped_numbers=self.dropped_numbers, forgotten=self.forgotten,
+                            evicted=self.evicted)
         except InvariantError as e:  # a diagnosis JAX's comparison does not back: said as not diagnosed
             fault("invariant", e)
         except Exception as e:

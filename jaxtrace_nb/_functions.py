@@ -28,6 +28,9 @@ MAX_KEPT_LEAVES = 1_000_000
 _MAX_REFS = 100_000  # live function objects remembered per function key
 
 
+EVICTED = -1  # the generation of a key JAX dropped alone (`FunctionState.evict`)
+
+
 class KeptKey(NamedTuple):
     """One key JAX cached a trace on: its signature, the function object (weakly) and JAX's
     cache generation when it was traced, and the trace's number."""
@@ -84,6 +87,11 @@ class FunctionState:
             self.refs = refs = live
             self._refs_pruned = len(live)
         refs[id(ref)] = ref
+
+    def evict(self, ref: weakref.ref) -> None:
+        """JAX's cache holds no key of the function object of `ref` any more (`f.clear_cache()`):
+        its keys stay, to compare with, as keys JAX no longer holds."""
+        self.keys = [k._replace(generation=EVICTED) if k.ref is ref else k for k in self.keys]
 
     def held(self, ref: weakref.ref | None, generation: int) -> tuple[list[KeptKey], list[KeptKey]]:
         """The keys JAX still holds for a trace of the function object `ref` in cache generation

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import sys
+import weakref
 from typing import Any, Callable, NamedTuple, Sequence
 
 from ._jax_layouts import TraceLayout, detect_layout
@@ -61,11 +62,13 @@ class Internals(NamedTuple):
     is_top_level: Callable[[], bool]
     # JAX's tracing cache's ``cache_info()`` (its ``.misses``, reset by clear_caches), or None
     trace_cache_info: Callable[[], Any] | None
+    # The ids of the function objects JAX's tracing cache holds a key of, or None
+    trace_cache_holders: Callable[[], set[int]] | None = None
 
 
 def _reduced(reason: str, version: str = "?") -> Internals:
     return Internals(False, reason, False, version, None, lambda f: getattr(f, "__name__", "?"),
-                     lambda: True, None)
+                     lambda: True, None, None)
 
 
 def detect(version_range: tuple | None = None) -> Internals:
@@ -91,7 +94,7 @@ def detect(version_range: tuple | None = None) -> Internals:
         return _reduced(f"JAX {jax.__version__} is not one jaxtrace_nb can read: {layout}", jax.__version__)
     tested = version < hi
     return Internals(True, "" if tested else f"JAX {jax.__version__} is newer than tested (<{_text(hi)})",
-                     tested, jax.__version__, layout, _fun_name(), _is_top_level(), _cache_info())
+                     tested, jax.__version__, layout, _fun_name(), _is_top_level(), _cache_info(), _cache_holders())
 
 
 def _fun_name():
@@ -117,6 +120,27 @@ def _cache_info() -> Callable[[], Any] | None:
 
     cache_info = getattr(getattr(pe, "trace_to_jaxpr", None), "cache_info", None)
     return cache_info if callable(cache_info) else None
+
+
+def _cache_holders() -> Callable[[], set[int]] | None:
+    """JAX 0.9+: ``trace_to_jaxpr`` is a ``WeakrefLRUCache`` keyed first by a weak reference to the
+    traced function; `f.clear_cache()` (``jit_evict_fn``: ``trace_to_jaxpr.evict_weakref(f)``)
+    drops that function's keys and moves no counter, so only its keys tell (checked on 0.10.2)."""
+    from jax._src.interpreters import partial_eval as pe
+
+    keys = getattr(getattr(pe, "trace_to_jaxpr", None), "cache_keys", None)
+    if not callable(keys):
+        return None
+
+    def holders() -> set[int]:
+        held = set()
+        for key in keys():
+            target = key[0]() if isinstance(key, tuple) and key and isinstance(key[0], weakref.ref) else None
+            if target is not None:
+                held.add(id(target))
+        return held
+
+    return holders
 
 
 def trace_end_locals(layout: TraceLayout, walk: bool = False) -> dict | None:

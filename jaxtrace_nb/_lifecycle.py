@@ -175,11 +175,14 @@ class Lifecycle:
         elif state is None or not state.traces:
             diagnosis = first_after_failures(state.failed if state is not None else 0)
         else:
+            if record.evicted and record.function_ref is not None:
+                state.evict(record.function_ref)
             held, dropped = state.held(record.function_ref, record.cache_generation)
             pending = PendingDiagnosis(record.signature, tuple(k.signature for k in held),
                                        tuple(k.trace_number for k in held), tuple(k.signature for k in dropped),
                                        tuple(k.trace_number for k in dropped), is_new, rerun,
-                                       record.cache_generation != state.cache_generation, state.forgotten)
+                                       record.cache_generation != state.cache_generation, state.forgotten,
+                                       record.evicted)
             diagnosis = None
             if not defer:
                 diagnosis, pending = draft.diagnosed(pending.run(self.fault)), None

@@ -55,6 +55,10 @@ class Probe(Listeners):
         self._listeners: list[tuple[str, object]] = []
         self._cache_generation = 0
         self._last_misses: int | None = 0
+        # Who JAX's tracing cache holds keys of: the ids read when its entries last went down
+        # unexplained (`_evicted`), plus every function traced since; None until the first reading.
+        self._holders: set[int] | None = None
+        self._gap_read: int | None = None  # the cache's misses less its entries at that reading
         self.internals = jaxi._reduced("not installed")
         self.decoder: Decoder | None = None
         self._cell_label = None
@@ -286,24 +290,48 @@ class Probe(Listeners):
             return None, None
         decoder = self.decoder
         cache_info = internals.trace_cache_info
+        evicted = False
         if cache_info is not None:
-            misses = cache_info().misses
+            info = cache_info()
+            misses = info.misses
             if misses <= self._last_misses:
                 self._cache_generation += 1  # the counter went back: JAX's caches were cleared
+                self._holders = self._gap_read = None
             self._last_misses = misses
+            if internals.trace_cache_holders is not None:
+                evicted = self._evicted(layout.fun(frame, local), misses - info.currsize, nested)
         thread = threading.get_ident()
         plain = layout.plain_call(local)
         if plain is not None:
             record = decoder.plain_jit_record(plain, nested=nested, thread=thread,
                                               cache_generation=self._cache_generation, frame=frame)
             if record is not None:
-                return record, plain.token
+                return (record._replace(evicted=True) if evicted else record), plain.token
         start = layout.read(frame, local)
         if start is None:
             return None, None
         record = decoder.trace_record(start, nested=nested, thread=thread, cache_generation=self._cache_generation,
                                       on_fault=self._sink.fault, frame=frame)
-        return record, start.token
+        return (record._replace(evicted=True) if evicted else record), start.token
+
+    def _evicted(self, fun, gap: int, nested: bool) -> bool:
+        """Whether JAX's tracing cache holds no key of `fun` (traced before or not): its keys went
+        with `f.clear_cache()`. The cache's misses less its entries (`gap`) is, at a trace that is no
+        other's, the traces that raised or whose entries went, plus this one: read again only when
+        that moved. (A trace inside another is counted, not judged: the gap there includes its callers.)"""
+        if fun is None:
+            return False
+        holders = self._holders
+        evicted = False
+        if not nested:
+            if gap != self._gap_read:
+                if self._gap_read is not None:
+                    self._holders = holders = self.internals.trace_cache_holders()
+                self._gap_read = gap
+            evicted = holders is not None and id(fun) not in holders
+        if holders is not None:
+            holders.add(id(fun))
+        return evicted
 
     def _is_helper(self, frame, local: dict, debug_info) -> bool:
         """Whether a trace inside another trace is of a library's own jitted helper: a library's

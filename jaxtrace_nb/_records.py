@@ -51,6 +51,7 @@ class TraceRecord(NamedTuple):
     cache_generation: int  # counts the times JAX's trace cache was seen emptied (jax.clear_caches)
     arg_names: dict | None  # JAX's name of each traced argument -> the user's path, where they differ
     binding: Binding | None = None  # where the user's code bound the traced function object (its first trace)
+    evicted: bool = False  # JAX's tracing cache held no key of the function object (`f.clear_cache()`)
 
 
 class Binding(NamedTuple):

@@ -75,8 +75,8 @@ def test_many_keys_a_static_change_is_found_whichever_key_it_matches(jt):
     assert (last["cause"], last["leaf"]) == ("static", "flag")
 
 
-@pytest.mark.allows_unknown
-def test_a_key_identical_to_one_before_clear_caches_is_unknown_and_says_cleared(jt):
+def _f_traced_at_3_and_4():
+    """A jitted `f` traced with f32[3] then f32[4], and JAX's count of its traces."""
     count = Counter()
 
     @jax.jit
@@ -86,6 +86,12 @@ def test_a_key_identical_to_one_before_clear_caches_is_unknown_and_says_cleared(
 
     f(jnp.ones(3))
     f(jnp.ones(4))
+    return f, count
+
+
+@pytest.mark.allows_unknown
+def test_a_key_identical_to_one_before_clear_caches_is_unknown_and_says_cleared(jt):
+    f, count = _f_traced_at_3_and_4()
     jax.clear_caches()
     f(jnp.ones(3))
     rows = _rows(jt, "f")
@@ -103,6 +109,56 @@ def test_a_change_after_clear_caches_names_it_and_says_cleared(jt):
     assert (last["cause"], last["leaf"]) == ("static", "s")
     assert last["before"] != last["after"]
     assert "cleared" in last["explanation"] or not _clears_seen()
+
+
+def _evictions_seen() -> bool:
+    """Whether the probe reads which functions JAX's tracing cache holds keys of (JAX 0.9+:
+    ``trace_to_jaxpr.cache_keys()``); `f.clear_cache()` moves no counter JAX 0.8 has."""
+    from jaxtrace_nb._session import get_session
+
+    return get_session().probe.internals.trace_cache_holders is not None
+
+
+@pytest.mark.allows_unknown
+def test_after_f_clear_cache_the_keys_jax_dropped_are_not_compared_as_held(jt):
+    """`f.clear_cache()` empties JAX's cache of `f` alone: the next trace is compared with the
+    closest key JAX held before, and says the cache was emptied; a key identical to one dropped is
+    said so, beside the change from the key JAX does hold."""
+    f, count = _f_traced_at_3_and_4()
+    f.clear_cache()
+    f(jnp.ones(5))
+    f(jnp.ones(3))  # JAX holds only f32[5]'s key now
+    f.clear_cache()
+    f(jnp.ones(3))
+    rows = _rows(jt, "f")
+    assert len(rows) == count.n == 5
+    if not _evictions_seen():
+        return
+    third, fourth, fifth = rows[2:]
+    assert (third["cause"], third["before"], third["after"]) == ("shape", "f32[4]", "f32[5]")
+    assert "`f.clear_cache()`" in third["explanation"]
+    assert (fourth["cause"], fourth["before"], fourth["after"]) == ("shape", "f32[5]", "f32[3]")
+    assert "identical to trace #1's, which JAX no longer held" in fourth["explanation"]
+    assert fifth["cause"] == "unknown" and "`f.clear_cache()`" in fifth["explanation"]
+
+
+def test_another_function_gone_or_a_failed_trace_is_not_an_emptied_cache(jt):
+    """JAX's cache loses entries when another function object dies, and a trace that raises leaves
+    none: neither empties `f`'s keys."""
+    @jax.jit
+    def f(x):
+        return x + 1
+
+    f(jnp.ones(3))
+    for n in range(3):
+        jax.jit(lambda x: x - 1)(jnp.ones(n + 1))  # dies at once: its entries leave JAX's cache
+    gc.collect()
+    with pytest.raises(TypeError):
+        jax.jit(lambda x: x + "a")(jnp.ones(2))
+    f(jnp.ones(4))
+    last = _rows(jt, "f")[-1]
+    assert (last["cause"], last["before"], last["after"]) == ("shape", "f32[3]", "f32[4]")
+    assert "clear" not in last["explanation"] and "no longer held" not in last["explanation"]
 
 
 def test_a_hash_colliding_static_is_not_unknown_while_the_function_lives(jt):

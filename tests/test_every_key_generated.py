@@ -3,8 +3,8 @@ holds, checked against JAX itself.
 
 Each sequence mixes shapes, dtypes, static values that JAX compares by ``==`` but that take no weak
 reference or collide by hash (NumPy scalars, a ``__slots__`` dataclass, tuples over 16 items),
-`jax.clear_caches()` and function objects made again. A model of JAX's tracing cache (per function
-object and cache generation, every key) predicts each call's hit or miss, and JAX's own trace count
+`jax.clear_caches()`, `f.clear_cache()` and function objects made again. A model of JAX's tracing cache (per function
+object, cache generation and the object's own clears, every key) predicts each call's hit or miss, and JAX's own trace count
 confirms it at every call: only then does the model's closest key judge our cause and leaf.
 """
 
@@ -77,9 +77,11 @@ def test_random_call_sequences_are_judged_against_every_key_jax_holds(jt, seed):
     # JAX 0.8's tracing cache (`lu.cache`) has no counter that shows `jax.clear_caches()`: there
     # jaxtrace_nb takes the keys a clear dropped as still held (docs/design.md), and so does the model.
     clears_seen = get_session().probe.internals.trace_cache_info is not None
+    # JAX 0.8 has no counter `f.clear_cache()` moves either, nor a list of its cache's keys.
+    evictions_seen = get_session().probe.internals.trace_cache_holders is not None
     f = make()
-    generation, obj = 0, 0
-    history = []  # (generation, object, key) of every trace, as JAX's cache saw them
+    generation, obj, own = 0, 0, 0
+    history = []  # (generation, object, the object's clears, key) of every trace, as JAX's cache saw them
     expected = []
     for _ in range(36):
         r = rng.random()
@@ -90,24 +92,30 @@ def test_random_call_sequences_are_judged_against_every_key_jax_holds(jt, seed):
         if r < 0.1:
             f = make()
             obj += 1
+        elif r < 0.15:
+            f.clear_cache()
+            own += 1
+            continue
         key = (rng.choice(SHAPES), rng.choice(DTYPES), rng.randrange(len(STATICS)), rng.choice(FLAGS))
-        held = [k for g, o, k in history if g == generation and o == obj]
+        held = [k for g, o, e, k in history if g == generation and o == obj and e == own]
         will_trace = not any(not _differences(key, k) for k in held)
         before = traces[0]
         f(jnp.ones(key[0], key[1]), STATICS[key[2]], key[3])
         assert (traces[0] > before) == will_trace, "the model of JAX's cache disagrees with JAX"
         if will_trace:
-            new_object = bool(history) and not any(o == obj for _, o, _ in history)
+            new_object = bool(history) and not any(o == obj for _, o, _, _ in history)
             cleared = bool(history) and not new_object and history[-1][0] != generation
-            same_object = [k for _, o, k in history if o == obj]
-            seen_held = held if clears_seen else same_object
-            expected.append((key, _expected(key, seen_held, same_object or [k for _, _, k in history], new_object),
-                             cleared))
-            history.append((generation, obj, key))
+            same_object = [k for _, o, _, k in history if o == obj]
+            emptied = not held and not new_object and not cleared and bool(same_object)
+            same_generation = [k for g, o, _, k in history if o == obj and g == generation]
+            seen_held = held if evictions_seen else same_generation if clears_seen else same_object
+            expected.append((key, _expected(key, seen_held, same_object or [k for _, _, _, k in history], new_object),
+                             cleared, emptied))
+            history.append((generation, obj, own, key))
     df = jt.log()
     rows = df[(df["kind"] == "trace") & ~df["internal"] & df["function"].str.endswith("f")].to_dict("records")
     assert len(rows) == traces[0] == len(expected)
-    for row, (key, (causes, leaves, _), cleared) in zip(rows, expected):
+    for row, (key, (causes, leaves, _), cleared, emptied) in zip(rows, expected):
         where = f"seed {seed}, trace #{row['trace_number']} {key}: {row['cause']} at {row['leaf']}: {row['explanation']}"
         assert row["cause"] in causes, where
         if row["cause"] not in ("first", "new_function", "unknown"):
@@ -115,4 +123,6 @@ def test_random_call_sequences_are_judged_against_every_key_jax_holds(jt, seed):
             assert row["before"] != row["after"], where
         if cleared and clears_seen:
             assert "cleared" in row["explanation"], where
+        if emptied and evictions_seen:
+            assert "`f.clear_cache()`" in row["explanation"], where
     assert jt.faults() == {}
