@@ -78,7 +78,7 @@ class CacheExplainer:
             self._said(event, f"{MISS} (not explained: {writer.error or 'the index beside the cache is busy'})")
             return
         pending = self._pending
-        pending.append((event, record._replace(module_bytes=None), job))
+        pending.append((event, record._replace(module_bytes=None, module_located=self._located(record)), job))
         while len(pending) > MAX_PENDING:
             self._said(pending.popleft()[0], f"{MISS} (not explained: too many misses waited for a view)")
 
@@ -144,14 +144,29 @@ class CacheExplainer:
             self._fault("persistent cache", e)
             self._said(event, f"{MISS} (not explained: an internal error, counted in jt.faults())")
 
+    def _located(self, record: CacheKeyRecord) -> bytes | None:
+        """The compiled module's bytecode with its locations, while JAX still holds the module."""
+        module = record.module_ref() if record.module_ref is not None else None
+        if module is None:
+            return None
+        try:
+            from ._jax_cache_text import located_bytecode
+
+            return located_bytecode(module)
+        except Exception as e:
+            self._fault("persistent cache", e)
+            return None
+
     def _computation(self, old: bytes | None, record: CacheKeyRecord, new_bytes: bytes | None):
         if old is None:
             return None
-        from ._jax_cache_text import canonical_text, module_text
+        from ._jax_cache_text import canonical_text, located_text, module_text
 
         module = record.module_ref() if record.module_ref is not None else None
         if module is not None:
             new = module_text(module)
+        elif record.module_located is not None:
+            new = located_text(record.module_located)
         elif new_bytes is not None:
             new = canonical_text(new_bytes)  # JAX let the module go: no source lines
         else:

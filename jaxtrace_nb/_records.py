@@ -133,6 +133,9 @@ class CacheKeyRecord(NamedTuple):
     # The user's path of each argument of the module's ``main`` (its locations, read at the compile,
     # so that a miss explained after JAX let the module go still names them); () where not read
     arg_paths: tuple = ()
+    # The module's bytecode with its locations, taken at the compile of a miss to explain: JAX lets
+    # the module go after compiling it, and its first differing operation is said at the user's line
+    module_located: bytes | None = None
 
 
 class EarlierKey(NamedTuple):

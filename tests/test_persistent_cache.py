@@ -231,35 +231,69 @@ def test_the_index_is_read_by_load_and_report(first, tmp_path):
             "constant`): `5.000000e-01` → `0.699999988` (closest earlier key of `jit_step`: the run of ") in text
 
 
-def test_run_and_its_persisted_log_name_the_argument_in_the_users_terms(tmp_path):
-    """`python -m jaxtrace_nb run` explains a miss after JAX let the module go: the argument is still
-    named as the user's path (read from the module's locations at the compile), in its output and
-    in the persisted log, as `jt.log()` names it in a notebook."""
+def _cached_program(tmp_path, body: str):
+    """`prog.py`: JAX's persistent cache in `tmp_path/cache` for every compile, then `body`."""
     script = tmp_path / "prog.py"
     script.write_text(
         "import sys, jax, jax.numpy as jnp\n"
         f"jax.config.update('jax_compilation_cache_dir', {str(tmp_path / 'cache')!r})\n"
         "jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)\n"
-        "jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)\n"
+        "jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)\n" + body)
+    return script
+
+
+def _run_twice(tmp_path, script, first: str, second: str) -> list[str]:
+    """`python -m jaxtrace_nb run --persist runN.jsonl script ARG` with each argument: the outputs."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR"))}
+    environment.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
+    outputs = []
+    for argument, log in ((first, "run1.jsonl"), (second, "run2.jsonl")):
+        done = subprocess.run([sys.executable, "-m", "jaxtrace_nb", "run", "--persist", str(tmp_path / log),
+                               str(script), argument], env=environment, capture_output=True, text=True, timeout=300,
+                              cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        outputs.append(done.stdout + done.stderr)
+    return outputs
+
+
+def test_run_and_its_persisted_log_name_the_argument_in_the_users_terms(tmp_path):
+    """`python -m jaxtrace_nb run` explains a miss after JAX let the module go: the argument is still
+    named as the user's path (read from the module's locations at the compile), in its output and
+    in the persisted log, as `jt.log()` names it in a notebook."""
+    script = _cached_program(
+        tmp_path,
         "n = int(sys.argv[1])\n"
         "@jax.jit\n"
         "def step(params, x):\n"
         "    return jnp.tanh(x @ params[0][0]) @ params[1]\n"
         "params = [(jnp.ones((4, n)),), jnp.ones((n, 2))]\n"
         "print(float(step(params, jnp.ones((3, 4))).sum()))\n")
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR"))}
-    environment.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
-    outputs = []
-    for n, log in ((8, "run1.jsonl"), (16, "run2.jsonl")):
-        done = subprocess.run([sys.executable, "-m", "jaxtrace_nb", "run", "--persist", str(tmp_path / log),
-                               str(script), str(n)], env=environment, capture_output=True, text=True, timeout=300,
-                              cwd=tmp_path)
-        assert done.returncode == 0, done.stderr[-3000:]
-        outputs.append(done.stdout + done.stderr)
+    outputs = _run_twice(tmp_path, script, "8", "16")
     said = "the computation differs in argument `params[0][0]`: tensor<4x8xf32> → tensor<4x16xf32>"
     assert said in outputs[1]
     persisted = [json.loads(line) for line in (tmp_path / "run2.jsonl").read_text(encoding="utf-8").splitlines()]
     assert any(said in str(value) for record in persisted for value in record.values()), persisted
+
+
+def test_run_locates_a_changed_closure_constant_at_the_users_line(tmp_path):
+    """`run` explains its misses after JAX let the compiled module go: the first differing operation
+    is still located at the user's line that captured the constant (its bytecode with locations is
+    taken at the compile), in the output and in the persisted log."""
+    script = _cached_program(
+        tmp_path,
+        "scale = float(sys.argv[1])\n"
+        "@jax.jit\n"
+        "def step(params, x):\n"
+        "    y = jnp.tanh(x @ params)\n"
+        "    return y * scale\n"
+        "print(float(step(jnp.ones((4, 4)), jnp.ones((3, 4))).sum()))\n")
+    outputs = _run_twice(tmp_path, script, "0.5", "0.7")
+    said = "the computation differs first at prog.py:9 (`jit(step)/mul`, `stablehlo.constant`): `0.5` → `0.7`"
+    assert said in outputs[1], outputs[1]
+    assert "hint: prog.py:9 puts a value captured from Python" in outputs[1]
+    persisted = [json.loads(line) for line in (tmp_path / "run2.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert any(f"differs first at {script}:9 (`jit(step)/mul`" in str(value)
+               for record in persisted for value in record.values()), persisted
 
 
 # Six runs of one program sharing a cache, as a newcomer tries them: the first compile, a hit, then one
