@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 import sys
-import weakref
 from typing import Any, Callable, NamedTuple, Sequence
 
 from ._jax_layouts import TraceLayout, detect_layout
@@ -135,7 +134,10 @@ def _cache_holders() -> Callable[[], set[int]] | None:
     def holders() -> set[int]:
         held = set()
         for key in keys():
-            target = key[0]() if isinstance(key, tuple) and key and isinstance(key[0], weakref.ref) else None
+            try:
+                target = key[0]()  # (the weak reference to the function)
+            except Exception:
+                continue
             if target is not None:
                 held.add(id(target))
         return held
