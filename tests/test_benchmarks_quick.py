@@ -49,3 +49,16 @@ def test_quick_benchmark_reports_every_section(tmp_path):
     assert figure_sections == {"1 hot path", "2 trace path", "3 log scale", "4 widget", "5 GPU",
                                "6 persistent cache"}
     assert all(f["met"] in (True, False, None) for f in results["figures"])
+
+
+def test_the_structure_counts_read_the_whole_package(tmp_path):
+    """`benchmarks/structure.py` (issue 44's before / after counts) reads every module and finds
+    the import chain that tests/test_imports.py allows."""
+    out = tmp_path / "structure.txt"
+    proc = subprocess.run([sys.executable, str(SCRIPT.parent / "structure.py"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120, check=True)
+    counts = dict(line.split(": ", 1) for line in out.read_text().splitlines() if not line.startswith("#"))
+    modules = sum(1 for p in (SCRIPT.parent.parent / "jaxtrace_nb").rglob("*.py"))
+    assert counts["modules"] == str(modules) and proc.stdout.startswith("modules: ")
+    chain = counts["longest import chain"].split(": ", 1)[1].split(" -> ")
+    assert counts["longest import chain"].startswith(f"{len(chain)} modules") and len(chain) >= 3
