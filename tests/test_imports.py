@@ -23,8 +23,7 @@ LAYERS = {
     0: {"_values", "_witness", "_bounded", "_background", "_format", "_missing", "_processes", "_vocabulary"},
     1: {"_signature", "_records", "_jax_tree", "_leaves", "_plans", "_sites"},
     2: {"_walker", "_calls", "_changes", "_jax_layouts", "_lowering", "_deferred"},
-    3: {"_adapters", "_adapters._registry", "_adapters._nnx_graph", "_adapters.pytrees", "_adapters.equinox",
-        "_adapters.flax_nnx", "_adapters.optax", "_adapters.diffrax"},
+    3: set(),  # every module of the folder `_adapters/` (`FOLDER_LAYERS`): a new adapter is one file
     4: {"_hints", "_diagnosis", "_module_diff", "_cache_words"},
     5: {"_jax_internals", "_decode", "_cost", "_lineprof", "_listeners", "_probe", "_jax_cache_key", "_jax_cache_text"},
     6: {"_log", "_frames", "_cache_index"},
@@ -33,9 +32,14 @@ LAYERS = {
     9: {"_report", "_rows", "_views", "_widget", "_display", "_standalone", "_census", "_timeline", "_where"},
     10: {"_ipython", "_pytest_plugin", "_pytest_results", "_run", "_cli", "__init__", "__main__"},
 }
+# Folders whose every module is of one layer.
+FOLDER_LAYERS = {"_adapters": 3}
 # The only modules that name JAX's internals (``jax._src``): the probe's.
 READS_JAX_INTERNALS = {"_jax_layouts", "_jax_internals", "_probe", "_jax_cache_key", "_jax_cache_text"}
 LAYER = {module: layer for layer, modules in LAYERS.items() for module in modules}
+# The layers' names in docs/design.md's table, in order.
+LAYER_NAMES = ["values", "signatures", "argument walk", "adapters", "diagnosis", "probe", "log", "lifecycle",
+               "session", "views", "glue"]
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -43,7 +47,10 @@ def _modules() -> dict[str, pathlib.Path]:
     for path in PACKAGE.rglob("*.py"):
         parts = path.relative_to(PACKAGE).with_suffix("").parts
         name = ".".join(parts)
-        out["_adapters" if name == "_adapters.__init__" else name] = path
+        name = "_adapters" if name == "_adapters.__init__" else name
+        out[name] = path
+        if name.split(".")[0] in FOLDER_LAYERS:
+            LAYER[name] = FOLDER_LAYERS[name.split(".")[0]]
     return out
 
 
@@ -104,3 +111,21 @@ def test_importing_the_package_imports_no_jax():
 def test_jax_internals_are_named_only_in_the_probe():
     named = {name for name, path in _modules().items() if "jax._src" in path.read_text()}
     assert sorted(named - READS_JAX_INTERNALS) == []
+
+
+def test_the_design_docs_layer_table_is_this_tests():
+    """docs/design.md's table of layers names the modules `LAYERS` gives each layer (a folder of
+    `FOLDER_LAYERS` as `folder/*`), in the same order."""
+    import re
+
+    text = (PACKAGE.parent / "docs" / "design.md").read_text(encoding="utf-8")
+    table = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:3] for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    documented = {name.strip(): set(re.findall(r"`([^`]+)`", modules)) for name, modules in rows[1:]}
+    assert list(documented) == LAYER_NAMES
+    modules = set(_modules())
+    for layer, name in enumerate(LAYER_NAMES):
+        expected = {m for m in LAYERS[layer] if m != "__main__"}
+        expected |= {f"{folder}/*" for folder, at in FOLDER_LAYERS.items() if at == layer}
+        listed = {m for m in documented[name] if m in modules or m.endswith("/*")}
+        assert listed == expected, name
