@@ -94,8 +94,10 @@ class PerfettoWasm:
             chunk = self.memory.read(self.store, ptr, ptr + 256)
             i = chunk.find(b"\0")
             if i >= 0:
-                out += chunk[:i]; return out.decode("utf-8", "replace")
-            out += chunk; ptr += 256
+                out += chunk[:i]
+                return out.decode("utf-8", "replace")
+            out += chunk
+            ptr += 256
 
     def _import(self, imp):
         ty = imp.type

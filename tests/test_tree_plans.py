@@ -338,7 +338,6 @@ def test_a_tree_with_a_str_subclass_key_is_read_but_not_kept(monkeypatch):
     for k, key in enumerate(("a", Key("a"), Key("a"), "a")):
         tree = {key: jax.ShapeDtypeStruct((2,), jnp.float32), "b": jax.ShapeDtypeStruct((), jnp.int32)}
         calls.append(((tree, jax.ShapeDtypeStruct((k + 1,), jnp.float32)), {}))
-    from jaxtrace_nb._session import get_session
 
     kept: list = []  # after each trace: the treedefs the decoder keeps
 

@@ -145,7 +145,6 @@ def test_a_read_before_the_thread_gets_to_a_profile_makes_it_itself(jt, monkeypa
     """The read never waits for the thread: with the thread held up, the profile is made by the
     read, and the thread, let go, does not make it again."""
     import threading
-    import time
 
     probe = jt.get_session().probe
     x = jnp.ones(3)
