@@ -172,19 +172,24 @@ _EM = {**dict.fromkeys(" ',.:;!|iIjl/\\", 0.34), **dict.fromkeys("-()[]ft{}", 0.
 _EM_OTHER = 0.8
 
 
+def _em(c: str) -> float:
+    return _EM.get(c) or (_EM_OTHER if c < "\x7f" else 1.0)
+
+
 def text_width(text: str, px: float) -> float:
     """The width of `text` at `px` pixels per em, estimated from above."""
-    return px * sum(_EM.get(c) or (_EM_OTHER if c < "\x7f" else 1.0) for c in text)
+    return px * sum(map(_em, text))
 
 
 def _fitted(text: str, px: float, width: float) -> str:
     """`text`, or its tail after "…", in at most `width` pixels (by `text_width`)."""
     if text_width(text, px) <= width:
         return text
-    keep = len(text)
-    while keep > 0 and text_width("…" + text[len(text) - keep:], px) > width:
-        keep -= 1
-    return "…" + text[len(text) - keep:]
+    used, start = px * _em("…"), len(text)
+    while start > 0 and used + px * _em(text[start - 1]) <= width:
+        start -= 1
+        used += px * _em(text[start])
+    return "…" + text[start:]
 
 
 def _nice_step(span: float, ticks: int = 6) -> float:
