@@ -1,4 +1,5 @@
-"""Write, or check, the sample outputs of README.md and docs/pytest.md from real runs of their programs.
+"""Write, or check, the sample outputs of README.md, docs/samples.md and docs/pytest.md from real runs
+of their programs.
 
     python docs/readme_samples.py            # run each sample and write its output into its document
     python docs/readme_samples.py --check    # run each sample; exit 1 if a document says otherwise
@@ -6,9 +7,13 @@
 A sample is a ```text block of a document (`DOCUMENTS`) right after a line ``<!-- sample: NAME -->``.
 Its output comes from (`SAMPLES`):
 
-* ``ipython-demo``: the README's own ```python block just above it, run as ``demo.ipy`` in terminal
-  IPython (``ipython --ext=jaxtrace_nb demo.ipy``), as the README says;
+* ``ipython-demo``: its document's own ```python block just above it, run as ``demo.ipy`` in terminal
+  IPython (``ipython --ext=jaxtrace_nb demo.ipy``), as the document says;
 * ``run``: ``python -m jaxtrace_nb run --persist traces.jsonl train.py`` on `docs/samples/train.py`;
+* ``distributed``: two processes of `tests/programs/dist_step.py` (``jax.distributed`` on CPU, a
+  coordinator on a free port of 127.0.0.1, shown as ``$PORT``) under ``python -m jaxtrace_nb run
+  --persist``, then ``python -m jaxtrace_nb report`` of both logs, down to its "Differs across
+  processes" section;
 * ``cache-notebook``: the group of a persistent cache miss in notebook 10's stored output (which
   `tests/test_notebooks.py` compares with a fresh run of the notebook);
 * ``pytest-baseline`` and ``github-annotation``: `docs/samples/test_train.py` run by pytest with
@@ -27,6 +32,7 @@ import functools
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -34,7 +40,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
-DOCUMENTS = (README, REPO / "docs" / "pytest.md")
+DOCUMENTS = (README, REPO / "docs" / "samples.md", REPO / "docs" / "pytest.md")
 SHOWN_FOLDER = "/tmp/demo/pt"
 SAMPLES_JAX = "0.10.2"
 TIMEOUT_S = 300
@@ -76,6 +82,33 @@ def run(readme: str, at: int, cwd: str) -> str:
     command = ["-m", "jaxtrace_nb", "run", "--persist", "traces.jsonl", "train.py"]
     done = _run([sys.executable, *command], cwd)
     return f"$ python {' '.join(command)}\n{done.stdout}{done.stderr}"
+
+
+def distributed(text: str, at: int, cwd: str) -> str:
+    Path(cwd, "dist_step.py").write_text((REPO / "tests" / "programs" / "dist_step.py").read_text(encoding="utf-8"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    commands = [["-m", "jaxtrace_nb", "run", "--persist", f"p{i}.jsonl", "dist_step.py", str(i), "2", str(port)]
+                for i in range(2)]
+    processes = [subprocess.Popen([sys.executable, *command], cwd=cwd, env=_env(cwd), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for command in commands]
+    try:
+        for i, process in enumerate(processes):
+            _, err = process.communicate(timeout=TIMEOUT_S)
+            if process.returncode != 0:
+                raise RuntimeError(f"process {i} of dist_step.py exited {process.returncode}:\n{err[-3000:]}")
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    report = ["-m", "jaxtrace_nb", "report", "p0.jsonl", "p1.jsonl"]
+    lines = _run([sys.executable, *report], cwd).stdout.splitlines()
+    start = lines.index("Differs across processes:")
+    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    shown = [" ".join(["$ python", *c]).replace(str(port), "$PORT") for c in commands]
+    return "\n".join([shown[0] + " &", shown[1], f"$ python {' '.join(report)}", *lines[:end]]) + "\n"
 
 
 def cache_notebook(readme: str, at: int, cwd: str) -> str:
@@ -121,7 +154,7 @@ def github_annotation(text: str, at: int, cwd: str) -> str:
     return line[:line.index("`: ", line.index(" cause: ")) + 3] + "…\n"
 
 
-SAMPLES = {"ipython-demo": ipython_demo, "run": run, "cache-notebook": cache_notebook,
+SAMPLES = {"ipython-demo": ipython_demo, "run": run, "distributed": distributed, "cache-notebook": cache_notebook,
            "pytest-baseline": pytest_baseline, "github-annotation": github_annotation}
 
 

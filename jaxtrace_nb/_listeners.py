@@ -269,8 +269,11 @@ class Listeners:
 
     def _after_compile(self, unmade: _Unmade) -> None:
         """Have our thread measure and profile `unmade`, handed over at its compile's end, once such
-        hand-offs have stopped for `AFTER_COMPILE_DELAY_S` (`_walk_compiled`)."""
+        hand-offs have stopped for `AFTER_COMPILE_DELAY_S` (`_walk_compiled`). Its program, traced
+        before the load, is held until then: a function gone meanwhile (jitted inside `main()`, which
+        returned) keeps its equations."""
         unmade.queued = True
+        unmade.held = unmade.program()
         now = time.monotonic()
         lock = self._compiled_lock
         if not lock.acquire(blocking=False):  # our thread holds it a moment (or a fork copied it held):
@@ -326,6 +329,7 @@ class Listeners:
         waits."""
         key = id(unmade.handle)
         if self._unprofiled.get(key) is not unmade:  # (not another trace's, whose handle took the id)
+            unmade.held = None
             return
         self._make(unmade)
         if self._unprofiled.get(key) is unmade:
@@ -333,6 +337,7 @@ class Listeners:
 
     def _make(self, unmade: _Unmade) -> None:
         jaxpr = unmade.program()
+        unmade.held = None
         # one walk counts the equations in all for both (the profile's, the longer one, first)
         self._measure(unmade, jaxpr, self._profile(unmade.handle, jaxpr))
 
@@ -458,12 +463,14 @@ class _Unmade:
     from the compile's end, where it served the program), while XLA compiles the program (its
     compile releases the GIL); by the compile's end on the user's thread if that thread is late and
     XLA's reads may fit the compile's budget (they need the size); at a read for a trace not
-    compiled. Holds a weak reference to the program only."""
+    compiled. Holds a weak reference to the program, and a strong one (`held`) only from the load of
+    a program the persistent cache served to its walk."""
 
-    __slots__ = ("handle", "program", "location", "graph", "queued")
+    __slots__ = ("handle", "program", "location", "graph", "queued", "held")
 
     def __init__(self, handle, program: Callable[[], Any], location: Callable[[str, int], str]):
         self.handle, self.program, self.location = handle, program, location
+        self.held: Any = None  # the program, from its compile's end to its walk (`_after_compile`)
         self.graph: Any = _NOT_MADE  # then a GraphStats, or None where it cannot be made
         self.queued = False  # handed to our thread
 

@@ -154,8 +154,42 @@ def spans_caption(spans: Iterable[Span | None]) -> str:
 
 
 # ------------------------------------------------------------------- SVG
-_WIDTH, _GUTTER, _RIGHT, _TOP, _ROW_H, _BOTTOM = 760, 200, 60, 22, 20, 26
-_MAX_R = 9.0
+# The SVG is laid out here, with no browser to measure its texts: each text's width is estimated
+# from above (`text_width`) and every position follows from those widths, so that no label meets
+# another label or a mark. Sizes in px.
+_WIDTH, _ROW_H, _BOTTOM, _PAD = 760, 20, 26, 4
+_MAX_R = 9.0  # the largest mark's radius
+_LABEL_PX, _SMALL_PX = 11, 10  # font sizes (`_widget.css`): a row's name; its count, the legend and the axes
+_LABEL_MAX_W = 180.0  # a row's name wider than this keeps its tail (a qualified name's last part says most)
+_LEGEND_LINE_H = 14
+_DASH_W = 16  # the legend's sample of the cumulative line
+CUMULATIVE_LEGEND = "cumulative seconds (right)"
+# Advance widths in em, from above, of DejaVu Sans (the widest common sans-serif, Chromium's system-ui
+# on Linux): narrow, lower-case and digits, wide; any other character counts as `_EM_OTHER` (capitals
+# and signs), one outside ASCII as 1.
+_EM = {**dict.fromkeys(" ',.:;!|iIjl/\\", 0.34), **dict.fromkeys("-()[]ft{}", 0.4), "r": 0.42,
+       **dict.fromkeys("abcdeghknopqsuvxyz0123456789_*?\"", 0.66), **dict.fromkeys("%@mwMW#+<=>^~&", 1.0)}
+_EM_OTHER = 0.8
+
+
+def _em(c: str) -> float:
+    return _EM.get(c) or (_EM_OTHER if c < "\x7f" else 1.0)
+
+
+def text_width(text: str, px: float) -> float:
+    """The width of `text` at `px` pixels per em, estimated from above."""
+    return px * sum(map(_em, text))
+
+
+def _fitted(text: str, px: float, width: float) -> str:
+    """`text`, or its tail after "…", in at most `width` pixels (by `text_width`)."""
+    if text_width(text, px) <= width:
+        return text
+    used, start = px * _em("…"), len(text)
+    while start > 0 and used + px * _em(text[start - 1]) <= width:
+        start -= 1
+        used += px * _em(text[start])
+    return "…" + text[start:]
 
 
 def _nice_step(span: float, ticks: int = 6) -> float:
@@ -195,32 +229,76 @@ def _merged(tl: Timeline, px: float) -> list[Mark]:
     return list(cells.values())
 
 
+def _legend_items(tl: Timeline) -> list[tuple[str, str]]:
+    """(cause shown, colour) of the causes present, then the cumulative line's ("" for its colour)."""
+    causes = [(cause or "not diagnosed", CAUSE_COLOURS.get(cause, _NO_CAUSE)) for cause in
+              dict.fromkeys(m.cause for m in tl.marks)]
+    return causes + ([(CUMULATIVE_LEGEND, "")] if tl.total_s > 0 else [])
+
+
+def _legend_item_w(text: str, colour: str) -> float:
+    return (2 * _PAD + 3 if colour else _DASH_W + _PAD) + text_width(text, _SMALL_PX)
+
+
 class _Plot(NamedTuple):
-    """The SVG's geometry: its width, the plot's width and height, the time axis's span (s)."""
+    """The SVG's geometry, from its texts' widths: the rows' names and counts, left of the plot
+    (which starts a mark's radius past the counts, so that a mark at 0 s clears them); the
+    cumulative total, right of the plot (a mark's radius past it); the legend above, wrapped."""
 
     width: int
+    labels: tuple  # each row's name, fitted to `_LABEL_MAX_W`
+    counts: tuple  # each row's "×N S s"
+    count_right: float  # where the counts end (right-aligned)
+    left: float  # the plot's x at 0 s
     plot_w: float
+    top: float  # the first row's top: under the legend
     plot_h: float
     span: float
+    legend: tuple  # (x, baseline y, text, colour) per legend item
+    total_x: float  # where the cumulative total's label starts
 
     @property
     def axis_y(self) -> float:
-        return _TOP + self.plot_h
+        return self.top + self.plot_h
+
+    @property
+    def height(self) -> float:
+        return self.axis_y + _BOTTOM
 
     def x(self, t: float) -> float:
-        return _GUTTER + self.plot_w * t / self.span
+        return self.left + self.plot_w * t / self.span
+
+
+def layout(tl: Timeline, width: int = _WIDTH) -> _Plot:
+    """Where everything of `tl`'s SVG goes (see `_Plot`)."""
+    labels = tuple(_fitted(r.label, _LABEL_PX, _LABEL_MAX_W) for r in tl.rows)
+    counts = tuple(f"×{r.compiles} {r.seconds:.2f} s" for r in tl.rows)
+    count_right = (_PAD + max(text_width(t, _LABEL_PX) for t in labels) + 2 * _PAD
+                   + max(text_width(t, _SMALL_PX) for t in counts))
+    left = count_right + _PAD + _MAX_R
+    total_w = text_width(f"{tl.total_s:.2f} s", _SMALL_PX) if tl.total_s > 0 else 0.0
+    plot_w = max(width - left - _MAX_R - 2 * _PAD - total_w, 1.0)
+    legend, x, line = [], left, 0
+    for text, colour in _legend_items(tl):
+        item_w = _legend_item_w(text, colour)
+        if x > left and x + item_w > width:
+            x, line = left, line + 1
+        legend.append((x, 13 + line * _LEGEND_LINE_H, text, colour))
+        x += item_w + 3 * _PAD
+    top = 13 + line * _LEGEND_LINE_H + 9
+    return _Plot(width, labels, counts, count_right, left, plot_w, top, _ROW_H * len(tl.rows),
+                 tl.span if tl.span > 0 else 1e-3, tuple(legend), left + plot_w + _MAX_R + _PAD)
 
 
 def svg(tl: Timeline, width: int = _WIDTH) -> str:
     """The timeline as one SVG element (a string; every text escaped), or "" with no compile."""
     if not tl.marks:
         return ""
-    plot = _Plot(width, width - _GUTTER - _RIGHT, _ROW_H * len(tl.rows), tl.span if tl.span > 0 else 1e-3)
-    height = _TOP + plot.plot_h + _BOTTOM
+    plot = layout(tl, width)
     label = _e(caption(tl))
-    out = [f"<svg xmlns='http://www.w3.org/2000/svg' class='jtnb-timeline' width='{width}' height='{height}' "
-           f"viewBox='0 0 {width} {height}' role='img' aria-label='{label}'>", f"<title>{label}</title>"]
-    out += _svg_legend(tl)
+    out = [f"<svg xmlns='http://www.w3.org/2000/svg' class='jtnb-timeline' width='{width}' height='{plot.height:g}' "
+           f"viewBox='0 0 {width} {plot.height:g}' role='img' aria-label='{label}'>", f"<title>{label}</title>"]
+    out += _svg_legend(plot)
     out += _svg_rows(tl, plot)
     out += _svg_axis(plot)
     out += _svg_cumulative(tl, plot)
@@ -229,14 +307,17 @@ def svg(tl: Timeline, width: int = _WIDTH) -> str:
     return "".join(out)
 
 
-def _svg_legend(tl: Timeline) -> list[str]:
-    """The causes present, each with its colour."""
-    out, lx = [], _GUTTER
-    for cause in dict.fromkeys(m.cause for m in tl.marks):
-        colour = CAUSE_COLOURS.get(cause, _NO_CAUSE)
-        out.append(f"<circle cx='{lx + 4}' cy='9' r='4' fill='{colour}'/>"
-                   f"<text class='jtnb-tl-legend' x='{lx + 11}' y='13'>{_e(cause or 'not diagnosed')}</text>")
-        lx += 18 + 7 * len(cause or "not diagnosed")
+def _svg_legend(plot: _Plot) -> list[str]:
+    """The causes present, each with its colour, and the cumulative line's dashes."""
+    out = []
+    for x, y, text, colour in plot.legend:
+        if colour:
+            out.append(f"<circle cx='{x + _PAD:.1f}' cy='{y - 4}' r='4' fill='{colour}'/>"
+                       f"<text class='jtnb-tl-legend' x='{x + 2 * _PAD + 3:.1f}' y='{y}'>{_e(text)}</text>")
+        else:
+            out.append(f"<line class='jtnb-tl-cumulative' x1='{x:.1f}' y1='{y - 4}' x2='{x + _DASH_W - 2:.1f}' "
+                       f"y2='{y - 4}'/><text class='jtnb-tl-legend' x='{x + _DASH_W + _PAD:.1f}' y='{y}'>"
+                       f"{_e(text)}</text>")
     return out
 
 
@@ -244,47 +325,46 @@ def _svg_rows(tl: Timeline, plot: _Plot) -> list[str]:
     """A row per function: its label, its compiles and their seconds; every other row striped."""
     out = []
     for i, row in enumerate(tl.rows):
-        y = _TOP + i * _ROW_H
+        y = plot.top + i * _ROW_H
         if i % 2:
-            out.append(f"<rect class='jtnb-tl-stripe' x='0' y='{y}' width='{plot.width - _RIGHT}' "
-                       f"height='{_ROW_H}'/>")
-        label = row.label if len(row.label) <= 26 else row.label[:25] + "…"
-        out.append(f"<text class='jtnb-tl-label' x='4' y='{y + 14}'><title>{_e(row.label)} "
-                   f"({_e(fmt.short_path(row.location))})</title>{_e(label)}</text>"
-                   f"<text class='jtnb-tl-count' x='{_GUTTER - 6}' y='{y + 14}' text-anchor='end'>"
-                   f"×{row.compiles} {row.seconds:.2f} s</text>")
+            out.append(f"<rect class='jtnb-tl-stripe' x='0' y='{y:g}' width='{plot.width}' height='{_ROW_H}'/>")
+        out.append(f"<text class='jtnb-tl-label' x='{_PAD}' y='{y + 14:g}'><title>{_e(row.label)} "
+                   f"({_e(fmt.short_path(row.location))})</title>{_e(plot.labels[i])}</text>"
+                   f"<text class='jtnb-tl-count' x='{plot.count_right:.1f}' y='{y + 14:g}' text-anchor='end'>"
+                   f"{_e(plot.counts[i])}</text>")
     return out
 
 
 def _svg_axis(plot: _Plot) -> list[str]:
     """The time axis, with a tick every round step."""
     x, axis_y, step = plot.x, plot.axis_y, _nice_step(plot.span)
-    out = [f"<line class='jtnb-tl-axis' x1='{_GUTTER}' y1='{axis_y}' x2='{_GUTTER + plot.plot_w}' y2='{axis_y}'/>"]
+    out = [f"<line class='jtnb-tl-axis' x1='{plot.left:.1f}' y1='{axis_y:g}' x2='{plot.left + plot.plot_w:.1f}' "
+           f"y2='{axis_y:g}'/>"]
     t = 0.0
     while t <= plot.span * 1.0001:
-        out.append(f"<line class='jtnb-tl-tick' x1='{x(t):.1f}' y1='{_TOP}' x2='{x(t):.1f}' y2='{axis_y + 3}'/>"
-                   f"<text class='jtnb-tl-tick-label' x='{x(t):.1f}' y='{axis_y + 14}' text-anchor='middle'>"
-                   f"{t:g} s</text>")
+        out.append(f"<line class='jtnb-tl-tick' x1='{x(t):.1f}' y1='{plot.top:g}' x2='{x(t):.1f}' "
+                   f"y2='{axis_y + 3:g}'/><text class='jtnb-tl-tick-label' x='{x(t):.1f}' y='{axis_y + 14:g}' "
+                   f"text-anchor='middle'>{t:g} s</text>")
         t += step
     return out
 
 
 def _svg_cumulative(tl: Timeline, plot: _Plot) -> list[str]:
-    """The cumulative compile seconds: a step line on its own axis, right."""
+    """The cumulative compile seconds: a step line from 0 at the time axis to the total at the top,
+    which a label right of the plot gives (the legend names the line)."""
     if tl.total_s <= 0:
         return []
-    x, axis_y, right = plot.x, plot.axis_y, plot.width - _RIGHT + 4
-    points = [f"{_GUTTER},{axis_y}"]
+    x, axis_y = plot.x, plot.axis_y
+    points = [f"{plot.left:.1f},{axis_y:g}"]
     level = axis_y
     for end, total in tl.cumulative:
         new = axis_y - plot.plot_h * total / tl.total_s
         points.append(f"{x(end):.1f},{level:.1f} {x(end):.1f},{new:.1f}")
         level = new
-    points.append(f"{_GUTTER + plot.plot_w},{level:.1f}")
+    points.append(f"{plot.left + plot.plot_w:.1f},{level:.1f}")
     return [f"<polyline class='jtnb-tl-cumulative' points='{' '.join(points)}'/>"
-            f"<text class='jtnb-tl-tick-label' x='{right}' y='{_TOP + 10}'>{tl.total_s:.2f} s</text>"
-            f"<text class='jtnb-tl-tick-label' x='{right}' y='{axis_y}'>0</text>"
-            f"<text class='jtnb-tl-legend' x='{right}' y='{_TOP + 22}'>cumul.</text>"]
+            f"<text class='jtnb-tl-tick-label jtnb-tl-total' x='{plot.total_x:.1f}' y='{plot.top + 10:g}'>"
+            f"{tl.total_s:.2f} s</text>"]
 
 
 def _svg_marks(tl: Timeline, plot: _Plot) -> list[str]:
@@ -292,7 +372,7 @@ def _svg_marks(tl: Timeline, plot: _Plot) -> list[str]:
     out = []
     biggest = max(m.seconds for m in tl.marks) or 1.0
     for m in _merged(tl, plot.span / plot.plot_w):
-        cx, cy = plot.x(m.t), _TOP + m.row * _ROW_H + _ROW_H / 2
+        cx, cy = plot.x(m.t), plot.top + m.row * _ROW_H + _ROW_H / 2
         r = max(2.5, _MAX_R * math.sqrt(m.seconds / biggest)) if biggest > 0 else 2.5
         colour = CAUSE_COLOURS.get(m.cause, _NO_CAUSE)
         bar = plot.x(m.t + m.seconds) - cx

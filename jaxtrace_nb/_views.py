@@ -127,7 +127,7 @@ def _span_html(style: str, text: str, title: str | None = None) -> str:
     if not tag:
         return _e(text)
     attributes = (f" class='{css}'" if css else "") + (f" title='{_e(title)}'" if title else "")
-    return f"<{tag}{attributes}>{breakable(text) if tag == 'code' else _e(text)}</{tag}>"
+    return f"<{tag}{attributes}>{breakable(text) if tag == 'code' or style == 'called' else _e(text)}</{tag}>"
 
 
 def rich_html(blocks: list | None) -> str:
@@ -165,6 +165,8 @@ def _cell_html(column: Column, row: dict, scale: float) -> str:
         inner = f"<code class='jtnb-change'>{breakable(value)}</code>" if value else ""
     elif kind == "rich":
         inner = rich_html(value)
+    elif kind == "path":
+        inner = breakable(value)
     else:
         inner = _e(value)
     return f"<td class='{css}'{title}>{inner}</td>"

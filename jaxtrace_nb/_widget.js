@@ -50,7 +50,9 @@ function spans(list) {
       out.appendChild(document.createTextNode(String(text ?? "")));
       continue;
     }
-    const node = tag === "code" ? code(text, className) : h(tag, className, text);
+    const wraps = style === "called";  // a path: it wraps after / like a code span
+    const node = tag === "code" ? code(text, className) : h(tag, className, wraps ? undefined : text);
+    if (wraps) node.appendChild(breakable(text));
     if (title) node.title = title;
     out.appendChild(node);
   }
@@ -81,6 +83,7 @@ const DRAW = {
     }
   },
   change: (td, v) => { if (v) td.appendChild(code(v, "jtnb-change")); },
+  path: (td, v) => { td.appendChild(breakable(v)); },
   seconds: (td, v) => { td.textContent = seconds(v); },
   bar: (td, v, row, column, scale) => {
     const bar = h("span", "jtnb-bar");

@@ -1,5 +1,6 @@
-"""The trace table in a real JupyterLab and a real Chromium, nbconvert's HTML offline, and the
-self-contained report offline (fails, never skips, without a browser).
+"""The trace table in a real JupyterLab and a real Chromium, nbconvert's HTML offline, the
+self-contained report offline, and the report's and timeline's layout at 1,280 and 1,920 px (fails,
+never skips, without a browser).
 
 Screenshots go to the test's temporary folder; with ``JAXTRACE_README_SCREENSHOT=1`` the tour's
 table is also written to ``docs/widget.png`` (the README's picture).
@@ -510,4 +511,110 @@ def test_pytest_report_shows_and_filters_by_test(tmp_path):
         expect(events.nth(0).locator("td.jtnb-c-test")).to_have_text("test_steps.py::test_one")
         expect(events.nth(1).locator("td.jtnb-c-test")).to_have_text("test_steps.py::test_two[5]")
         expect(events.nth(0).locator("td.jtnb-c-explanation")).to_contain_text("Also changed: mask (dtype)")
+        assert external == []
+
+
+# ------------------------------------------------- layout at the widths a reader's screen has
+_LONG_DIR = "/home/someone/projects/a_rather_long_project_name/src/package_name/training_loops"
+_LONG_NAME = "make_train_step.<locals>.train_step_with_a_rather_long_descriptive_name"
+
+
+def _layout_events(functions: int) -> list:
+    """A run's compiles with long names, long paths and every kind of text cell: the first compile the
+    slowest (the largest mark, at 0 s), retraces of several causes (a legend of several entries)."""
+    import datetime
+
+    from jaxtrace_nb._log import Event
+
+    t0 = datetime.datetime(2026, 11, 28, 12, 0, 0)
+    rows = [(_LONG_NAME, "first", None, None, None, 2.0), (_LONG_NAME, "shape", "batch", "f32[32,3]", "f32[17,3]", 0.3),
+            (_LONG_NAME, "shape", "batch", "f32[17,3]", "f32[9,3]", 0.2),
+            ("evaluate", "first", None, None, None, 0.4), ("evaluate", "dtype", "mask", "f32[2]", "i32[2]", 0.5),
+            ("evaluate", "structure", "opt_state[0].trace.b", "f32[2]", "None", 0.3),
+            ("loss_and_grad_of_the_model_over_a_batch", "first", None, None, None, 0.1),
+            ("loss_and_grad_of_the_model_over_a_batch", "static", "config.learning_rate_schedule_name",
+             "'cosine_with_warmup_and_decay'", "'linear_with_warmup'", 0.2)]
+    names = list(dict.fromkeys(r[0] for r in rows))[:functions]
+    events = []
+    for i, (fn, cause, leaf, before, after, seconds) in enumerate(r for r in rows if r[0] in names):
+        n = sum(1 for e in events if e.function == fn) + 1
+        where = f"{_LONG_DIR}/{fn.rsplit('.', 1)[-1]}_module.py"
+        events.append(Event(
+            time=t0 + datetime.timedelta(seconds=0.7 * i), function=fn, location=f"{where}:{10 + i}", kind="trace",
+            internal=False, nested=False, trace_number=n, cause=cause, leaf=leaf, before=before, after=after,
+            explanation="First trace of this function." if cause == "first" else f"`{leaf}` changed {cause}: "
+            f"{before} → {after}.", hint="" if cause == "first" else f"Give `{leaf}` one {cause} every call.",
+            trace_s=0.05 * seconds, lower_s=0.05 * seconds, compile_s=0.9 * seconds, eqns_total=40 + i,
+            call_site=f"{where}:{100 + i}", key=f"k::{fn}", seq=i))
+    return events
+
+
+# For `page.evaluate(LAYOUT)`: what runs past the page or out of its cell, text cells' alignment, and
+# the timeline's texts that meet another text or a mark.
+LAYOUT = """() => {
+  const doc = document.documentElement, page = doc.clientWidth;
+  const shown = (e) => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== "hidden";
+  const name = (e) => `${e.tagName.toLowerCase()}.${e.getAttribute("class") || ""}`;
+  const past = [...document.body.querySelectorAll("*")].filter(shown)
+    .filter((e) => e.getBoundingClientRect().right > page + 0.5 || e.getBoundingClientRect().left < -0.5)
+    .map((e) => `${name(e)} ${Math.round(e.getBoundingClientRect().left)}..${Math.round(e.getBoundingClientRect().right)}`);
+  const cells = [...document.querySelectorAll("th, td")].filter(shown);
+  const spilled = cells.filter((c) => c.scrollWidth > c.clientWidth + 1)
+    .map((c) => `${name(c)} '${c.textContent.slice(0, 40)}' ${c.scrollWidth} > ${c.clientWidth}`);
+  const misaligned = cells.filter((c) => c.closest("table.jtnb-table") && c.textContent.trim())
+    .filter((c) => getComputedStyle(c).textAlign !== (c.classList.contains("jtnb-n") ? "right" : "left"))
+    .map((c) => `${name(c)} ${getComputedStyle(c).textAlign}`);
+  const meets = (a, b) => a.left < b.right - 0.5 && b.left < a.right - 0.5 && a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5;
+  const collisions = [];
+  for (const svg of document.querySelectorAll("svg.jtnb-timeline")) {
+    const texts = [...svg.querySelectorAll("text")].map((t) => [t.textContent.replace(/^.*\\)/, ""), t.getBoundingClientRect()]);
+    const marks = [...svg.querySelectorAll("circle, .jtnb-mark rect")].map((m) => m.getBoundingClientRect());
+    texts.forEach(([a, ra], i) => {
+      texts.slice(i + 1).forEach(([b, rb]) => { if (meets(ra, rb)) collisions.push(`'${a}' meets '${b}'`); });
+      marks.forEach((rm) => { if (meets(ra, rm)) collisions.push(`'${a}' meets a mark at x ${Math.round(rm.left)}`); });
+    });
+  }
+  const widths = {};
+  for (const th of document.querySelectorAll(".jtnb-widget table.jtnb-summary th")) {
+    if (shown(th)) widths[th.dataset.column] = Math.round(th.getBoundingClientRect().width);
+  }
+  return {page, scroll: doc.scrollWidth, past, spilled, misaligned, collisions, widths,
+          texts: document.querySelectorAll("svg.jtnb-timeline text").length};
+}"""
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_report_and_timeline_fit_the_page(tmp_path, width):
+    """The self-contained report at 1,280 and 1,920 px, with long names and paths, its history open:
+    no horizontal scroll, nothing past the page, no cell whose content runs out of it, text cells left
+    and numbers right; the timeline's labels meet no other label and no mark (with several rows and
+    with one: its first mark the largest, at 0 s)."""
+    from playwright.sync_api import expect
+
+    import jaxtrace_nb as jt
+
+    expect.set_options(timeout=30_000)
+    home = tmp_path / "home"
+    home.mkdir()
+    reports = {n: jt.report(tmp_path / f"report-{n}.html", _layout_events(n)) for n in (3, 1)}
+    with chromium_page(home) as (page, external):
+        page.set_viewport_size({"width": width, "height": 900})
+        for n, path in reports.items():
+            page.goto(Path(path).as_uri())
+            table = page.locator(".jtnb-widget")
+            expect(table.locator("tr.jtnb-row")).to_have_count(n)
+            table.locator("tr.jtnb-row").filter(has_text="descriptive_name").click()
+            table.locator(".jtnb-history tr.jtnb-group").last.click()  # the group's events
+            expect(table.locator("tr.jtnb-event")).not_to_have_count(0)
+            expect(page.locator("svg.jtnb-timeline")).to_be_visible()
+            layout = page.evaluate(LAYOUT)
+            print(f"\n{width} px, {n} function(s): column widths {layout['widths']}, "
+                  f"page {layout['scroll']} of {layout['page']} px")
+            page.screenshot(path=str(tmp_path / f"report-{n}-{width}.png"), full_page=True)
+            assert layout["scroll"] <= layout["page"], layout
+            assert (layout["past"], layout["spilled"], layout["misaligned"]) == ([], [], []), layout
+            assert layout["texts"] >= 3 * n + 3 and layout["collisions"] == [], layout
+            if width == 1920:  # room for every column
+                assert {"trace_s", "lower_s", "last_cause", "last_leaf", "location"} <= set(layout["widths"]), layout
         assert external == []

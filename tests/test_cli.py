@@ -119,6 +119,45 @@ def test_cache_hits_run_no_package_python_under_run(tmp_path):
     assert {e.function for e in load_events(log) if not e.internal} == {"hot", "hot_eqx"}
 
 
+_JITTED_IN_MAIN = """
+import jax
+import jax.numpy as jnp
+
+
+def main():
+    @jax.jit
+    def train_step(w, x):
+        return jnp.mean(jnp.tanh(x @ w) ** 2)
+
+    for rows in (32, 17):
+        loss = train_step(jnp.ones((3, 2)), jnp.ones((rows, 3)))
+    print("done", float(loss))
+
+
+main()
+"""
+
+
+def test_a_run_served_by_the_persistent_cache_counts_its_equations(tmp_path):
+    """A second run whose compiles the persistent cache all serves still counts each program's
+    equations (traced before the cache's lookup), though its function, jitted inside `main()`, is gone
+    before our thread walks what the cache served (before: the column blank)."""
+    (tmp_path / "train.py").write_text(_JITTED_IN_MAIN)
+    env = _env(JAX_COMPILATION_CACHE_DIR=str(tmp_path / "cache"), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="-1")
+    runs = {}
+    for run in ("cold", "warm"):
+        done = subprocess.run([sys.executable, "-m", "jaxtrace_nb", "run", "--persist", f"{run}.jsonl", "train.py"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+        assert done.returncode == 0, done.stderr
+        ours = [e for e in load_events(tmp_path / f"{run}.jsonl") if e.function == "main.<locals>.train_step"]
+        runs[run] = ([e.persistent_cache for e in ours], [e.eqns_total for e in ours], done.stderr)
+    assert runs["warm"][0] == ["hit", "hit"] and runs["cold"][0] != runs["warm"][0], runs
+    assert runs["warm"][1] == runs["cold"][1] == [5, 5], runs
+    row = next(line for line in runs["warm"][2].splitlines() if line.startswith("main.<locals>.train_step "))
+    assert row.split()[1:4] == ["2", "2", "5"], row  # traces, compiles, eqns total
+
+
 def test_run_errors_are_pythons(tmp_path):
     missing = _python(["-m", "jaxtrace_nb", "run", "no_such.py"], tmp_path)
     assert missing.returncode == 2 and "can't open file" in missing.stderr and "no_such.py" in missing.stderr

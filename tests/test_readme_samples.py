@@ -1,4 +1,4 @@
-"""The sample outputs of README.md and docs/pytest.md are what their programs print now
+"""The sample outputs of README.md, docs/samples.md and docs/pytest.md are what their programs print now
 (`docs/readme_samples.py` writes them): each sample run again, compared with its block with every
 time masked."""
 
