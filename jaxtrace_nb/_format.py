@@ -14,6 +14,7 @@ full value on hover where the view has one:
 from __future__ import annotations
 
 import functools
+import html
 import os
 import re
 import sys
@@ -137,3 +138,12 @@ def listed(items: list[str], most: int = 2) -> str:
 def cell_label(cell) -> str:
     """`In[4]` for a cell number, "" without one."""
     return "" if cell is None or cell != cell else f"In[{int(cell)}]"
+
+
+_BREAK_AFTER = re.compile(r"(?<=[/\[])|(?<=\.)(?!\d)")
+
+
+def breakable(text) -> str:
+    """HTML-escaped `text` that wraps only at spaces and after `.`, `/` or `[` (a `<wbr>` there),
+    never inside a word or a number."""
+    return "<wbr>".join(html.escape(piece, quote=True) for piece in _BREAK_AFTER.split(str(text)))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import html
 import pathlib
-import re
 
 from . import _format as fmt
 from ._report import GROUP_COLUMNS, TABLE_COLUMNS, Column, Report
@@ -23,7 +22,6 @@ MAX_ROWS_SHOWN = 200
 _NUMERIC = ("int", "num", "seconds", "bar")
 # Where code may wrap: after "/" or "[", and after a "." that is no decimal point (never inside a number:
 # `0.0375` stays whole). `_widget.js` splits alike.
-_BREAK_AFTER = re.compile(r"(?<=[/\[])|(?<=\.)(?!\d)")
 
 
 @functools.lru_cache(maxsize=1)
@@ -112,11 +110,6 @@ def _e(value) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def breakable(text) -> str:
-    """Escaped `text` that wraps only at spaces and after `.`, `/` or `[`, never inside a word or a number."""
-    return "<wbr>".join(_e(piece) for piece in _BREAK_AFTER.split(str(text)))
-
-
 # How the static HTML marks up each style of rich text (`_rows`); `_widget.js` has its own DOM.
 _STYLE_MARKUP = {"code": ("code", ""), "change": ("code", "jtnb-change"), "count": ("span", "jtnb-count"),
                  "called": ("span", "jtnb-called"), "cache": ("span", "jtnb-cache-label")}
@@ -127,7 +120,7 @@ def _span_html(style: str, text: str, title: str | None = None) -> str:
     if not tag:
         return _e(text)
     attributes = (f" class='{css}'" if css else "") + (f" title='{_e(title)}'" if title else "")
-    return f"<{tag}{attributes}>{breakable(text) if tag == 'code' or style == 'called' else _e(text)}</{tag}>"
+    return f"<{tag}{attributes}>{fmt.breakable(text) if tag == 'code' or style == 'called' else _e(text)}</{tag}>"
 
 
 def rich_html(blocks: list | None) -> str:
@@ -160,13 +153,13 @@ def _cell_html(column: Column, row: dict, scale: float) -> str:
         if kind == "bar" and value:
             inner = f"<span class='jtnb-bar' style='width:{round(80 * value / scale) if scale else 0}px'></span>" + inner
     elif kind == "code":
-        inner = f"<code>{breakable(value)}</code>" if value else ""
+        inner = f"<code>{fmt.breakable(value)}</code>" if value else ""
     elif kind == "change":
-        inner = f"<code class='jtnb-change'>{breakable(value)}</code>" if value else ""
+        inner = f"<code class='jtnb-change'>{fmt.breakable(value)}</code>" if value else ""
     elif kind == "rich":
         inner = rich_html(value)
     elif kind == "path":
-        inner = breakable(value)
+        inner = fmt.breakable(value)
     else:
         inner = _e(value)
     return f"<td class='{css}'{title}>{inner}</td>"

@@ -16,7 +16,6 @@ from . import _format as fmt
 from ._census import LeafCensus, census, suggestion_text
 from ._lineprof import OTHER, profile_rows
 from ._timeline import caption, svg, timeline
-from ._views import breakable
 
 MAX_LINES_SHOWN = 8
 MAX_FUNCTIONS_PROFILED = 5  # in a report: the functions with the most compile seconds
@@ -143,7 +142,7 @@ def _e(value) -> str:
 
 def profile_html(view: dict) -> str:
     rows = "".join(
-        f"<tr><td class='jtnb-c-location'><code>{breakable(r['location'])}</code></td><td class='jtnb-n'>"
+        f"<tr><td class='jtnb-c-location'><code>{fmt.breakable(r['location'])}</code></td><td class='jtnb-n'>"
         f"<span class='jtnb-bar' style='width:{round(120 * r['share'])}px'></span>{_e(r['text'])}</td></tr>"
         for r in view["rows"])
     other = f"<div class='jtnb-note'>{view['other']} equation(s) elsewhere</div>" if view["other"] else ""

@@ -10,7 +10,8 @@ from jaxtrace_nb import _widget
 from jaxtrace_nb._log import COLUMNS, Event
 from jaxtrace_nb._report import EVENT_COLUMNS, GROUP_COLUMNS, TABLE_COLUMNS, Report
 from jaxtrace_nb._rows import SPECS, history_view, table_row
-from jaxtrace_nb._views import breakable, render_html, render_text, shown_columns
+from jaxtrace_nb._format import breakable
+from jaxtrace_nb._views import render_html, render_text, shown_columns
 
 SCRIPT = (pathlib.Path(_widget.__file__).parent / "_widget.js").read_text(encoding="utf-8")
 

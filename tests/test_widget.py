@@ -156,7 +156,7 @@ def test_static_html_and_widget_mark_up_rich_text_alike():
     """The why's wording is the kernel's (`_rows`); both renderers only map its styles to markup."""
     import pathlib
 
-    from jaxtrace_nb import _views
+    from jaxtrace_nb import _format, _views
 
     script = (pathlib.Path(_widget.__file__).parent / "_widget.js").read_text(encoding="utf-8")
     block = script[script.index("const STYLE_MARKUP = {"):]
@@ -164,7 +164,7 @@ def test_static_html_and_widget_mark_up_rich_text_alike():
     in_js = {style: (tag, css) for style, tag, css in re.findall(r'(\w+): \["(\w+)", "([\w-]*)"\]', block)}
     assert in_js == _views._STYLE_MARKUP
     assert "split(/(?<=[/[])|(?<=\\.)(?!\\d)/)" in script  # the same breaks
-    assert _views._BREAK_AFTER.pattern == r"(?<=[/\[])|(?<=\.)(?!\d)"
+    assert _format._BREAK_AFTER.pattern == r"(?<=[/\[])|(?<=\.)(?!\d)"
 
 
 def test_filter_words_cover_function_leaf_cause_cell_and_location():
