@@ -257,6 +257,7 @@ def _program(jt):
     jax.clear_caches()
     g(jnp.ones(2), 2)
     jax.eval_shape(g, jnp.ones(7), 2)
+    return f, g, inner, broken
 
 
 COLUMNS = ["function", "kind", "trace_number", "cause", "leaf", "before", "after", "explanation", "hint",
@@ -269,11 +270,15 @@ def _logged(jt, program, followed: bool) -> list:
     unsubscribe = get_session().log.subscribe(lambda event, what: None) if followed else None
     assert get_session().log.followed == followed
     try:
-        program()
+        # The program's functions live until the log is read: the equations of a trace never compiled
+        # are counted from its program, which JAX holds (and jaxtrace_nb refers to weakly) only while
+        # its function lives; in a loaded run our thread can reach it after `program` returned.
+        kept = program()
     finally:
         if unsubscribe is not None:
             unsubscribe()
     df = jt.log(internal=False)
+    del kept
     return df[COLUMNS].astype(object).where(df[COLUMNS].notna(), None).values.tolist()
 
 
