@@ -113,9 +113,9 @@ def _finish_our_work(session) -> None:
 def _wait_for_profiles(session) -> None:
     import threading
 
-    session.probe._hurry_compiled()  # (programs the cache served wait for JAX to be quiet a while)
+    session.probe.measurer.hurry()  # (programs the cache served wait for JAX to be quiet a while)
     done = threading.Event()
-    session.probe._profiling.submit(lambda _: done.set(), None)
+    session.probe.measurer._profiling.submit(lambda _: done.set(), None)
     done.wait(120)
 
 
@@ -241,10 +241,10 @@ def _warm_start(jt, session, params, x, rounds: int, programs: int) -> dict:
 
 # Where recording's own time goes at a compile: the probe's listeners (the outer three, timed
 # outermost only) and, inside them, the parts issue 30 and the XLA cost read add; the program's
-# size (`_measure`) and line profile run in our own thread (`_background`) while XLA compiles.
-_LISTENER_PARTS = (("_probe", "Probe", "_on_trace_start"), ("_listeners", "Listeners", "_on_duration"),
-                   ("_listeners", "Listeners", "_on_event"), ("_listeners", "Listeners", "_trace_end"),
-                   ("_listeners", "Listeners", "_profile"), ("_listeners", "Listeners", "_measure"),
+# size (`measure`) and line profile run in our own thread (`_background`) while XLA compiles.
+_LISTENER_PARTS = (("_probe", "Probe", "_on_trace_start"), ("_listeners", "Listeners", "on_duration"),
+                   ("_listeners", "Listeners", "on_event"), ("_probe", "Probe", "_trace_end"),
+                   ("_cost", "Measurer", "_profile"), ("_cost", "Measurer", "measure"),
                    ("_listeners", "Listeners", "_xla_cost"))
 
 

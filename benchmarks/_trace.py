@@ -35,7 +35,7 @@ class _SelfTimer:
     Shadowed only while `on` (the hook and listeners are taken at `jt.start()`: switch before it)."""
 
     def __init__(self, session):
-        from jaxtrace_nb import _listeners
+        from jaxtrace_nb import _cost
         from jaxtrace_nb._decode import Decoder
 
         probe = session.probe
@@ -44,7 +44,8 @@ class _SelfTimer:
         self.listener_s = 0.0
         self._current: dict | None = None
         on_trace_start, trace_end = probe._on_trace_start, probe._trace_end
-        on_duration, on_event = probe._on_duration, probe._on_event
+        listeners = probe.listeners
+        on_duration, on_event = listeners.on_duration, listeners.on_event
 
         def timed(fn, finish):
             def run(*args, **kwargs):
@@ -98,11 +99,11 @@ class _SelfTimer:
                     self.listener_s += time.perf_counter() - start
             return listener
 
-        owners = {"decoder": Decoder, "probe_module": _listeners, "lifecycle": session.lifecycle}
+        owners = {"decoder": Decoder, "probe_module": _cost, "lifecycle": session.lifecycle}
         # (owner, name, original, shadow): the instances' attributes shadow their class's methods
         self._shadows = [(probe, "_on_trace_start", None, start_hook), (probe, "_trace_end", None, end_hook),
-                         (probe, "_on_duration", None, timed_listener(on_duration)),
-                         (probe, "_on_event", None, timed_listener(on_event))]
+                         (listeners, "on_duration", None, timed_listener(on_duration)),
+                         (listeners, "on_event", None, timed_listener(on_event))]
         for (owner, name), field in PARTS.items():
             target = owners[owner]
             original = getattr(target, name)

@@ -560,7 +560,7 @@ def render_text(results: dict) -> str:
         if parts:
             lines.append(f"  recording's listeners, ms per compile over {parts['compiles']} compiles (misses and hits; "
                          "the first three are the outermost, _trace_end and _xla_cost inside them; _profile and "
-                         "_measure in our own thread while XLA compiles, _measure on the user's thread "
+                         "measure in our own thread while XLA compiles, measure on the user's thread "
                          "where that thread is late): "
                          + ", ".join(f"{k} {v:.3f}" for k, v in parts["ms_per_compile"].items()))
         for read in cache.get("xla_reads") or ():

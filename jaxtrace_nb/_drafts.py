@@ -1,20 +1,19 @@
-"""A trace's event before it is built (`Draft`), its diagnosis before it is made
-(`PendingDiagnosis`), and what the trace's end puts on its event (`apply_end`).
+"""A trace's diagnosis before it is made (`PendingDiagnosis`), said as its caller's consequence
+(`diagnosed`), and what the trace's end puts on its event (`apply_end`).
 
-`Lifecycle` owns their order; these are records and plain functions of them, holding no
-user array, tracer or object.
+`Lifecycle` owns their order (a trace itself is a `_records.Trace`); these are records and plain
+functions of them, holding no user array, tracer or object.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Callable, NamedTuple
 
 from ._diagnosis import NOT_DIAGNOSED, Diagnosis, InvariantError, as_consequence, diagnose, join_hints, join_ids, \
     unrolled_loop_hint
 from ._lineprof import profile_text
 from ._log import Event
-from ._records import GraphStats, Stage, TraceRecord
+from ._records import GraphStats, Stage, Trace
 from ._signature import Signature
 
 
@@ -50,43 +49,23 @@ class PendingDiagnosis(NamedTuple):
         return NOT_DIAGNOSED
 
 
-class Draft:
-    """A trace's event before it is built: what its start and end said, and its ticks."""
-
-    __slots__ = ("record", "time", "cell", "test", "start", "end", "new_object", "diagnosis", "pending",
-                 "trace_number", "seconds", "graph", "event", "seq", "profile", "caller", "retrace_number")
-
-    def __init__(self, record: TraceRecord, cell: int | None, test: str | None):
-        self.record, self.time, self.cell, self.test = record, time.time(), cell, test
-        self.start = self.end = self.seq = None  # ticks; the log's number, reserved at its end
-        self.new_object, self.diagnosis, self.pending = False, None, None  # read at `Lifecycle._begin`
-        self.trace_number = self.seconds = self.graph = self.event = self.profile = None
-        self.caller: Draft | None = None  # the trace under way when this nested one started
-        self.retrace_number: int | None = None  # its number when it began, if its function had traced before
-
-    def diagnosed(self, d: Diagnosis) -> Diagnosis:
-        """`d`, said to follow from its caller's retrace where it was traced during one."""
-        caller = self.caller
-        if caller is None or caller.retrace_number is None:
-            return d
-        return as_consequence(d, caller.record.identity.name, caller.retrace_number)
-
-    @property
-    def leaves(self) -> int:
-        """What it holds, for the bound on unpublished events."""
-        signature = self.record.signature
-        return signature.n_leaves if signature is not None else 1
+def diagnosed(trace: Trace, d: Diagnosis) -> Diagnosis:
+    """`d`, said to follow from its caller's retrace where `trace` was traced during one."""
+    caller = trace.caller
+    if caller is None or caller.retrace_number is None:
+        return d
+    return as_consequence(d, caller.record.identity.name, caller.retrace_number)
 
 
-def apply_end(event: Event, draft: Draft) -> None:
+def apply_end(event: Event, trace: Trace) -> None:
     """What the trace's end reported (nothing before it has ended), onto its event."""
-    event.trace_number = draft.trace_number
-    if draft.seconds is not None:
-        event.set_seconds(Stage.TRACE, draft.seconds)
-    if draft.graph is not None:
-        _set_graph(event, draft.graph)
-    if draft.profile is not None and event.line_profile is None:
-        event.line_profile = profile_text(draft.profile)
+    event.trace_number = trace.trace_number
+    if trace.seconds is not None:
+        event.set_seconds(Stage.TRACE, trace.seconds)
+    if trace.graph is not None:
+        _set_graph(event, trace.graph)
+    if trace.profile is not None and event.line_profile is None:
+        event.line_profile = profile_text(trace.profile)
 
 
 def _set_graph(event: Event, graph: GraphStats) -> None:

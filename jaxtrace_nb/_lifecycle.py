@@ -7,9 +7,9 @@ seconds. `Lifecycle` turns those into events and hands each finished event to th
 What a trace means depends on its function's history (its trace number, whether its function
 object is new, the earlier signatures its diagnosis compares with), so every trace start and
 end takes a tick, and a trace reads its function's state as the traces that ended before it
-started left it. Nobody needs an event until it is read, so by default a trace is a `Draft`:
-it is begun (reads the state), ended (updates it), built and diagnosed when the log is next
-read, in order. While someone follows the log (a subscriber: a live view, a persisted log, a
+started left it. Nobody needs an event until it is read, so by default a trace (a
+`_records.Trace`, the probe's from its start) is begun (reads the state), ended (updates it),
+built and diagnosed when the log is next read, in order. While someone follows the log (a subscriber: a live view, a persisted log, a
 guard), each event is built at its trace, and its diagnosis is made at once where a guard may
 stop the trace. Unpublished events are bounded. Nothing here holds a user array, tracer or
 object (records carry abstract values, texts, weak references), and nothing imports JAX.
@@ -24,15 +24,15 @@ from typing import Callable
 
 from ._diagnosis import FIRST, NO_SIGNATURE, REDUCED, REDUCED_COMPILE, Diagnosis, diagnose_compile, \
     first_after_failures, join_hints, join_ids, kept_lowering
-from ._drafts import Draft, PendingDiagnosis, _set_graph, apply_end
+from ._drafts import PendingDiagnosis, _set_graph, apply_end, diagnosed
 from ._functions import FunctionState, KeptKey, KeyBudget, keep, new_object, user_names
 from ._lineprof import profile_text
 from ._log import Event, EventLog, now, when
 from ._processes import signature_column
-from ._records import CacheKeyRecord, FunctionIdentity, GraphStats, LoweringRecord, Stage, TraceRecord, XlaCost
+from ._records import CacheKeyRecord, FunctionIdentity, GraphStats, LoweringRecord, Stage, Trace, XlaCost
 
 MAX_FUNCTIONS = 20_000
-# Events not yet in the log (drafts, diagnoses not made yet): at most this many, holding at most
+# Events not yet in the log (traces not built, diagnoses not made yet): at most this many, holding at most
 # this many signature leaves, before they are finished anyway (memory stays bounded).
 MAX_UNPUBLISHED_EVENTS = 4096
 MAX_UNPUBLISHED_LEAVES = 200_000
@@ -56,19 +56,20 @@ class Lifecycle:
         self.functions: dict[str, FunctionState] = {}
         self._programs: dict[tuple, str] = {}  # (JAX name, JAX source info) -> function key
         self._key_budget = KeyBudget()  # the trace keys kept over all functions
-        self._open = threading.local()  # per thread: the drafts of the traces under way, innermost last
+        self._open = threading.local()  # per thread: the traces under way, innermost last
         self._ticks = itertools.count()
-        self._unbegun: collections.deque[Draft] = collections.deque()  # drafts in start order
-        self._unpublished: list = []  # drafts and events not in the log yet, in the log's order (numbered)
+        self._unbegun: collections.deque[Trace] = collections.deque()  # traces not begun, in start order
+        # traces not in the log yet, in the log's order (numbered); a compile's event queued as one
+        self._unpublished: list[Trace] = []
         self._unpublished_leaves = 0
         self.keep_signatures = False  # persisted logs keep each trace's argument leaves (`signature`)
         # Where each persistent cache key goes (the session's `CacheExplainer.submit`), with its compile's event.
         self.cache_keys: Callable[[Event | None, CacheKeyRecord], None] | None = None
-        log.before_read = self.publish
 
     # ---------------------------------------------------------------- publishing
     def publish(self) -> None:
-        """Build every draft, make every pending diagnosis, and hand them to the log, in order."""
+        """Build every trace's event, make every pending diagnosis, and hand them to the log, in
+        order (whoever feeds the log calls it before a read: `EventLog.before_read`)."""
         if not self._unpublished:
             return
         with self.lock:
@@ -79,36 +80,43 @@ class Lifecycle:
         for item in queued:
             self._append(item)
 
-    def _append(self, item: Draft | Event) -> Event | None:
-        """`item`'s event, finished (a draft built, its diagnosis made), into the log."""
+    def _append(self, trace: Trace) -> Event | None:
+        """`trace`'s event, finished (built, its diagnosis made), into the log."""
         try:
-            if type(item) is Draft:
-                event = self._build(item)
-                pending, item.pending = item.pending, None
-                if pending is not None:
-                    d = item.diagnosed(pending.run(self.fault))  # (a hint already set, an unrolled loop's, follows)
-                    event.set_diagnosis(d, join_hints(d.hint, event.hint), join_ids(d.hint_id, event.hint_ids))
-            else:
-                event = item
+            event = self._build(trace)
+            pending, trace.pending = trace.pending, None
+            if pending is not None:
+                d = diagnosed(trace, pending.run(self.fault))  # (a hint already set, an unrolled loop's, follows)
+                event.set_diagnosis(d, join_hints(d.hint, event.hint), join_ids(d.hint_id, event.hint_ids))
             return self.log.append(event)
         except Exception as e:
             self.fault("log", e)
             return None
 
-    def _hand(self, item: Draft | Event) -> Event | None:
-        """`item` to the log: at once while the log is followed, else with its next read (its number
-        reserved now, so that it keeps its place among the others). The wait is bounded."""
+    def _hand(self, trace: Trace) -> bool:
+        """`trace`'s event to the log: at once while the log is followed, else with its next read
+        (its number reserved now, so that it keeps its place among the others); whether it went
+        (or waits). The wait is bounded."""
         if self.log.followed:
             self._publish()
-            return self._append(item)
-        if item.seq is None:
-            item.seq = self.log.reserve()
-        self._unpublished.append(item)
-        self._unpublished_leaves += item.leaves if type(item) is Draft else 1
+            return self._append(trace) is not None
+        if trace.seq is None:
+            trace.seq = self.log.reserve()
+            if trace.event is not None:  # (built already: a compile's, or one followed at its start)
+                trace.event.seq = trace.seq
+        self._unpublished.append(trace)
+        self._unpublished_leaves += trace.leaves
         if len(self._unpublished) >= min(MAX_UNPUBLISHED_EVENTS, self.log.max_events) or \
                 self._unpublished_leaves > MAX_UNPUBLISHED_LEAVES:
             self._publish()
-        return item if type(item) is not Draft else None
+        return True
+
+    def _hand_event(self, event: Event, name: str) -> Trace | None:
+        """An event made whole (a compile's, a trace seen only through `jax.monitoring`) to the
+        log, as a trace already built; the trace, or None where it could not be handed."""
+        trace = Trace(None, name)
+        trace.event = event
+        return trace if self._hand(trace) else None
 
     # ------------------------------------------------------------------ state
     def state(self, key: str, identity: FunctionIdentity | None = None) -> FunctionState:
@@ -130,45 +138,45 @@ class Lifecycle:
             self._key_budget = KeyBudget(self._key_budget.limit)
 
     def current_functions(self) -> dict[str, FunctionState]:
-        """Per-function state, as of every trace recorded so far (drafts are built first)."""
+        """Per-function state, as of every trace recorded so far (their events are built first)."""
         with self.lock:
             self._build_through()
         return self.functions
 
     # ----------------------------------------------------------------- traces
-    def on_trace(self, record: TraceRecord) -> Draft | None:
+    def on_trace(self, trace: Trace) -> bool:
         __tracebackhide__ = True
         log = self.log
         try:
-            draft = Draft(record, self._cell(), self._test())
-            self._opened(draft)
+            trace.cell, trace.test = self._cell(), self._test()
+            self._opened(trace)
             with self.lock:
-                draft.start = next(self._ticks)
+                trace.start = next(self._ticks)
                 if not log.followed:
-                    self._unbegun.append(draft)  # begun, ended and built when the log is read
-                    return draft
+                    self._unbegun.append(trace)  # begun, ended and built when the log is read
+                    return True
                 self._publish()  # the traces before it: the state they leave is its past
-                self._begin(draft, defer=not log.guarded)
-                self._build(draft)  # followed live: the event now, not when the log is read
+                self._begin(trace, defer=not log.guarded)
+                self._build(trace)  # followed live: the event now, not when the log is read
         except Exception as e:
             self.fault("diagnosis", e)
-            return None
+            return False
         if log.guarded:
             try:
-                log.guard(draft.event)  # raises RetraceError past a watch's limit, by design
+                log.guard(trace.event)  # raises RetraceError past a watch's limit, by design
             except BaseException:
                 with self.lock:
-                    self._append(draft)  # the trace it stopped, with its cause, for the views
+                    self._append(trace)  # the trace it stopped, with its cause, for the views
                 raise
-        return draft
+        return True
 
-    def _begin(self, draft: Draft, defer: bool = True) -> None:
+    def _begin(self, trace: Trace, defer: bool = True) -> None:
         """What the function's state says of the trace: its number, whether its function object is
         new, and its diagnosis (made when published when `defer`: most are never read)."""
-        record = draft.record
+        record = trace.record
         state = self.functions.get(record.identity.key)
         traces = state.traces if state is not None else 0
-        is_new, rerun = new_object(state, record, draft.cell) if state is not None else (False, None)
+        is_new, rerun = new_object(state, record, trace.cell) if state is not None else (False, None)
         pending = None
         if record.signature is None:
             diagnosis = Diagnosis(None, None, None, None, NO_SIGNATURE, "") if traces else FIRST
@@ -185,10 +193,10 @@ class Lifecycle:
                                        record.evicted)
             diagnosis = None
             if not defer:
-                diagnosis, pending = draft.diagnosed(pending.run(self.fault)), None
-        draft.new_object, draft.diagnosis, draft.pending = is_new, diagnosis, pending
-        draft.trace_number = traces + 1
-        draft.retrace_number = traces + 1 if traces else None
+                diagnosis, pending = diagnosed(trace, pending.run(self.fault)), None
+        trace.new_object, trace.diagnosis, trace.pending = is_new, diagnosis, pending
+        trace.trace_number = traces + 1
+        trace.retrace_number = traces + 1 if traces else None
 
     def _begin_started(self, before: float = float("inf")) -> None:
         """Every trace that started before tick `before` and has not read its function's state reads
@@ -197,10 +205,10 @@ class Lifecycle:
         while unbegun and unbegun[0].start < before:
             self._begin(unbegun.popleft())
 
-    def _end(self, draft: Draft) -> None:
-        """The function's state once the trace has ended (at tick `draft.end`)."""
-        record = draft.record
-        self._begin_started(draft.end)  # the traces that started before it ended read the state before it
+    def _end(self, trace: Trace) -> None:
+        """The function's state once the trace has ended (at tick `trace.end`)."""
+        record = trace.record
+        self._begin_started(trace.end)  # the traces that started before it ended read the state before it
         state = self.state(record.identity.key, record.identity)
         if record.signature is not None:
             added = state.add_key(KeptKey(record.signature, record.function_ref, record.cache_generation,
@@ -210,93 +218,92 @@ class Lifecycle:
             state.add_ref(record.function_ref)
         state.traces += 1
         state.location = record.identity.location
-        state.cell = draft.cell
+        state.cell = trace.cell
         state.cache_generation = record.cache_generation
         if record.arg_names is not None:
             state.arg_names = record.arg_names
         self._remember_program(record.identity)
-        draft.trace_number = state.traces
+        trace.trace_number = state.traces
 
-    def _build(self, draft: Draft) -> Event:
-        """A draft's event (made once): its diagnosis, and what its trace's end reported."""
-        if draft.event is not None:
-            return draft.event
-        if draft.end is not None:  # an ended trace nobody followed (one followed is built at its start)
-            self._end(draft)  # its state now: it read it before any trace that ended after it started
-        record = draft.record
+    def _build(self, trace: Trace) -> Event:
+        """A trace's event (made once): its diagnosis, and what its end reported."""
+        if trace.event is not None:
+            return trace.event
+        if trace.end is not None:  # an ended trace nobody followed (one followed is built at its start)
+            self._end(trace)  # its state now: it read it before any trace that ended after it started
+        record = trace.record
         identity = record.identity
-        event = self._event(identity, "trace", draft.diagnosis, draft.trace_number, record.thread,
-                            nested=record.nested, call_site=record.call_site, time=when(draft.time),
-                            cell=draft.cell, test=draft.test)
-        event.seq = draft.seq
-        if draft.new_object and record.binding is not None:  # a re-created function object: where from
+        event = self._event(identity, "trace", trace.diagnosis, trace.trace_number, record.thread,
+                            nested=record.nested, call_site=record.call_site, time=when(trace.time),
+                            cell=trace.cell, test=trace.test)
+        event.seq = trace.seq
+        if trace.new_object and record.binding is not None:  # a re-created function object: where from
             event.created_at = ", ".join(record.binding.lines)
         if self.keep_signatures and record.signature is not None and not identity.internal:
             # A persisted log (one per process of a multi-process run) keeps the argument leaves
             # of each trace, bounded, so that processes can be compared (`_processes`).
             event.signature = signature_column({path: leaf.text
                                                 for path, leaf in record.signature.get().leaves.items()})
-        draft.event = event
-        apply_end(event, draft)
+        trace.event = event
+        apply_end(event, trace)
         return event
 
-    def _opened(self, draft: Draft) -> None:
-        """`draft` is under way on this thread; a nested one remembers the trace it started in."""
-        stack = getattr(self._open, "drafts", None)
+    def _opened(self, trace: Trace) -> None:
+        """`trace` is under way on this thread; a nested one remembers the trace it started in."""
+        stack = getattr(self._open, "traces", None)
         if stack is None:
-            stack = self._open.drafts = []
-        if not draft.record.nested:
+            stack = self._open.traces = []
+        if not trace.record.nested:
             stack.clear()  # (a top-level trace: none is under way, whatever an unreported end left)
         elif stack:
-            draft.caller = stack[-1]
-        stack.append(draft)
+            trace.caller = stack[-1]
+        stack.append(trace)
 
-    def _closed(self, draft: Draft) -> None:
-        stack = getattr(self._open, "drafts", None)
-        if stack and draft in stack:
-            del stack[stack.index(draft):]
+    def _closed(self, trace: Trace) -> None:
+        stack = getattr(self._open, "traces", None)
+        if stack and trace in stack:
+            del stack[stack.index(trace):]
 
-    def on_trace_end(self, draft: Draft, seconds: float | None, graph: GraphStats | None) -> Event | Draft | None:
-        self._closed(draft)
-        draft.seconds, draft.graph = seconds, graph
+    def on_trace_end(self, trace: Trace, seconds: float | None, graph: GraphStats | None) -> bool:
+        self._closed(trace)
+        trace.seconds, trace.graph = seconds, graph
         try:
             with self.lock:
-                draft.end = next(self._ticks)
-                if draft.event is None and not self.log.followed:  # begun, ended and built when read
-                    self._hand(draft)
-                    return draft
-                if draft.event is not None:  # built at its start, followed since
-                    self._end(draft)
-                    apply_end(draft.event, draft)
+                trace.end = next(self._ticks)
+                if trace.event is None and not self.log.followed:  # begun, ended and built when read
+                    return self._hand(trace)
+                if trace.event is not None:  # built at its start, followed since
+                    self._end(trace)
+                    apply_end(trace.event, trace)
                 else:  # followed since it began, not before: its event now, in order
                     self._publish()
-                    self._build(draft)
-                return self._hand(draft)
+                    self._build(trace)
+                return self._hand(trace)
         except Exception as e:
             self.fault("diagnosis", e)
-            return None
+            return False
 
-    def on_trace_failed(self, draft: Draft) -> None:
-        self._closed(draft)
+    def on_trace_failed(self, trace: Trace) -> None:
+        self._closed(trace)
         try:
             with self.lock:
                 self._build_through()  # the traces before it first: it failed after them
                 self._begin_started(next(self._ticks))  # the traces under way do not see it
-                self.state(draft.record.identity.key, draft.record.identity).failed += 1
+                self.state(trace.record.identity.key, trace.record.identity).failed += 1
         except Exception as e:
             self.fault("diagnosis", e)
 
     # ------------------------------------------------------------- compiles
-    def on_lowering(self, handle: Event | Draft | None, record: LoweringRecord) -> Event | None:
+    def on_lowering(self, trace: Trace | None, record: LoweringRecord) -> Event | None:
         try:
             with self.lock:
-                if type(handle) is Draft:  # the compile of a trace just recorded: its event now
-                    event = self._build_through(handle)
+                if trace is not None:  # the compile of a trace just recorded: its event now
+                    event = self._build_through(trace)
                     if event is None:
                         return None
                 else:
                     self._build_through()  # a compile without a new trace: the functions' state as of now
-                    event = handle
+                    event = None
                 if event is not None:
                     state = self.functions.get(event.key)
                     if state is not None and record.signature is not None:
@@ -307,16 +314,15 @@ class Lifecycle:
             self.fault("diagnosis", e)
             return None
 
-    def _build_through(self, draft: Draft | None = None) -> Event | None:
-        """`draft`'s event (with None: none), built with the drafts queued before it: they keep
+    def _build_through(self, trace: Trace | None = None) -> Event | None:
+        """`trace`'s event (with None: none), built with the traces queued before it: they keep
         their place in the queue, and their diagnoses wait there. None, counted, if building fails."""
         try:
-            for item in self._unpublished:
-                if type(item) is Draft:
-                    self._build(item)
-                if item is draft:
+            for queued in self._unpublished:
+                self._build(queued)
+                if queued is trace:
                     break
-            return self._build(draft) if draft is not None else None
+            return self._build(trace) if trace is not None else None
         except Exception as e:
             self.fault("log", e)
             return None
@@ -338,9 +344,9 @@ class Lifecycle:
             diagnosis = diagnose_compile(signature, previous, traced=state.traces > 0)
             state.lowerings = keep(state.lowerings, kept_lowering(signature, previous))
         event = self._event(state.identity, "compile", diagnosis, state.traces, record.thread)
-        return self._hand(event)
+        return event if self._hand_event(event, record.jax_name) is not None else None
 
-    def on_public_trace(self, jax_name: str, seconds: float, thread: int) -> Event | None:
+    def on_public_trace(self, jax_name: str, seconds: float, thread: int) -> Trace | None:
         """A trace seen only through jax.monitoring (reduced mode: JAX outside the range)."""
         try:
             identity = FunctionIdentity(jax_name, "?", 0, "?", f"?::{jax_name}", False, False, "jit", jax_name, "")
@@ -350,7 +356,7 @@ class Lifecycle:
                 n = state.traces
                 event = self._event(identity, "trace", FIRST if n == 1 else REDUCED, n, thread)
                 event.set_seconds(Stage.TRACE, seconds)
-                return self._hand(event)
+                return self._hand_event(event, jax_name)
         except Exception as e:
             self.fault("diagnosis", e)
             return None
@@ -369,13 +375,13 @@ class Lifecycle:
         event.set_xla_cost(cost)
         self.log.updated(event)
 
-    def on_graph(self, handle: Event | Draft, graph: GraphStats) -> None:
+    def on_graph(self, trace: Trace, graph: GraphStats) -> None:
         try:
             with self.lock:
-                event = handle.event if type(handle) is Draft else handle
+                event = trace.event
                 if event is None:  # not built yet: with its build
-                    if handle.graph is None:
-                        handle.graph = graph
+                    if trace.graph is None:
+                        trace.graph = graph
                     return
                 if event.eqns_total is not None:
                     return
@@ -384,12 +390,12 @@ class Lifecycle:
         except Exception as e:
             self.fault("profile", e)
 
-    def on_line_profile(self, handle: Event | Draft, rows: tuple) -> None:
+    def on_line_profile(self, trace: Trace, rows: tuple) -> None:
         try:
             with self.lock:
-                event = handle.event if type(handle) is Draft else handle
+                event = trace.event
                 if event is None:  # not built yet: with its build
-                    handle.profile = rows
+                    trace.profile = rows
                     return
                 if event.line_profile is not None:
                     return
@@ -405,7 +411,6 @@ class Lifecycle:
     def on_cache_key(self, event: Event | None, record: CacheKeyRecord) -> None:
         try:
             if self.cache_keys is not None:
-                event = event if type(event) is Event else None
                 self.cache_keys(event, self._with_arguments(event, record))
         except Exception as e:
             self.fault("persistent cache", e)

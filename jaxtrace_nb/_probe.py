@@ -9,8 +9,13 @@ Two kinds of observation point (where and how they read JAX: `_jax_internals`):
   cache-hit call of a jitted function never reaches Python, so never reaches this code;
 * ``jax.monitoring`` listeners (public API): JAX's trace / lower / XLA compile seconds,
   read with the traced program, the lowering's inputs or the executable from the frame
-  that reports them, and the persistent compilation cache's events (`_listeners`, the
-  base class of `Probe`: this module installs them).
+  that reports them, and the persistent compilation cache's events (`_listeners`: this
+  module installs them).
+
+A trace is one `Trace` from its start to its event: made here at the start, kept on this
+thread's stack of traces under way until JAX reports its end (`_trace_end`), then handed on to
+the listeners to await its lowering and compile. Its program is measured by the `Measurer`
+(`_cost`), the probe's collaborator.
 
 Nothing is wrapped: no frame is added to any trace, lowering or compile, and the user's
 exceptions and tracebacks pass untouched. Outside the supported JAX range only the
@@ -19,7 +24,6 @@ public listeners are installed (traces and their seconds per function name).
 
 from __future__ import annotations
 
-import collections
 import os
 import sys
 import threading
@@ -27,12 +31,10 @@ import weakref
 from typing import Callable
 
 from . import _jax_internals as jaxi
-from ._background import Background
+from ._cost import Measurer
 from ._decode import Decoder
-from ._jax_cache_key import KeyReader
-from ._cost import XlaReads
-from ._listeners import _CACHE_EVENTS, PROFILE_DELAY_S, XLA_COST_SHARE, Listeners
-from ._records import Sink
+from ._listeners import Listeners
+from ._records import Sink, Trace
 from ._vocabulary import JitKind
 
 _TRACEBACKS_EXCLUDED = False  # JAX cannot remove a traceback exclusion: add ours once per process
@@ -42,17 +44,29 @@ _MAX_PENDING_WALK = 512  # frames walked to tell which pending traces are gone
 _MAX_WRAPPERS = 4  # other tools' wrappers of JAX's `test_event` between JAX's call and our hook
 
 
-class Probe(Listeners):
+def _measurers(name: str, doc: str) -> property:
+    """The probe's setting `name`, its `Measurer`'s."""
+    return property(lambda probe: getattr(probe.measurer, name),
+                    lambda probe, value: setattr(probe.measurer, name, value), doc=doc)
+
+
+class _Stack(threading.local):
+    """One thread's top-level traces started and not ended yet, innermost last."""
+
+    def __init__(self):
+        self.traces: list[Trace] = []
+
+
+class Probe:
     """Installs and removes the observation points; forwards typed records to `sink`."""
 
     def __init__(self, sink: Sink):
         self._sink = sink
-        self._tls = threading.local()
+        self._tls = _Stack()
         self._installed = False
-        self._full = False  # installed with the full probe (as `full`, read by the listeners)
         self._hook = None
         self._orig_test_event = None
-        self._listeners: list[tuple[str, object]] = []
+        self._registered: list[tuple] = []  # (unregister, callback) of each listener registered
         self._cache_generation = 0
         self._last_misses: int | None = 0
         # Who JAX's tracing cache holds keys of: the ids read when its entries last went down
@@ -62,29 +76,23 @@ class Probe(Listeners):
         self.internals = jaxi._reduced("not installed")
         self.decoder: Decoder | None = None
         self._cell_label = None
-        self.capture_cost = True  # equation counts, unrolled loops, FLOPs and bytes of each compile
-        self.xla_cost_share = XLA_COST_SHARE  # FLOPs and bytes: read where that costs at most this share
-        self._xla_reads = XlaReads()
         self.nested_helpers = False  # also decode JAX's own jitted helpers traced inside another trace
-        self._helpers: dict[int, tuple] = {}  # id(function) -> (weak reference, a library's own helper)
+        self._helpers: dict[int, weakref.ref] = {}  # id(function) -> a library's own helper, weakly
         self._jax_state: tuple | None = None  # JAX's modules that know the process index
-        self.keys = KeyReader(self._keys_switched)  # the persistent cache's keys, read while the cache is on
-        self._cache_events = _CACHE_EVENTS  # the `jax.monitoring` events `_on_event` handles
-        self._key_notice = ""  # why keys cannot be read on this JAX, said once the cache is used
-        self._profiler = None  # a `_lineprof.LineProfiler`, made at the first profile
-        # id(handle) -> `_listeners._Unmade`: top-level traces whose size and profile are not made yet;
-        # made while XLA compiles them (`_profiling`), or when the log is read (`make_pending`).
-        self._unprofiled: collections.OrderedDict = collections.OrderedDict()
-        # where a compiled trace's size and profile are made, from 5 ms after its lowering on
-        self._profiling = Background("jaxtrace_nb-profile", delay=PROFILE_DELAY_S)
-        # `_Unmade`s handed over at their compiles' ends (`Listeners._after_compile`), the monotonic
-        # seconds of the first and the last, and whether a lookup XLA compiles hurried them
-        self._compiled: collections.deque = collections.deque()
-        self._compiled_lock = threading.Lock()
-        self._compiled_first: float | None = None
-        self._compiled_pid: int | None = None
-        self._last_compiled = 0.0
-        self._compiled_hurried = False
+        self.measurer = Measurer(sink)  # the programs' sizes and line profiles, XLA's figures
+        self.listeners = Listeners(self, sink, self.measurer)
+        self.keys = self.listeners.keys  # the persistent cache's keys, read while the cache is on
+
+    capture_cost = _measurers("capture_cost", "Equation counts, unrolled loops, FLOPs and bytes of each compile.")
+    xla_cost_share = _measurers("xla_cost_share", "XLA's FLOPs and bytes: read where that costs at most this "
+                                                  "share of the compile's seconds.")
+
+    def make_pending(self) -> None:
+        """Measure and profile the traces recorded but not compiled (yet) whose program JAX still holds."""
+        self.measurer.make_pending()
+
+    def forget_unprofiled(self) -> None:
+        self.measurer.forget()
 
     @property
     def cell_label(self):
@@ -121,24 +129,25 @@ class Probe(Listeners):
             if failure:
                 self.internals = jaxi._reduced(f"{self.internals.reason}, and its self-check failed ({failure})",
                                                self.internals.version)
-        self._register("duration", self._on_duration)
-        self._register("event", self._on_event)
+        self._register("duration", self.listeners.on_duration)
+        self._register("event", self.listeners.on_event)
         if self.internals.full:
             self.decoder = Decoder(self.internals)
             self.decoder.cell_label = self.cell_label
+            self.measurer.attach(self.decoder)
             cache_info = self.internals.trace_cache_info
             self._last_misses = cache_info().misses if cache_info is not None else None
             self._install_hook(self.internals.layout)
             _exclude_from_tracebacks()
             try:
-                self._key_notice = self.keys.install()
+                self.listeners.key_notice = self.keys.install()
             except Exception as e:
                 self._sink.fault("install", e)
         self._installed = True
-        self._full = self.internals.full
+        self.listeners.attach(self.decoder, self.internals.full)
         if self.internals.full:
             return f"jaxtrace_nb: {self.internals.reason}; self-check passed, recording in full." if newer else ""
-        if not self._listeners:  # JAX < 0.8.1: jax.monitoring cannot remove a listener again
+        if not self._registered:  # JAX < 0.8.1: jax.monitoring cannot remove a listener again
             return (f"jaxtrace_nb: {self.internals.reason}, and its jax.monitoring cannot unregister "
                     "a listener; recording nothing.")
         return (f"jaxtrace_nb: {self.internals.reason}; recording traces and their seconds per "
@@ -147,12 +156,12 @@ class Probe(Listeners):
     def uninstall(self) -> None:
         if not self._installed:
             return
-        for unregister, callback in self._listeners:
+        for unregister, callback in self._registered:
             try:
                 unregister(callback)
             except Exception:
                 pass
-        self._listeners = []
+        self._registered = []
         try:
             self.keys.uninstall()
         except Exception:
@@ -165,7 +174,9 @@ class Probe(Listeners):
                 self._hook.active = False
         self._hook = None
         self.decoder = None
-        self._installed = self._full = False
+        self.measurer.attach(None)
+        self.listeners.attach(None, False)
+        self._installed = False
 
     def process_index(self) -> int | None:
         """JAX's process index, read without initializing JAX's backends (None until JAX knows it).
@@ -196,7 +207,7 @@ class Probe(Listeners):
             return  # never register what we could not remove again
         register, unregister = api
         register(callback)
-        self._listeners.append((unregister, callback))
+        self._registered.append((unregister, callback))
 
     def _install_hook(self, layout) -> None:
         module, event = layout.hook_module, layout.event
@@ -222,31 +233,27 @@ class Probe(Listeners):
                 frame = _announcing(frame, bodies)
                 if frame is None:
                     return
-            record, token = self._trace_record(frame)
+            trace = self._trace(frame)
         except Exception as e:
             self._sink.fault("probe", e)
             return
-        if record is None:
+        if trace is None:
             return
-        if record.nested:  # JAX reports no end of a nested trace: it is complete as far as we see
-            handle = self._sink.on_trace(record)  # may raise RetraceError, by design
-            if handle is not None:
-                self._sink.on_trace_end(handle, None, None)
+        if trace.record.nested:  # JAX reports no end of a nested trace: it is complete as far as we see
+            if self._sink.on_trace(trace):  # may raise RetraceError, by design
+                self._sink.on_trace_end(trace, None, None)
             return
         # Completed by the trace-duration event of the same trace (same debug info object). A
         # top-level trace may start inside another (an eager computation under
-        # ``jax.ensure_compile_time_eval`` compiles at trace time): the pending traces are a stack,
+        # ``jax.ensure_compile_time_eval`` compiles at trace time): the traces under way are a stack,
         # and those gone from it count as attempts before this trace reads its function's state.
-        pending = self._tls.__dict__.get("pending")
-        if pending is None:
-            pending = self._tls.pending = []
-        elif pending:
-            self._fail_gone(pending, frame)
-        handle = self._sink.on_trace(record)  # may raise RetraceError, by design
-        if handle is not None:
-            pending.append((token, record.identity.jax_name, handle, id(frame), frame.f_code))
+        traces = self._tls.traces
+        if traces:
+            self._fail_gone(traces, frame)
+        if self._sink.on_trace(trace):  # may raise RetraceError, by design
+            traces.append(trace)
 
-    def _fail_gone(self, pending: list, frame) -> None:
+    def _fail_gone(self, traces: list[Trace], frame) -> None:
         """The pending traces whose frame is no longer on the stack under `frame` never completed:
         they raised, or their end was lost.
 
@@ -266,14 +273,54 @@ class Probe(Listeners):
             f = f.f_back
         else:
             alive = None  # a stack this deep: decided at their ends instead
-        while alive is not None and pending and alive.get(pending[-1][3]) is not pending[-1][4]:
-            self._sink.on_trace_failed(pending.pop()[2])
-        while len(pending) >= _MAX_PENDING:
-            self._sink.on_trace_failed(pending.pop(0)[2])
+        while alive is not None and traces and alive.get(traces[-1].frame) is not traces[-1].code:
+            self._sink.on_trace_failed(traces.pop())
+        while len(traces) >= _MAX_PENDING:
+            self._sink.on_trace_failed(traces.pop(0))
 
-    def _trace_record(self, frame) -> tuple:
-        """(the trace's record, its pairing token), or (None, None) for a trace not recorded;
-        `frame` is JAX's announcing function's."""
+    def _trace_end(self, duration: float) -> Trace | None:
+        """A top-level trace finished (the listeners' report): the pending trace this event is
+        its own, ended and recorded, or None.
+
+        JAX reports the duration of the call of its cached tracing function, so the event
+        also comes when nothing was traced; it belongs to a pending trace only if it carries
+        the same debug info object (the innermost pending one, unless those inside it raised).
+        """
+        traces = self._tls.traces
+        if not traces:
+            return None
+        layout = self.internals.layout
+        for walk in (False, True):  # where it was last time; if that is not its trace, frame by frame
+            local = jaxi.trace_end_locals(layout, walk)
+            if local is None:
+                return None
+            token = id(local.get(layout.end_token))
+            if token == traces[-1].token:
+                break
+        else:  # the reporting frame's trace is not the innermost one pending
+            for i in range(len(traces) - 2, -1, -1):
+                if traces[i].token == token:
+                    break
+            else:
+                return None  # a trace not recorded, or a hit of JAX's tracing cache
+            while len(traces) > i + 1:  # started inside it and never ended: they raised
+                self._sink.on_trace_failed(traces.pop())
+        trace = traces.pop()
+        jaxpr = local.get("jaxpr")
+        if jaxpr is None:  # it raised: JAX cached nothing, and no trace is recorded
+            self._sink.on_trace_failed(trace)
+            return None
+        # Its size, unrolled loop and line profile are made off the trace path (`Measurer`); a
+        # program that cannot be referred to weakly is measured now.
+        graph = self.measurer.at_end(trace, jaxpr)
+        if not self._sink.on_trace_end(trace, duration, graph):
+            return None
+        self.measurer.wait(trace)
+        return trace
+
+    def _trace(self, frame) -> Trace | None:
+        """The trace JAX announces (`frame`: its announcing function's), with its record and what
+        pairs it with its end; None for a trace not recorded."""
         internals = self.internals
         layout = internals.layout
         nested = not internals.is_top_level()
@@ -281,13 +328,13 @@ class Probe(Listeners):
         if skip_helpers:  # a library's own helper inside a trace: no view shows it unless asked
             fun = layout.jitted(frame)
             known = self._helpers.get(id(fun)) if fun is not None else None
-            if known is not None and known[1] and known[0]() is fun:
-                return None, None
+            if known is not None and known() is fun:
+                return None
         local, debug_info = layout.begin(frame)
         if getattr(debug_info, "traced_for", None) != "jit":
-            return None, None
+            return None
         if skip_helpers and self._is_helper(frame, local, debug_info):
-            return None, None
+            return None
         decoder = self.decoder
         cache_info = internals.trace_cache_info
         evicted = False
@@ -306,13 +353,13 @@ class Probe(Listeners):
             record = decoder.plain_jit_record(plain, nested=nested, thread=thread,
                                               cache_generation=self._cache_generation, frame=frame)
             if record is not None:
-                return (record._replace(evicted=True) if evicted else record), plain.token
+                return _paired(record._replace(evicted=True) if evicted else record, plain.token, frame)
         start = layout.read(frame, local)
         if start is None:
-            return None, None
+            return None
         record = decoder.trace_record(start, nested=nested, thread=thread, cache_generation=self._cache_generation,
                                       on_fault=self._sink.fault, frame=frame)
-        return (record._replace(evicted=True) if evicted else record), start.token
+        return _paired(record._replace(evicted=True) if evicted else record, start.token, frame)
 
     def _evicted(self, fun, gap: int, nested: bool) -> bool:
         """Whether JAX's tracing cache holds no key of `fun` (traced before or not): its keys went
@@ -338,7 +385,7 @@ class Probe(Listeners):
         function (not a library's jit wrapper around a user's function) that a library jitted
         (`Decoder.library_jitted`); one the user jitted (``jax.jit(optax.safe_norm)`` inside the
         user's step) is the user's. A helper its module jits where it defines it (JAX's ``jnp``
-        functions) is kept per function object (weakly), for `_trace_record` to find before it
+        functions) is kept per function object (weakly), for `_trace` to find before it
         reads the trace's arguments; the others are decided at each trace, by their caller."""
         fun = self.internals.layout.fun(frame, local)
         decoder = self.decoder
@@ -353,8 +400,14 @@ class Probe(Listeners):
         helpers = self._helpers
         if len(helpers) >= _MAX_HELPER_VERDICTS:
             helpers.clear()
-        helpers[id(fun)] = (ref, True)
+        helpers[id(fun)] = ref
         return True
+
+
+def _paired(record, token: int, frame) -> Trace:
+    """A trace of `record`, paired with its end by JAX's `token` and its announcing `frame` (by the
+    frame's id and code: a frame object's id is stable while its function runs)."""
+    return Trace(record, record.identity.jax_name, token, id(frame), frame.f_code)
 
 
 def _announcing(frame, bodies: tuple):

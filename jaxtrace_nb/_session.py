@@ -35,7 +35,7 @@ class Session:
         self.cache = CacheExplainer(self.log, fault=self.fault, host=self._hostname, place=self._source_place,
                                     is_library=self._is_library)
         self.lifecycle.cache_keys = self.cache.submit
-        self.log.before_read = self.settle
+        self.log.before_read = self.settle  # (its one owner: what the probe and lifecycle hold, in)
         self.current_cell: int | None = None
         self.current_test: str | None = None  # the pytest node id of the test running (the pytest plugin)
         self.notice = ""

@@ -236,17 +236,17 @@ class _ExplainedMisses(logging.Handler):
         self.every: dict = {}  # id(draft) -> JAX's categories of the new key's difference from each earlier key
         on_trace = session.lifecycle.on_trace
 
-        def tagged(record):
+        def tagged(trace):
             every = _categories_against_every_earlier_key()
-            pending = on_trace(record)
+            recorded = on_trace(trace)
             latest, self.latest = self.latest, None
-            if pending is not None:
-                self.started[record.identity.jax_name] = pending
-                if latest is not None and latest[0] == record.identity.jax_name:
-                    self.by_draft.append((pending, latest))
+            if recorded:
+                self.started[trace.name] = trace
+                if latest is not None and latest[0] == trace.name:
+                    self.by_draft.append((trace, latest))
                 if every is not None:
-                    self.every[id(pending)] = every
-            return pending
+                    self.every[id(trace)] = every
+            return recorded
 
         self.on_trace = tagged
 

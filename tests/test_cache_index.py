@@ -323,7 +323,7 @@ def test_with_the_persistent_cache_off_nothing_of_jax_is_rebound_and_no_key_is_r
     from jax._src import cache_key, compilation_cache
 
     from jaxtrace_nb._jax_cache_key import KeyReader
-    from jaxtrace_nb._probe import Probe
+    from jaxtrace_nb._listeners import Listeners
 
     if compilation_cache.is_persistent_cache_enabled():
         pytest.skip("this process runs with JAX's persistent cache on")
@@ -331,18 +331,19 @@ def test_with_the_persistent_cache_off_nothing_of_jax_is_rebound_and_no_key_is_r
     monkeypatch.setattr(KeyReader, "begin", lambda self, frame: calls.append("begin"))
     probe = jt.get_session().probe
     theirs = (cache_key.hashlib, cache_key._log_cache_key_hash)
-    assert not probe.keys.on and "_duration" not in vars(probe) and probe._on_duration.__func__ is \
-        Probe._on_duration
+    listeners = probe.listeners
+    assert not probe.keys.on and "_duration" not in vars(listeners) and listeners.on_duration.__func__ is \
+        Listeners.on_duration
     assert (type(theirs[0]).__name__, theirs[1].__module__) == ("module", "jax._src.cache_key")
     jax.jit(lambda x: x * 3 + 1)(jnp.ones(5))
     assert calls == [] and jt.log()["persistent_cache"].isna().all()
     try:  # turned on (no compile while on: JAX would open this cache for the whole process)
         jax.config.update("jax_compilation_cache_dir", "/nonexistent/jaxtrace-test-cache")
-        assert probe.keys.on and cache_key.hashlib is not theirs[0] and "_duration" in vars(probe)
+        assert probe.keys.on and cache_key.hashlib is not theirs[0] and "_duration" in vars(listeners)
     finally:
         jax.config.update("jax_compilation_cache_dir", None)
     assert not probe.keys.on and (cache_key.hashlib, cache_key._log_cache_key_hash) == theirs
-    assert "_duration" not in vars(probe)
+    assert "_duration" not in vars(listeners)
 
 
 def test_stop_gives_jax_back_its_own_cache_key_functions_and_option_hooks(tmp_path):

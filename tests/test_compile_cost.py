@@ -345,11 +345,11 @@ def test_xla_figures_are_read_only_where_their_predicted_cost_fits_the_share(jt,
     assert none["compile_s"] > 0 and pd_isna(none["flops"]) and pd_isna(none["arg_bytes"])
     monkeypatch.setattr(probe, "xla_cost_share", 1.0)
     free, costly = ((1, 0.0), (2, 0.0)), ((1, 1e9), (2, 1e9))  # as if reading cost nothing / 1e9 s
-    monkeypatch.setattr(probe, "_xla_reads", XlaReads(prior=(free, costly)))
+    monkeypatch.setattr(probe.measurer, "_xla_reads", XlaReads(prior=(free, costly)))
     jax.jit(lambda p: jax.tree.map(lambda a: a * 3, p))(params)
     flops_only = jt.log(internal=False).iloc[-1]
     assert flops_only["flops"] == 8 * 2 and pd_isna(flops_only["arg_bytes"])
-    monkeypatch.setattr(probe, "_xla_reads", XlaReads(prior=(costly, free)))
+    monkeypatch.setattr(probe.measurer, "_xla_reads", XlaReads(prior=(costly, free)))
     jax.jit(lambda p: jax.tree.map(lambda a: a * 4, p))(params)
     bytes_only = jt.log(internal=False).iloc[-1]
     assert pd_isna(bytes_only["flops"]) and bytes_only["arg_bytes"] == 8 * 2 * 4 and bytes_only["out_bytes"] > 0

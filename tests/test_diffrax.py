@@ -31,15 +31,15 @@ def _signatures(monkeypatch, calls) -> list:
     from jaxtrace_nb._session import get_session
 
     probe = get_session().probe
-    original, found = probe._trace_record, []
+    original, found = probe._trace, []
 
     def capture(frame):
-        record, token = original(frame)
-        if record is not None and record.identity.name == "diffeqsolve":
-            found.append(record.signature.get())
-        return record, token
+        trace = original(frame)
+        if trace is not None and trace.record.identity.name == "diffeqsolve":
+            found.append(trace.record.signature.get())
+        return trace
 
-    monkeypatch.setattr(probe, "_trace_record", capture)
+    monkeypatch.setattr(probe, "_trace", capture)
     for call in calls:
         call()
     monkeypatch.undo()

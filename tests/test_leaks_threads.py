@@ -12,7 +12,7 @@ import numpy as np
 import jaxtrace_nb as jt
 from jaxtrace_nb import _lifecycle
 from jaxtrace_nb._log import Event, now
-from jaxtrace_nb._records import FunctionIdentity, TraceRecord
+from jaxtrace_nb._records import FunctionIdentity, Trace, TraceRecord
 from jaxtrace_nb._session import Session, get_session
 from jaxtrace_nb._signature import Signature, array_leaf, static_leaf
 from jaxtrace_nb._values import summarize_static
@@ -144,7 +144,12 @@ def test_function_state_is_bounded(monkeypatch):
         return TraceRecord(identity, False, signature, None, 1, None, 0, None)
 
     life = session.lifecycle
-    marks = _memory_marks(lambda k: life.on_trace_end(life.on_trace(info(k)), 0.001, None), 8_000, 2_000)
+    def trace(k: int) -> None:
+        started = Trace(info(k), f"step_{k}")
+        life.on_trace(started)
+        life.on_trace_end(started, 0.001, None)
+
+    marks = _memory_marks(trace, 8_000, 2_000)
     assert len(session.functions) == 500
     assert len(session.log.events()) == 1_000 and session.log.dropped == 7_000
     assert _plateau(marks), marks

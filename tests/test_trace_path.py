@@ -424,12 +424,12 @@ def test_a_trace_whose_end_never_came_fails_at_the_end_of_the_trace_around_it(jt
     original, dropped = type(probe)._trace_end, []
 
     def trace_end(self, duration):
-        pending = self._tls.__dict__.get("pending")
-        if not dropped and pending and len(pending) == 2:  # the inner trace's own end only: JAX
+        pending = self._tls.traces
+        if not dropped and len(pending) == 2:  # the inner trace's own end only: JAX
             layout = self.internals.layout  # also reports the seconds of tracing-cache hits
             local = _jax_internals.trace_end_locals(layout, True)
-            if local is not None and id(local.get(layout.end_token)) == pending[-1][0]:
-                dropped.append(pending[-1][1])
+            if local is not None and id(local.get(layout.end_token)) == pending[-1].token:
+                dropped.append(pending[-1].name)
                 return None
         return original(self, duration)
 
@@ -442,7 +442,7 @@ def test_a_trace_whose_end_never_came_fails_at_the_end_of_the_trace_around_it(jt
         return x * table[: x.shape[0]]
 
     f(jnp.ones(6))
-    assert dropped and probe._tls.pending == []
+    assert dropped and probe._tls.traces == []
     df = jt.log()
     outer = df[df["function"].str.endswith("f")]
     assert outer["cause"].tolist() == ["first"] and outer["trace_s"].notna().all()
@@ -482,11 +482,11 @@ def test_a_pending_trace_whose_end_never_came_fails_at_the_next_start(jt, monkey
     original, dropped = type(probe)._trace_end, []
 
     def trace_end(self, duration):
-        pending = self._tls.__dict__.get("pending")
-        if not dropped and pending and pending[-1][1] == "g":  # g's own end only (JAX 0.8 reports nested ones)
+        pending = self._tls.traces
+        if not dropped and pending and pending[-1].name == "g":  # g's own end only (JAX 0.8 reports nested ones)
             layout = self.internals.layout
             local = _jax_internals.trace_end_locals(layout, True)
-            if local is not None and id(local.get(layout.end_token)) == pending[-1][0]:
+            if local is not None and id(local.get(layout.end_token)) == pending[-1].token:
                 dropped.append(duration)
                 return None
         return original(self, duration)
@@ -505,7 +505,7 @@ def test_a_pending_trace_whose_end_never_came_fails_at_the_next_start(jt, monkey
     h(x2)
     h(x3)
     g(x4)  # (JAX cached its first trace: a new shape traces again)
-    assert len(probe._tls.pending) == 0 and dropped
+    assert len(probe._tls.traces) == 0 and dropped
     df = jt.log(internal=False)
     assert df[df["kind"] == "trace"]["cause"].tolist() == ["first", "shape", "first"]
     assert "earlier attempt" in df[df["kind"] == "trace"]["explanation"].iloc[-1]
@@ -520,12 +520,13 @@ def test_pending_traces_whose_frames_are_gone_fail_and_the_pending_stay_bounded(
     is not it."""
     from jaxtrace_nb import _probe
     from jaxtrace_nb._probe import _MAX_PENDING, Probe
+    from jaxtrace_nb._records import Trace
 
     class Sink:
         failed: list = []
 
-        def on_trace_failed(self, handle):
-            self.failed.append(handle)
+        def on_trace_failed(self, trace):
+            self.failed.append(trace.name)
 
     probe = Probe(Sink())
     frame = sys._getframe()
@@ -534,20 +535,20 @@ def test_pending_traces_whose_frames_are_gone_fail_and_the_pending_stay_bounded(
     def start(pending, own=False):  # a trace starting in a call made under this test's frame
         new = sys._getframe()
         if own:
-            pending.append((3, "s", "own frame", id(new), new.f_code))
+            pending.append(Trace(None, "own frame", 3, id(new), new.f_code))
         probe._fail_gone(pending, new)
 
-    pending = [(0, "f", "outer", *here), (1, "g", "gone", id(object()), frame.f_code),
-               (2, "h", "other code", id(frame), start.__code__)]
+    pending = [Trace(None, "outer", 0, *here), Trace(None, "gone", 1, id(object()), frame.f_code),
+               Trace(None, "other code", 2, id(frame), start.__code__)]
     start(pending, own=True)
-    assert [p[2] for p in pending] == ["outer"] and Sink.failed == ["own frame", "other code", "gone"]
+    assert [p.name for p in pending] == ["outer"] and Sink.failed == ["own frame", "other code", "gone"]
     Sink.failed.clear()
-    pending = [(i, "f", i, *here) for i in range(_MAX_PENDING + 5)]
+    pending = [Trace(None, i, i, *here) for i in range(_MAX_PENDING + 5)]
     start(pending)
     assert len(pending) == _MAX_PENDING - 1 and Sink.failed == list(range(6))
     Sink.failed.clear()
     monkeypatch.setattr(_probe, "_MAX_PENDING_WALK", 2)  # this test's frame is deeper than that
-    pending = [(i, "f", i, id(object()), frame.f_code) for i in range(_MAX_PENDING + 2)]
+    pending = [Trace(None, i, i, id(object()), frame.f_code) for i in range(_MAX_PENDING + 2)]
     start(pending)
     assert len(pending) == _MAX_PENDING - 1 and Sink.failed == [0, 1, 2]
 

@@ -227,11 +227,11 @@ def _read_both_ways(f, calls: list, monkeypatch) -> tuple[list, list, list]:
             compared.append((fast, slow))
         return original(frame)
 
-    original = probe._trace_record
+    original = probe._trace
     jt.reset()
     jt.start()
     try:
-        monkeypatch.setattr(probe, "_trace_record", checked)
+        monkeypatch.setattr(probe, "_trace", checked)
         for args, kwargs in calls:
             f.trace(*args, **kwargs)
     finally:

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxtrace_nb import _listeners
+from jaxtrace_nb import _cost
 from jaxtrace_nb._census import census, optimal_buckets, parse_shape, pick, schemes, simplest, suggestion_text
 from jaxtrace_nb._lineprof import OTHER, profile_rows
 from jaxtrace_nb._log import Event
@@ -114,7 +114,7 @@ def _walks_by_thread(monkeypatch) -> list:
 
 
 def _measures_by_thread(monkeypatch) -> list:
-    return _threads_calling(monkeypatch, _listeners, "graph_stats")
+    return _threads_calling(monkeypatch, _cost, "graph_stats")
 
 
 def test_a_compiled_programs_profile_is_made_in_a_thread_of_our_own(jt, monkeypatch):
@@ -132,7 +132,7 @@ def test_a_compiled_programs_profile_is_made_in_a_thread_of_our_own(jt, monkeypa
 
     jax.jit(g)(x)
     deadline = time.monotonic() + 30
-    while probe._unprofiled and time.monotonic() < deadline:  # no read meanwhile: the thread's turn
+    while probe.measurer._unprofiled and time.monotonic() < deadline:  # no read meanwhile: the thread's turn
         time.sleep(0.01)
     assert threads == ["jaxtrace_nb-profile"]
     (event,) = [e for e in jt.get_session().log.events() if e.function.endswith("g")]
@@ -151,7 +151,7 @@ def test_a_read_before_the_thread_gets_to_a_profile_makes_it_itself(jt, monkeypa
     jt.get_session().log.events()
     threads = _walks_by_thread(monkeypatch)
     held, running = threading.Event(), threading.Event()
-    probe._profiling.submit(lambda _: running.set() or held.wait(30), None)
+    probe.measurer._profiling.submit(lambda _: running.set() or held.wait(30), None)
     assert running.wait(30)
 
     def h(x):
@@ -163,7 +163,7 @@ def test_a_read_before_the_thread_gets_to_a_profile_makes_it_itself(jt, monkeypa
     assert sum(own for _, own, _ in profile_rows(event.line_profile)) == event.eqns_total == 2
     done = threading.Event()
     held.set()
-    probe._profiling.submit(lambda _: done.set(), None)
+    probe.measurer._profiling.submit(lambda _: done.set(), None)
     assert done.wait(30)
     assert threads == [threading.current_thread().name]  # the thread found nothing left to make
     assert jt.faults() == {}
@@ -183,7 +183,7 @@ def test_a_traces_size_and_unrolled_loop_are_measured_off_the_trace_path(jt, mon
 
     jax.jit(simulate_again)(jnp.array([1.0, 0.0]), 0.05)
     deadline = time.monotonic() + 30
-    while probe._unprofiled and time.monotonic() < deadline:
+    while probe.measurer._unprofiled and time.monotonic() < deadline:
         time.sleep(0.01)
     assert measured and set(measured) == {"jaxtrace_nb-profile"}  # (with JAX's own helpers it compiles)
     (event,) = [e for e in jt.get_session().log.events() if e.function.endswith("simulate_again")]
@@ -210,7 +210,7 @@ def test_a_compile_that_ends_before_our_thread_measures_its_program_itself_if_xl
     jt.get_session().log.events()
     measured, walked = _measures_by_thread(monkeypatch), _walks_by_thread(monkeypatch)
     held, running = threading.Event(), threading.Event()
-    probe._profiling.submit(lambda _: running.set() or held.wait(30), None)
+    probe.measurer._profiling.submit(lambda _: running.set() or held.wait(30), None)
     assert running.wait(30)
 
     def k(x):
@@ -218,11 +218,11 @@ def test_a_compile_that_ends_before_our_thread_measures_its_program_itself_if_xl
 
     jax.jit(k)(x)
     me = threading.current_thread().name
-    assert measured == ([me] if share == "unbounded" else []) and walked == [] and len(probe._unprofiled) == 1
+    assert measured == ([me] if share == "unbounded" else []) and walked == [] and len(probe.measurer._unprofiled) == 1
     done = threading.Event()
     held.set()
-    probe._profiling.submit(lambda _: done.set(), None)
-    assert done.wait(30) and not probe._unprofiled
+    probe.measurer._profiling.submit(lambda _: done.set(), None)
+    assert done.wait(30) and not probe.measurer._unprofiled
     assert measured == ([me] if share == "unbounded" else ["jaxtrace_nb-profile"])
     assert walked == ["jaxtrace_nb-profile"]
     (event,) = [e for e in jt.get_session().log.events() if e.function.endswith("k")]
@@ -233,21 +233,25 @@ def test_a_compile_that_ends_before_our_thread_measures_its_program_itself_if_xl
 
 
 def test_a_job_left_behind_makes_nothing_of_another_trace_under_the_same_key(jt, monkeypatch):
-    """A job carries its own `_Unmade`: where a read or a reset took it and another took its key
-    (the handle's id, reused), the job makes nothing of that other one."""
-    probe = jt.get_session().probe
+    """A job carries its own `Trace`: where a read or a reset took it and another took its key
+    (the trace's id, reused), the job makes nothing of that other one."""
+    from jaxtrace_nb._records import Trace
+
+    measurer = jt.get_session().probe.measurer
     made = []
-    monkeypatch.setattr(probe, "_make", made.append)
-    handle = object()
-    left, other = (_listeners._Unmade(handle, lambda: None, lambda f, n: f"{f}:{n}") for _ in range(2))
-    probe._unprofiled[id(handle)] = other
+    monkeypatch.setattr(measurer, "_make", made.append)
+    left, other = Trace(None, "left"), Trace(None, "other")
+    unprofiled = measurer._unprofiled
+    unprofiled[id(left)] = other  # (as if `other` had taken the id of `left`, gone)
     try:
-        probe._make_later(left)
-        assert made == [] and probe._unprofiled[id(handle)] is other
-        probe._make_later(other)
-        assert made == [other] and id(handle) not in probe._unprofiled
+        measurer._make_later(left)
+        assert made == [] and unprofiled[id(left)] is other
+        unprofiled[id(other)] = unprofiled.pop(id(left))
+        measurer._make_later(other)
+        assert made == [other] and id(other) not in unprofiled
     finally:
-        probe._unprofiled.pop(id(handle), None)
+        unprofiled.pop(id(left), None)
+        unprofiled.pop(id(other), None)
 
 
 def test_a_trace_evicted_from_those_waiting_is_measured_and_its_profile_given_up(jt, monkeypatch):
@@ -255,7 +259,7 @@ def test_a_trace_evicted_from_those_waiting_is_measured_and_its_profile_given_up
     the spot (its size and loop, as at every trace's end before) and not walked on the trace path."""
     import threading
 
-    monkeypatch.setattr(_listeners, "_MAX_UNPROFILED", 1)
+    monkeypatch.setattr(_cost, "_MAX_UNPROFILED", 1)
     x = jnp.ones(3)
     jt.get_session().log.events()
     measured, walked = _measures_by_thread(monkeypatch), _walks_by_thread(monkeypatch)
@@ -778,23 +782,23 @@ _SERVED_BY_THE_CACHE = textwrap.dedent("""
         from jax._src import compilation_cache
         compilation_cache.is_cache_used = lambda backend: False
     import jaxtrace_nb as jt
-    from jaxtrace_nb import _jax_internals as jaxi, _listeners
+    from jaxtrace_nb import _jax_internals as jaxi, _cost
     from jaxtrace_nb._lineprof import LineProfiler
 
     queued, walks, phase = [], [], ["miss"]
     COUNT_JAX_EVENTS
-    queue, profile = _listeners.Listeners._make_in_thread, LineProfiler.profile
-    _listeners.Listeners._make_in_thread = lambda self, unmade, delay=None: (
-        queued.append((phase[0], dict(seen), delay)), queue(self, unmade, delay))[1]
-    after_compile = _listeners.Listeners._after_compile
-    _listeners.Listeners._after_compile = lambda self, unmade: (
-        queued.append((phase[0], dict(seen), "at its end")), after_compile(self, unmade))[1]
+    queue, profile = _cost.Measurer._make_in_thread, LineProfiler.profile
+    _cost.Measurer._make_in_thread = lambda self, trace, delay=None: (
+        queued.append((phase[0], dict(seen), delay)), queue(self, trace, delay))[1]
+    after_compile = _cost.Measurer._after_compile
+    _cost.Measurer._after_compile = lambda self, trace: (
+        queued.append((phase[0], dict(seen), "at its end")), after_compile(self, trace))[1]
     LineProfiler.profile = lambda self, *a, **k: (walks.append((phase[0], threading.current_thread().name)),
                                                   profile(self, *a, **k))[1]
 
     def drain():
         done = threading.Event()
-        jt.get_session().probe._profiling.submit(lambda _: done.set(), None, 0.0)  # (after those queued)
+        jt.get_session().probe.measurer._profiling.submit(lambda _: done.set(), None, 0.0)  # (after those queued)
         assert done.wait(60)
 
     jt.start()
@@ -850,12 +854,12 @@ _SERVED_BACK_TO_BACK = textwrap.dedent("""
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     import jaxtrace_nb as jt
-    from jaxtrace_nb import _jax_internals as jaxi, _listeners
+    from jaxtrace_nb import _jax_internals as jaxi, _cost
     from jaxtrace_nb._lineprof import LineProfiler
 
     case = sys.argv[2]
-    _listeners.AFTER_COMPILE_DELAY_S = {"quiet": 1.0, "lookup": 30.0, "at the latest": 30.0}[case]
-    _listeners.MAX_AFTER_COMPILE_WAIT_S = {"quiet": 60.0, "lookup": 60.0, "at the latest": 1.0}[case]
+    _cost.AFTER_COMPILE_DELAY_S = {"quiet": 1.0, "lookup": 30.0, "at the latest": 30.0}[case]
+    _cost.MAX_AFTER_COMPILE_WAIT_S = {"quiet": 60.0, "lookup": 60.0, "at the latest": 1.0}[case]
     walks = []
     COUNT_JAX_EVENTS
     profile = LineProfiler.profile
@@ -912,8 +916,8 @@ def test_a_hand_off_at_a_compiles_end_never_waits_for_our_thread():
     queues a job of its own (the parent's job is not in the child's thread)."""
     import os
 
-    from jaxtrace_nb import _listeners
-    from jaxtrace_nb._probe import Probe
+    from jaxtrace_nb._cost import Measurer
+    from jaxtrace_nb._records import Trace
 
     class Jobs:
         def __init__(self):
@@ -922,18 +926,20 @@ def test_a_hand_off_at_a_compiles_end_never_waits_for_our_thread():
         def submit(self, job, argument, delay=None):
             self.submitted.append((job.__name__, argument, delay))
 
-    probe = Probe(None)
-    probe._profiling = jobs = Jobs()
-    unmade = [_listeners._Unmade(object(), lambda: None, str) for _ in range(4)]
-    with probe._compiled_lock:
-        probe._after_compile(unmade[0])
-    assert jobs.submitted == [("_make_later", unmade[0], _listeners.AFTER_COMPILE_DELAY_S)] and not probe._compiled
-    probe._after_compile(unmade[1])  # the first to wait: one job for all
-    probe._after_compile(unmade[2])
+    measurer = Measurer(None)
+    measurer._profiling = jobs = Jobs()
+    unmade = [Trace(None, "f") for _ in range(4)]
+    for trace in unmade:
+        trace.program = lambda: None
+    with measurer._compiled_lock:
+        measurer._after_compile(unmade[0])
+    assert jobs.submitted == [("_make_later", unmade[0], _cost.AFTER_COMPILE_DELAY_S)] and not measurer._compiled
+    measurer._after_compile(unmade[1])  # the first to wait: one job for all
+    measurer._after_compile(unmade[2])
     assert [name for name, _, _ in jobs.submitted] == ["_make_later", "_walk_compiled"]
-    assert list(probe._compiled) == unmade[1:3] and probe._compiled_pid == os.getpid()
-    probe._compiled_pid = -1  # as in a forked child: the job waiting is the parent's
-    probe._after_compile(unmade[3])
+    assert list(measurer._compiled) == unmade[1:3] and measurer._compiled_pid == os.getpid()
+    measurer._compiled_pid = -1  # as in a forked child: the job waiting is the parent's
+    measurer._after_compile(unmade[3])
     assert [name for name, _, _ in jobs.submitted] == ["_make_later", "_walk_compiled", "_walk_compiled"]
     assert all(u.queued for u in unmade)
 
