@@ -182,7 +182,7 @@ def _blocks(jt, session, params, x, blocks: int, rounds: int) -> dict:
 
     As in a training loop, a round's program lives on while the next round runs (its function and
     JAX's trace of it), so that our thread's walk of a hit falls in the next round's work (at its
-    miss's lookup: `_listeners.AFTER_COMPILE_DELAY_S`; in-memory caches are cleared before the hit
+    miss's lookup: `_measure.AFTER_COMPILE_DELAY_S`; in-memory caches are cleared before the hit
     only: a new function misses them anyway). A block's end finishes our work as a read of the log does (the programs not walked yet
     walked there, the index writer's records written): not by waiting for our thread, whose jobs
     start after a delay, time in which it does no work."""
@@ -244,7 +244,7 @@ def _warm_start(jt, session, params, x, rounds: int, programs: int) -> dict:
 # size (`measure`) and line profile run in our own thread (`_background`) while XLA compiles.
 _LISTENER_PARTS = (("_probe", "Probe", "_on_trace_start"), ("_listeners", "Listeners", "on_duration"),
                    ("_listeners", "Listeners", "on_event"), ("_probe", "Probe", "_trace_end"),
-                   ("_cost", "Measurer", "_profile"), ("_cost", "Measurer", "measure"),
+                   ("_measure", "Measurer", "_profile"), ("_measure", "Measurer", "measure"),
                    ("_listeners", "Listeners", "_xla_cost"))
 
 
@@ -294,7 +294,7 @@ def _listener_parts(jt, session, params, x, rounds: int) -> dict:
 
 
 # MLP steps of (layers, width) from 27 to 2,694 equations: what reading XLA's figures costs
-# against the compile, which `_cost.XLA_READ_S_PER_EQN` and `_listeners.XLA_COST_SHARE` rest on.
+# against the compile, which `_cost.XLA_READ_S_PER_EQN` and `_measure.XLA_COST_SHARE` rest on.
 XLA_READ_PROGRAMS = ((1, 8), (2, 32), (4, 96), (16, 96), (64, 32), (128, 16))
 
 

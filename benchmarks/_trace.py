@@ -35,7 +35,7 @@ class _SelfTimer:
     Shadowed only while `on` (the hook and listeners are taken at `jt.start()`: switch before it)."""
 
     def __init__(self, session):
-        from jaxtrace_nb import _cost
+        from jaxtrace_nb import _measure
         from jaxtrace_nb._decode import Decoder
 
         probe = session.probe
@@ -99,7 +99,7 @@ class _SelfTimer:
                     self.listener_s += time.perf_counter() - start
             return listener
 
-        owners = {"decoder": Decoder, "probe_module": _cost, "lifecycle": session.lifecycle}
+        owners = {"decoder": Decoder, "probe_module": _measure, "lifecycle": session.lifecycle}
         # (owner, name, original, shadow): the instances' attributes shadow their class's methods
         self._shadows = [(probe, "_on_trace_start", None, start_hook), (probe, "_trace_end", None, end_hook),
                          (listeners, "on_duration", None, timed_listener(on_duration)),

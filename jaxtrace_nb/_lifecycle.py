@@ -9,8 +9,8 @@ object is new, the earlier signatures its diagnosis compares with), so every tra
 end takes a tick, and a trace reads its function's state as the traces that ended before it
 started left it. Nobody needs an event until it is read, so by default a trace (a
 `_records.Trace`, the probe's from its start) is begun (reads the state), ended (updates it),
-built and diagnosed when the log is next read, in order. While someone follows the log (a subscriber: a live view, a persisted log, a
-guard), each event is built at its trace, and its diagnosis is made at once where a guard may
+built and diagnosed when the log is next read, in order. While someone follows the log (a
+subscriber: a live view, a persisted log, a guard), each event is built at its trace, and its diagnosis is made at once where a guard may
 stop the trace. Unpublished events are bounded. Nothing here holds a user array, tracer or
 object (records carry abstract values, texts, weak references), and nothing imports JAX.
 """
@@ -29,11 +29,12 @@ from ._functions import FunctionState, KeptKey, KeyBudget, keep, new_object, use
 from ._lineprof import profile_text
 from ._log import Event, EventLog, now, when
 from ._processes import signature_column
-from ._records import CacheKeyRecord, FunctionIdentity, GraphStats, LoweringRecord, Stage, Trace, XlaCost
+from ._records import CacheKeyRecord, FunctionIdentity, GraphStats, LoweringRecord, Stage, Trace, \
+    XlaCost
 
 MAX_FUNCTIONS = 20_000
-# Events not yet in the log (traces not built, diagnoses not made yet): at most this many, holding at most
-# this many signature leaves, before they are finished anyway (memory stays bounded).
+# Events not yet in the log (traces not built, diagnoses not made yet): at most this many,
+# holding at most this many signature leaves, before they are finished anyway (memory stays bounded).
 MAX_UNPUBLISHED_EVENTS = 4096
 MAX_UNPUBLISHED_LEAVES = 200_000
 MAX_KEY_ARGUMENTS = 512  # argument types kept with a persistent cache key, to rank keys of other runs
@@ -58,7 +59,7 @@ class Lifecycle:
         self._key_budget = KeyBudget()  # the trace keys kept over all functions
         self._open = threading.local()  # per thread: the traces under way, innermost last
         self._ticks = itertools.count()
-        self._unbegun: collections.deque[Trace] = collections.deque()  # traces not begun, in start order
+        self._unbegun: collections.deque[Trace] = collections.deque()  # not begun, in start order
         # traces not in the log yet, in the log's order (numbered); a compile's event queued as one
         self._unpublished: list[Trace] = []
         self._unpublished_leaves = 0
@@ -86,8 +87,10 @@ class Lifecycle:
             event = self._build(trace)
             pending, trace.pending = trace.pending, None
             if pending is not None:
-                d = diagnosed(trace, pending.run(self.fault))  # (a hint already set, an unrolled loop's, follows)
-                event.set_diagnosis(d, join_hints(d.hint, event.hint), join_ids(d.hint_id, event.hint_ids))
+                # (a hint already set, an unrolled loop's, follows)
+                d = diagnosed(trace, pending.run(self.fault))
+                event.set_diagnosis(d, join_hints(d.hint, event.hint),
+                                    join_ids(d.hint_id, event.hint_ids))
             return self.log.append(event)
         except Exception as e:
             self.fault("log", e)
@@ -102,7 +105,7 @@ class Lifecycle:
             return self._append(trace) is not None
         if trace.seq is None:
             trace.seq = self.log.reserve()
-            if trace.event is not None:  # (built already: a compile's, or one followed at its start)
+            if trace.event is not None:  # (built: a compile's, or one followed at its start)
                 trace.event.seq = trace.seq
         self._unpublished.append(trace)
         self._unpublished_leaves += trace.leaves
@@ -176,7 +179,8 @@ class Lifecycle:
         record = trace.record
         state = self.functions.get(record.identity.key)
         traces = state.traces if state is not None else 0
-        is_new, rerun = new_object(state, record, trace.cell) if state is not None else (False, None)
+        is_new, rerun = new_object(state, record, trace.cell) if state is not None \
+            else (False, None)
         pending = None
         if record.signature is None:
             diagnosis = Diagnosis(None, None, None, None, NO_SIGNATURE, "") if traces else FIRST
@@ -208,7 +212,8 @@ class Lifecycle:
     def _end(self, trace: Trace) -> None:
         """The function's state once the trace has ended (at tick `trace.end`)."""
         record = trace.record
-        self._begin_started(trace.end)  # the traces that started before it ended read the state before it
+        # the traces that started before it ended read the state before it
+        self._begin_started(trace.end)
         state = self.state(record.identity.key, record.identity)
         if record.signature is not None:
             added = state.add_key(KeptKey(record.signature, record.function_ref, record.cache_generation,
@@ -229,15 +234,15 @@ class Lifecycle:
         """A trace's event (made once): its diagnosis, and what its end reported."""
         if trace.event is not None:
             return trace.event
-        if trace.end is not None:  # an ended trace nobody followed (one followed is built at its start)
-            self._end(trace)  # its state now: it read it before any trace that ended after it started
+        if trace.end is not None:  # ended, nobody followed (one followed is built at its start)
+            self._end(trace)  # its state now: read before any trace that ended after it started
         record = trace.record
         identity = record.identity
         event = self._event(identity, "trace", trace.diagnosis, trace.trace_number, record.thread,
                             nested=record.nested, call_site=record.call_site, time=when(trace.time),
                             cell=trace.cell, test=trace.test)
         event.seq = trace.seq
-        if trace.new_object and record.binding is not None:  # a re-created function object: where from
+        if trace.new_object and record.binding is not None:  # a re-created function: where from
             event.created_at = ", ".join(record.binding.lines)
         if self.keep_signatures and record.signature is not None and not identity.internal:
             # A persisted log (one per process of a multi-process run) keeps the argument leaves
@@ -270,7 +275,7 @@ class Lifecycle:
         try:
             with self.lock:
                 trace.end = next(self._ticks)
-                if trace.event is None and not self.log.followed:  # begun, ended and built when read
+                if trace.event is None and not self.log.followed:  # begun, ended, built when read
                     return self._hand(trace)
                 if trace.event is not None:  # built at its start, followed since
                     self._end(trace)

@@ -4,7 +4,7 @@ keys.
 
 `Listeners` runs after JAX has done the work it reports (the trace-start hook is `_probe`'s): it
 translates each event into calls on the probe (a trace's end), the sink and the measurer
-(`_cost.Measurer`), and follows per thread the traces awaiting their lowerings and the compile
+(`_measure.Measurer`), and follows per thread the traces awaiting their lowerings and the compile
 under way. Public listeners only (`jax.monitoring`); where they read a frame, `_jax_internals`
 says how.
 """
@@ -15,7 +15,7 @@ import sys
 import threading
 
 from . import _jax_internals as jaxi
-from ._cost import Measurer
+from ._measure import Measurer
 from ._jax_cache_key import REQUEST_EVENT, KeyReader
 from ._records import Sink, Stage, Trace
 
@@ -35,10 +35,10 @@ class _Thread(threading.local):
 
     def __init__(self):
         self.ended: Trace | None = None  # the last trace to end, awaiting its lowering
-        self.awaiting: list[Trace] = []  # earlier ones, kept around a later trace's (`_await_around`)
+        self.awaiting: list[Trace] = []  # earlier ones, kept around a later one's (`_await_around`)
         self.compiling = None  # the compile's handle (its event), from its lowering to its end
         self.compiled: Trace | None = None  # the trace it compiles, if one was recorded
-        self.cache_key = None  # the persistent cache's key of it, from JAX's lookup (`KeyReader.begin`)
+        self.cache_key = None  # the persistent cache's key of it, from its lookup (`KeyReader.begin`)
 
 
 class Listeners:
@@ -53,7 +53,7 @@ class Listeners:
         self._tls = _Thread()
         self.full = False  # installed with the full probe
         self.decoder = None  # the probe's `Decoder` while installed in full
-        self.keys = KeyReader(self._keys_switched)  # the persistent cache's keys, read while the cache is on
+        self.keys = KeyReader(self._keys_switched)  # the persistent cache's keys, while it is on
         self.cache_events = _CACHE_EVENTS  # the `jax.monitoring` events `on_event` handles
         self.key_notice = ""  # why keys cannot be read on this JAX, said once the cache is used
 
@@ -94,7 +94,7 @@ class Listeners:
                 return
             trace = self._awaited(name)
             if trace is not None and self.cache_events is not _KEY_EVENTS:
-                self._measurer.beside_compile(trace)  # measured and profiled in our thread while XLA compiles it
+                self._measurer.beside_compile(trace)  # in our thread while XLA compiles it
             stage = jaxi.stage_frame(event) if self.full else None
             if stage is not None and stage.raised:
                 return  # the lowering failed: nothing is compiled
@@ -166,7 +166,8 @@ class Listeners:
             tls = self._tls
             if self.cache_events is _KEY_EVENTS:
                 if event == REQUEST_EVENT:  # the key is computed, the cache not read yet
-                    pending = tls.cache_key = self.keys.begin(_caller(sys._getframe(1), "compile_or_get_cached"))
+                    frame = _caller(sys._getframe(1), "compile_or_get_cached")
+                    pending = tls.cache_key = self.keys.begin(frame)
                     if not (pending is not None and self.keys.stored(pending.key)):  # XLA will compile it
                         self._measurer.hurry()
                         if tls.compiled is not None:

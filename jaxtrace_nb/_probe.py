@@ -15,7 +15,7 @@ Two kinds of observation point (where and how they read JAX: `_jax_internals`):
 A trace is one `Trace` from its start to its event: made here at the start, kept on this
 thread's stack of traces under way until JAX reports its end (`_trace_end`), then handed on to
 the listeners to await its lowering and compile. Its program is measured by the `Measurer`
-(`_cost`), the probe's collaborator.
+(`_measure`), the probe's collaborator.
 
 Nothing is wrapped: no frame is added to any trace, lowering or compile, and the user's
 exceptions and tracebacks pass untouched. Outside the supported JAX range only the
@@ -31,7 +31,7 @@ import weakref
 from typing import Callable
 
 from . import _jax_internals as jaxi
-from ._cost import Measurer
+from ._measure import Measurer
 from ._decode import Decoder
 from ._listeners import Listeners
 from ._records import Sink, Trace
@@ -83,12 +83,14 @@ class Probe:
         self.listeners = Listeners(self, sink, self.measurer)
         self.keys = self.listeners.keys  # the persistent cache's keys, read while the cache is on
 
-    capture_cost = _measurers("capture_cost", "Equation counts, unrolled loops, FLOPs and bytes of each compile.")
-    xla_cost_share = _measurers("xla_cost_share", "XLA's FLOPs and bytes: read where that costs at most this "
-                                                  "share of the compile's seconds.")
+    capture_cost = _measurers("capture_cost", "Equation counts, unrolled loops, FLOPs and bytes of "
+                                              "each compile.")
+    xla_cost_share = _measurers("xla_cost_share", "XLA's FLOPs and bytes: read where that costs at "
+                                                  "most this share of the compile's seconds.")
 
     def make_pending(self) -> None:
-        """Measure and profile the traces recorded but not compiled (yet) whose program JAX still holds."""
+        """Measure and profile the traces recorded but not compiled (yet) whose program JAX still
+        holds."""
         self.measurer.make_pending()
 
     def forget_unprofiled(self) -> None:
@@ -239,14 +241,14 @@ class Probe:
             return
         if trace is None:
             return
-        if trace.record.nested:  # JAX reports no end of a nested trace: it is complete as far as we see
+        if trace.record.nested:  # JAX reports no end of a nested trace: complete as far as we see
             if self._sink.on_trace(trace):  # may raise RetraceError, by design
                 self._sink.on_trace_end(trace, None, None)
             return
         # Completed by the trace-duration event of the same trace (same debug info object). A
         # top-level trace may start inside another (an eager computation under
-        # ``jax.ensure_compile_time_eval`` compiles at trace time): the traces under way are a stack,
-        # and those gone from it count as attempts before this trace reads its function's state.
+        # ``jax.ensure_compile_time_eval`` compiles at trace time): the traces under way are a
+        # stack, and those gone from it count as attempts before this trace reads its function's state.
         traces = self._tls.traces
         if traces:
             self._fail_gone(traces, frame)
@@ -290,7 +292,7 @@ class Probe:
         if not traces:
             return None
         layout = self.internals.layout
-        for walk in (False, True):  # where it was last time; if that is not its trace, frame by frame
+        for walk in (False, True):  # where it was last time; if not its trace, frame by frame
             local = jaxi.trace_end_locals(layout, walk)
             if local is None:
                 return None
@@ -353,7 +355,8 @@ class Probe:
             record = decoder.plain_jit_record(plain, nested=nested, thread=thread,
                                               cache_generation=self._cache_generation, frame=frame)
             if record is not None:
-                return _paired(record._replace(evicted=True) if evicted else record, plain.token, frame)
+                record = record._replace(evicted=True) if evicted else record
+                return _paired(record, plain.token, frame)
         start = layout.read(frame, local)
         if start is None:
             return None

@@ -181,10 +181,11 @@ class Trace:
     trace is queued as one with its event only. Holds no user array, tracer or object: the
     program only weakly, and strongly (`held`) only from a persistent cache's load to its walk."""
 
-    __slots__ = ("record", "name", "token", "frame", "code",  # the probe's: the trace and its pairing
-                 "time", "cell", "test", "start", "end", "seq", "new_object", "diagnosis", "pending",
-                 "trace_number", "retrace_number", "caller", "seconds", "graph", "profile", "event",
-                 "program", "size", "sized", "queued", "held")  # the lifecycle's; the measurer's
+    __slots__ = ("record", "name", "token", "frame", "code",  # the probe's: the trace, its pairing
+                 "time", "cell", "test", "start", "end", "seq", "new_object", "diagnosis",
+                 "pending", "trace_number", "retrace_number", "caller", "seconds", "graph",
+                 "profile", "event",  # the lifecycle's
+                 "program", "size", "sized", "queued", "held")  # the measurer's
 
     def __init__(self, record: TraceRecord | None, name: str, token: int | None = None,
                  frame: int | None = None, code: object = None):
@@ -193,7 +194,7 @@ class Trace:
         self.cell = self.test = None  # the notebook cell and pytest test it ran in
         self.start = self.end = self.seq = None  # ticks; the log's number, reserved at its end
         self.new_object, self.diagnosis, self.pending = False, None, None  # read when it begins
-        self.trace_number = self.retrace_number = None  # (the latter: if its function traced before)
+        self.trace_number = self.retrace_number = None  # (the latter: its function traced before)
         self.caller: Trace | None = None  # the trace under way when this nested one started
         self.seconds = self.graph = self.profile = self.event = None  # from its end; its event
         self.program = self.size = self.held = None  # a weak reference; GraphStats; the program
@@ -208,13 +209,15 @@ class Trace:
 
 class Sink(Protocol):
     """What the probe calls; the session implements it. A trace is a `Trace` from its start to
-    its lowering; a compile's `handle` is the sink's own token for its event, opaque to the probe."""
+    its lowering; a compile's `handle` is the sink's own token for its event, opaque to the
+    probe."""
 
     def fault(self, stage: str, exc: BaseException) -> None:
         """A failure inside jaxtrace_nb: count it, report it once, never raise."""
 
     def on_trace(self, trace: Trace) -> bool:
-        """A real trace began: diagnose it; whether it is recorded. May raise RetraceError, by design."""
+        """A real trace began: diagnose it; whether it is recorded. May raise RetraceError, by
+        design."""
 
     def on_trace_end(self, trace: Trace, seconds: float | None, graph: GraphStats | None) -> bool:
         """The trace finished (JAX's seconds, the traced program's size): record it; whether it

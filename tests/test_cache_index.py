@@ -332,14 +332,15 @@ def test_with_the_persistent_cache_off_nothing_of_jax_is_rebound_and_no_key_is_r
     probe = jt.get_session().probe
     theirs = (cache_key.hashlib, cache_key._log_cache_key_hash)
     listeners = probe.listeners
-    assert not probe.keys.on and "_duration" not in vars(listeners) and listeners.on_duration.__func__ is \
-        Listeners.on_duration
+    assert not probe.keys.on and "_duration" not in vars(listeners)
+    assert listeners.on_duration.__func__ is Listeners.on_duration
     assert (type(theirs[0]).__name__, theirs[1].__module__) == ("module", "jax._src.cache_key")
     jax.jit(lambda x: x * 3 + 1)(jnp.ones(5))
     assert calls == [] and jt.log()["persistent_cache"].isna().all()
     try:  # turned on (no compile while on: JAX would open this cache for the whole process)
         jax.config.update("jax_compilation_cache_dir", "/nonexistent/jaxtrace-test-cache")
-        assert probe.keys.on and cache_key.hashlib is not theirs[0] and "_duration" in vars(listeners)
+        assert probe.keys.on and cache_key.hashlib is not theirs[0]
+        assert "_duration" in vars(listeners)
     finally:
         jax.config.update("jax_compilation_cache_dir", None)
     assert not probe.keys.on and (cache_key.hashlib, cache_key._log_cache_key_hash) == theirs

@@ -25,7 +25,7 @@ LAYERS = {
     2: {"_walker", "_calls", "_changes", "_jax_layouts", "_lowering", "_deferred"},
     3: set(),  # every module of the folder `_adapters/` (`FOLDER_LAYERS`): a new adapter is one file
     4: {"_hints", "_diagnosis", "_module_diff", "_cache_words"},
-    5: {"_jax_internals", "_decode", "_cost", "_lineprof", "_listeners", "_probe", "_jax_cache_key", "_jax_cache_text"},
+    5: {"_jax_internals", "_decode", "_cost", "_lineprof", "_measure", "_listeners", "_probe", "_jax_cache_key", "_jax_cache_text"},
     6: {"_log", "_frames", "_cache_index"},
     7: {"_functions", "_drafts", "_lifecycle"},
     8: {"_session", "_self_check", "_persist", "_watch", "_cache_explainer", "_baseline"},

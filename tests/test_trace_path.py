@@ -483,7 +483,8 @@ def test_a_pending_trace_whose_end_never_came_fails_at_the_next_start(jt, monkey
 
     def trace_end(self, duration):
         pending = self._tls.traces
-        if not dropped and pending and pending[-1].name == "g":  # g's own end only (JAX 0.8 reports nested ones)
+        # g's own end only (JAX 0.8 reports nested ones)
+        if not dropped and pending and pending[-1].name == "g":
             layout = self.internals.layout
             local = _jax_internals.trace_end_locals(layout, True)
             if local is not None and id(local.get(layout.end_token)) == pending[-1].token:
@@ -541,7 +542,8 @@ def test_pending_traces_whose_frames_are_gone_fail_and_the_pending_stay_bounded(
     pending = [Trace(None, "outer", 0, *here), Trace(None, "gone", 1, id(object()), frame.f_code),
                Trace(None, "other code", 2, id(frame), start.__code__)]
     start(pending, own=True)
-    assert [p.name for p in pending] == ["outer"] and Sink.failed == ["own frame", "other code", "gone"]
+    assert [p.name for p in pending] == ["outer"]
+    assert Sink.failed == ["own frame", "other code", "gone"]
     Sink.failed.clear()
     pending = [Trace(None, i, i, *here) for i in range(_MAX_PENDING + 5)]
     start(pending)

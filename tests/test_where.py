@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxtrace_nb import _cost
+from jaxtrace_nb import _measure
 from jaxtrace_nb._census import census, optimal_buckets, parse_shape, pick, schemes, simplest, suggestion_text
 from jaxtrace_nb._lineprof import OTHER, profile_rows
 from jaxtrace_nb._log import Event
@@ -114,7 +114,7 @@ def _walks_by_thread(monkeypatch) -> list:
 
 
 def _measures_by_thread(monkeypatch) -> list:
-    return _threads_calling(monkeypatch, _cost, "graph_stats")
+    return _threads_calling(monkeypatch, _measure, "graph_stats")
 
 
 def test_a_compiled_programs_profile_is_made_in_a_thread_of_our_own(jt, monkeypatch):
@@ -132,7 +132,8 @@ def test_a_compiled_programs_profile_is_made_in_a_thread_of_our_own(jt, monkeypa
 
     jax.jit(g)(x)
     deadline = time.monotonic() + 30
-    while probe.measurer._unprofiled and time.monotonic() < deadline:  # no read meanwhile: the thread's turn
+    # no read meanwhile: the thread's turn
+    while probe.measurer._unprofiled and time.monotonic() < deadline:
         time.sleep(0.01)
     assert threads == ["jaxtrace_nb-profile"]
     (event,) = [e for e in jt.get_session().log.events() if e.function.endswith("g")]
@@ -218,7 +219,8 @@ def test_a_compile_that_ends_before_our_thread_measures_its_program_itself_if_xl
 
     jax.jit(k)(x)
     me = threading.current_thread().name
-    assert measured == ([me] if share == "unbounded" else []) and walked == [] and len(probe.measurer._unprofiled) == 1
+    assert measured == ([me] if share == "unbounded" else []) and walked == []
+    assert len(probe.measurer._unprofiled) == 1
     done = threading.Event()
     held.set()
     probe.measurer._profiling.submit(lambda _: done.set(), None)
@@ -259,7 +261,7 @@ def test_a_trace_evicted_from_those_waiting_is_measured_and_its_profile_given_up
     the spot (its size and loop, as at every trace's end before) and not walked on the trace path."""
     import threading
 
-    monkeypatch.setattr(_cost, "_MAX_UNPROFILED", 1)
+    monkeypatch.setattr(_measure, "_MAX_UNPROFILED", 1)
     x = jnp.ones(3)
     jt.get_session().log.events()
     measured, walked = _measures_by_thread(monkeypatch), _walks_by_thread(monkeypatch)
@@ -782,23 +784,24 @@ _SERVED_BY_THE_CACHE = textwrap.dedent("""
         from jax._src import compilation_cache
         compilation_cache.is_cache_used = lambda backend: False
     import jaxtrace_nb as jt
-    from jaxtrace_nb import _jax_internals as jaxi, _cost
+    from jaxtrace_nb import _jax_internals as jaxi, _measure
     from jaxtrace_nb._lineprof import LineProfiler
 
     queued, walks, phase = [], [], ["miss"]
     COUNT_JAX_EVENTS
-    queue, profile = _cost.Measurer._make_in_thread, LineProfiler.profile
-    _cost.Measurer._make_in_thread = lambda self, trace, delay=None: (
+    queue, profile = _measure.Measurer._make_in_thread, LineProfiler.profile
+    _measure.Measurer._make_in_thread = lambda self, trace, delay=None: (
         queued.append((phase[0], dict(seen), delay)), queue(self, trace, delay))[1]
-    after_compile = _cost.Measurer._after_compile
-    _cost.Measurer._after_compile = lambda self, trace: (
+    after_compile = _measure.Measurer._after_compile
+    _measure.Measurer._after_compile = lambda self, trace: (
         queued.append((phase[0], dict(seen), "at its end")), after_compile(self, trace))[1]
     LineProfiler.profile = lambda self, *a, **k: (walks.append((phase[0], threading.current_thread().name)),
                                                   profile(self, *a, **k))[1]
 
     def drain():
         done = threading.Event()
-        jt.get_session().probe.measurer._profiling.submit(lambda _: done.set(), None, 0.0)  # (after those queued)
+        profiling = jt.get_session().probe.measurer._profiling
+        profiling.submit(lambda _: done.set(), None, 0.0)  # (after those queued)
         assert done.wait(60)
 
     jt.start()
@@ -854,12 +857,12 @@ _SERVED_BACK_TO_BACK = textwrap.dedent("""
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     import jaxtrace_nb as jt
-    from jaxtrace_nb import _jax_internals as jaxi, _cost
+    from jaxtrace_nb import _jax_internals as jaxi, _measure
     from jaxtrace_nb._lineprof import LineProfiler
 
     case = sys.argv[2]
-    _cost.AFTER_COMPILE_DELAY_S = {"quiet": 1.0, "lookup": 30.0, "at the latest": 30.0}[case]
-    _cost.MAX_AFTER_COMPILE_WAIT_S = {"quiet": 60.0, "lookup": 60.0, "at the latest": 1.0}[case]
+    _measure.AFTER_COMPILE_DELAY_S = {"quiet": 1.0, "lookup": 30.0, "at the latest": 30.0}[case]
+    _measure.MAX_AFTER_COMPILE_WAIT_S = {"quiet": 60.0, "lookup": 60.0, "at the latest": 1.0}[case]
     walks = []
     COUNT_JAX_EVENTS
     profile = LineProfiler.profile
@@ -916,7 +919,7 @@ def test_a_hand_off_at_a_compiles_end_never_waits_for_our_thread():
     queues a job of its own (the parent's job is not in the child's thread)."""
     import os
 
-    from jaxtrace_nb._cost import Measurer
+    from jaxtrace_nb._measure import Measurer
     from jaxtrace_nb._records import Trace
 
     class Jobs:
@@ -933,7 +936,8 @@ def test_a_hand_off_at_a_compiles_end_never_waits_for_our_thread():
         trace.program = lambda: None
     with measurer._compiled_lock:
         measurer._after_compile(unmade[0])
-    assert jobs.submitted == [("_make_later", unmade[0], _cost.AFTER_COMPILE_DELAY_S)] and not measurer._compiled
+    assert jobs.submitted == [("_make_later", unmade[0], _measure.AFTER_COMPILE_DELAY_S)]
+    assert not measurer._compiled
     measurer._after_compile(unmade[1])  # the first to wait: one job for all
     measurer._after_compile(unmade[2])
     assert [name for name, _, _ in jobs.submitted] == ["_make_later", "_walk_compiled"]
