@@ -242,10 +242,10 @@ def _warm_start(jt, session, params, x, rounds: int, programs: int) -> dict:
 # Where recording's own time goes at a compile: the probe's listeners (the outer three, timed
 # outermost only) and, inside them, the parts issue 30 and the XLA cost read add; the program's
 # size (`measure`) and line profile run in our own thread (`_background`) while XLA compiles.
-_LISTENER_PARTS = (("_probe", "Probe", "_on_trace_start"), ("_listeners", "Listeners", "on_duration"),
-                   ("_listeners", "Listeners", "on_event"), ("_probe", "Probe", "_trace_end"),
-                   ("_measure", "Measurer", "_profile"), ("_measure", "Measurer", "measure"),
-                   ("_listeners", "Listeners", "_xla_cost"))
+_LISTENER_PARTS = (("_recording._probe", "Probe", "_on_trace_start"), ("_recording._listeners", "Listeners", "on_duration"),
+                   ("_recording._listeners", "Listeners", "on_event"), ("_recording._probe", "Probe", "_trace_end"),
+                   ("_recording._measure", "Measurer", "_profile"), ("_recording._measure", "Measurer", "measure"),
+                   ("_recording._listeners", "Listeners", "_xla_cost"))
 
 
 def _listener_parts(jt, session, params, x, rounds: int) -> dict:
@@ -304,8 +304,8 @@ def _xla_reads(repeats: int) -> list[dict]:
     (``cost_analysis``) and bytes (``get_compiled_memory_stats``)."""
     import jax.numpy as jnp
 
-    from jaxtrace_nb._cost import count_equations
-    from jaxtrace_nb._jax_internals import COMPILE_EVENT, listener_api
+    from jaxtrace_nb._recording._cost import count_equations
+    from jaxtrace_nb._recording._jax_internals import COMPILE_EVENT, listener_api
 
     compiled = []
     register, unregister = listener_api("duration")
@@ -345,7 +345,7 @@ def worker(quick: bool) -> dict:
     import jax.numpy as jnp
 
     import jaxtrace_nb as jt
-    from jaxtrace_nb._session import get_session
+    from jaxtrace_nb._recording._session import get_session
 
     rounds = 2 if quick else ROUNDS  # each mode runs first, second and third alike
     programs_per_round = 2 if quick else PROGRAMS

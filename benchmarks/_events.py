@@ -17,7 +17,7 @@ def real_templates() -> list:
     import jax.numpy as jnp
 
     import jaxtrace_nb as jt
-    from jaxtrace_nb._session import get_session
+    from jaxtrace_nb._recording._session import get_session
 
     def train_step(params, batch, lr):
         return jax.tree.map(lambda p: p - lr * jnp.mean(batch) * p, params)
@@ -51,7 +51,7 @@ def synthetic(templates: list, n: int, functions: int = 200):
     """`n` events cycling through `templates`, spread over `functions` distinct functions, made one
     at a time as a session makes them (a list of a million fresh events, each with its own texts the
     log then shares, would leave the freed texts' pages behind and measure the allocator, not the log)."""
-    from jaxtrace_nb._log import COLUMNS, Event
+    from jaxtrace_nb._log._events import COLUMNS, Event
 
     start = datetime.datetime(2025, 1, 1, 12, 0, 0)
     names = [f"{t.function}" for t in templates]

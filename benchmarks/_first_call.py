@@ -87,10 +87,10 @@ def _first_and_second(fn, args, seen: list) -> tuple[float, float, list]:
 def worker(quick: bool, force: bool) -> dict:
     """Runs on a GPU; elsewhere only with `force`, as a dry run with small models that proves the code works."""
     import jax
-    from jaxtrace_nb._jax_internals import listener_api
+    from jaxtrace_nb._recording._jax_internals import listener_api
 
     import jaxtrace_nb as jt
-    from jaxtrace_nb._session import get_session
+    from jaxtrace_nb._recording._session import get_session
 
     platform = jax.devices()[0].platform
     out = {"platform": platform, "device": str(jax.devices()[0].device_kind)}

@@ -100,7 +100,7 @@ def worker(mode: str, quick: bool) -> dict:
 
     out = {"mode": mode, "cases": results, "jaxtrace_nb_imported": "jaxtrace_nb" in sys.modules}
     if jt is not None:
-        from jaxtrace_nb._session import get_session
+        from jaxtrace_nb._recording._session import get_session
 
         out["recorded_traces"] = len(get_session().log.events())
         jt.stop()

@@ -35,7 +35,7 @@ def memory_by_field(events: list) -> dict:
     """Average bytes per event held by each field's own objects, and by the event object itself."""
     import sys
 
-    from jaxtrace_nb._log import COLUMNS
+    from jaxtrace_nb._log._events import COLUMNS
 
     shared = {id(None), id(True), id(False)}
     out = {"(event object)": sum(sys.getsizeof(e) for e in events) / len(events)}
@@ -49,8 +49,8 @@ def memory_by_field(events: list) -> dict:
 def worker(quick: bool) -> dict:
     """Per log size: seconds of log(), summary(), exports; bytes per event; profiles at the goal size."""
     import jaxtrace_nb as jt
-    from jaxtrace_nb._frames import export_frame
-    from jaxtrace_nb._session import get_session
+    from jaxtrace_nb._views._frames import export_frame
+    from jaxtrace_nb._recording._session import get_session
 
     from _events import real_templates, synthetic
     from _stats import profile_top

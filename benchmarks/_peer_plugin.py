@@ -132,7 +132,7 @@ def pytest_sessionfinish(session, exitstatus):
                 for row in odd[["function", "location", "kind", "trace_number", "cause", "explanation", "internal",
                                 "nested"]].head(300).astype(object).to_dict("records")]
         if _misses:
-            from jaxtrace_nb._session import get_session
+            from jaxtrace_nb._recording._session import get_session
 
             context, misses = _misses.pop()
             explained = misses.explained([e for e in get_session().log.events() if e.kind == "trace"])

@@ -35,8 +35,8 @@ class _SelfTimer:
     Shadowed only while `on` (the hook and listeners are taken at `jt.start()`: switch before it)."""
 
     def __init__(self, session):
-        from jaxtrace_nb import _measure
-        from jaxtrace_nb._decode import Decoder
+        from jaxtrace_nb._recording import _measure
+        from jaxtrace_nb._recording._decode import Decoder
 
         probe = session.probe
         self.profiler = None  # a cProfile.Profile to run inside the probe's per-trace work, when set
@@ -287,7 +287,7 @@ def _run(workload: dict, mode: str, inputs, ctx) -> dict:
 def worker(quick: bool) -> dict:
     """Every workload in every mode, its `rounds` times, modes rotated each round."""
     import jaxtrace_nb as jt
-    from jaxtrace_nb._session import get_session
+    from jaxtrace_nb._recording._session import get_session
 
     from _stats import hot_spots
 

@@ -15,9 +15,9 @@ import time
 
 def worker(quick: bool) -> dict:
     """Median-able samples of each step for a log of 10^4 events (10^3 in quick mode)."""
-    from jaxtrace_nb._log import EventLog
-    from jaxtrace_nb._report import Report
-    from jaxtrace_nb._widget import TraceTable
+    from jaxtrace_nb._log._events import EventLog
+    from jaxtrace_nb._views._report import Report
+    from jaxtrace_nb._views._widget import TraceTable
 
     from _events import real_templates, synthetic
 

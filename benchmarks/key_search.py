@@ -78,7 +78,7 @@ def worker(kind: str, mode: str, n: int) -> dict:
     import jax
 
     import jaxtrace_nb as jt
-    from jaxtrace_nb import _drafts
+    from jaxtrace_nb._recording import _drafts
 
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)

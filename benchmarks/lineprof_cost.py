@@ -30,10 +30,10 @@ def main() -> None:
     import jax
 
     from _programs import transformer_step
-    from jaxtrace_nb._cost import count_equations
-    from jaxtrace_nb._decode import Decoder
-    from jaxtrace_nb._jax_internals import detect
-    from jaxtrace_nb._lineprof import LineProfiler
+    from jaxtrace_nb._recording._cost import count_equations
+    from jaxtrace_nb._recording._decode import Decoder
+    from jaxtrace_nb._recording._jax_internals import detect
+    from jaxtrace_nb._recording._lineprof import LineProfiler
 
     decoder = Decoder(detect())
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,

@@ -91,7 +91,7 @@ def run(modules: list[str] | None, sample: dict[str, int], seed: int, max_childr
 
     shutil.rmtree(ROOT / "mutants", ignore_errors=True)
     start = time.perf_counter()
-    _mutmut(["jaxtrace_nb._report.x_function_id__mutmut_1"], max_children)  # (mutmut wants one mutant)
+    _mutmut(["jaxtrace_nb._views._report.x_function_id__mutmut_1"], max_children)  # (mutmut wants one mutant)
     names = chosen(modules, sample, seed)
     _mutmut(names, max_children)
     return ["mutmut", "run", f"<{len(names)} mutants>"], time.perf_counter() - start, names

@@ -32,7 +32,7 @@ def main() -> None:
     import jax.numpy as jnp
 
     import jaxtrace_nb as jt
-    from jaxtrace_nb._session import get_session
+    from jaxtrace_nb._recording._session import get_session
 
     probe = get_session().probe
     shared = {f"w{i:05d}": jax.ShapeDtypeStruct((4,), jnp.float32) for i in range(1, args.leaves)}

@@ -45,7 +45,7 @@ def _sources() -> dict[str, tuple[pathlib.Path, ast.Module]]:
 
 def _vocabulary() -> set[str]:
     sys.path.insert(0, str(ROOT))
-    from jaxtrace_nb._vocabulary import Cause, JitKind, Origin
+    from jaxtrace_nb._core._vocabulary import Cause, JitKind, Origin
 
     return {m.value for enum in (Cause, JitKind, Origin) for m in enum} | EVENT_KINDS
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import os
 
-from ._jax_internals import SUPPORTED_JAX
-from ._session import JaxtraceWarning, get_session
-from ._watch import RetraceError, Watch
+from ._recording._jax_internals import SUPPORTED_JAX
+from ._recording._session import JaxtraceWarning, get_session
+from ._integrations._watch import RetraceError, Watch
 
 __version__ = "0.1.0"
 
@@ -64,15 +64,15 @@ def load(paths):
         jt.load(["p0.jsonl", "p1.jsonl"]).groupby("process")["compile_s"].sum()
         jt.load("/data/jax_cache").groupby("name").size()   # keys per computation, across runs
     """
-    from ._frames import events_frame
-    from ._persist import load_events
+    from ._views._frames import events_frame
+    from ._log._persist import load_events
 
     if isinstance(paths, (str, os.PathLike)):
-        from ._cache_index import find
+        from ._cache._cache_index import find
 
         index = find(os.fspath(paths))
         if index is not None:
-            from ._frames import cache_keys_frame
+            from ._views._frames import cache_keys_frame
 
             return cache_keys_frame(index)
         return events_frame(load_events(paths))
@@ -110,7 +110,7 @@ def log(*, internal: bool = True):
 
     `internal=False` hides JAX's own jitted helpers.
     """
-    from ._frames import events_frame
+    from ._views._frames import events_frame
 
     events = get_session().log.events()
     if not internal:
@@ -125,7 +125,7 @@ def summary(*, internal: bool = False, by: str = "total_s"):
 
         jt.summary(by="eqns").head()   # the biggest graphs: unrolled loops, inlined models
     """
-    from ._frames import summary_frame
+    from ._views._frames import summary_frame
 
     events = get_session().log.events()
     if not internal:
@@ -152,13 +152,13 @@ def faults() -> dict[str, int]:
 
 
 def load_ipython_extension(ipython) -> None:
-    from ._ipython import load
+    from ._integrations._ipython import load
 
     load(ipython)
 
 
 def unload_ipython_extension(ipython) -> None:
-    from ._ipython import unload
+    from ._integrations._ipython import unload
 
     unload(ipython)
 
@@ -175,7 +175,7 @@ def report(path, events=None, *, internal: bool = False) -> str:
         jt.report("retraces.html")                                  # this session
         jt.report("run.html", events=["p0.jsonl", "p1.jsonl"])     # logs of a 2-process run
     """
-    from ._standalone import write_report
+    from ._views._standalone import write_report
 
     if events is None:
         return write_report(path, get_session().log.events(), internal=internal, title="jaxtrace_nb session")
@@ -189,7 +189,7 @@ def show(events_or_paths) -> None:
         jt.show("traces.jsonl")          # the log a script wrote with `python -m jaxtrace_nb run --persist`
         jt.show(jt.log().query("cell == 4"))
     """
-    from ._ipython import show as display
+    from ._integrations._ipython import show as display
 
     display(events_or_paths)
 
@@ -199,7 +199,7 @@ def _events(events, internal: bool):
     if events is None:
         found = get_session().log.events()
     else:
-        from ._standalone import events_from
+        from ._views._standalone import events_from
 
         found = events_from(events)
     return found if internal else [e for e in found if not e.internal]
@@ -223,7 +223,7 @@ def compile_profile(fn=None, *, events=None, internal: bool = False):
         #   simulate             1  sim.py:9      300       1200   0.25
         #   simulate             1  sim.py:4      500        500   0.42
     """
-    from ._where import profile_frame
+    from ._views._where import profile_frame
 
     return profile_frame(_events(events, internal), fn, internal=internal)
 
@@ -256,8 +256,8 @@ def shape_census(fn=None, *, sizes=None, max_padding: float = 0.15, events=None,
     """
     import pandas as pd
 
-    from ._census import CENSUS_FRAME_COLUMNS, census, census_rows
-    from ._where import matches
+    from ._views._census import CENSUS_FRAME_COLUMNS, census, census_rows
+    from ._views._where import matches
 
     found = [c for c in census(_events(events, internal), sizes=sizes, max_padding=max_padding, internal=True)
              if matches(c.function, fn)]
@@ -275,7 +275,7 @@ def plot_timeline(*, events=None, internal: bool = False, ax=None):
         ax = jt.plot_timeline()
         ax.figure.savefig("compiles.png")
     """
-    from ._timeline import plot, timeline
+    from ._views._timeline import plot, timeline
 
     try:
         import matplotlib  # noqa: F401
@@ -294,6 +294,6 @@ def export(path, *, events=None, internal: bool = False) -> str:
         jt.export("run.trace.json")
         jt.export("all.trace.json", events=["p0.jsonl", "p1.jsonl"])   # a multi-process run
     """
-    from ._timeline import write_trace_events
+    from ._views._timeline import write_trace_events
 
     return write_trace_events(path, _events(events, internal), internal=True)

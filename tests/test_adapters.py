@@ -16,8 +16,8 @@ import pytest
 
 from jaxtrace_nb import _adapters
 from jaxtrace_nb._adapters import _registry
-from jaxtrace_nb._hints import HINTS, _MECHANISM
-from jaxtrace_nb._vocabulary import JitKind, Origin
+from jaxtrace_nb._diagnosis._hints import HINTS, _MECHANISM
+from jaxtrace_nb._core._vocabulary import JitKind, Origin
 
 _MEMBERS = ("name", "packages", "jit", "origins", "hints", "precedence",
             "available", "wraps", "decode_call", "walk_node", "hint")

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 import jaxtrace_nb as jt_module
-from jaxtrace_nb._log import COLUMNS, Event
-from jaxtrace_nb._session import get_session
+from jaxtrace_nb._log._events import COLUMNS, Event
+from jaxtrace_nb._recording._session import get_session
 
 CONTRACT = ["time", "cell", "function", "location", "kind", "internal", "nested", "trace_number", "cause",
             "leaf", "before", "after", "explanation", "hint", "trace_s", "lower_s", "compile_s"]
@@ -116,7 +116,7 @@ def test_holds_no_user_data(jt):
 
 @pytest.mark.parametrize("ext", ["csv", "parquet", "json"])
 def test_export(jt, tmp_path, ext):
-    from jaxtrace_nb._frames import export_frame
+    from jaxtrace_nb._views._frames import export_frame
 
     _retracing()
     path = export_frame(jt.log(), str(tmp_path / f"log.{ext}"))
@@ -133,7 +133,7 @@ def test_start_stop_idempotent_and_restores_jax():
     from jax._src import monitoring as mon
     from jax._src import pjit
 
-    from jaxtrace_nb._jax_internals import detect
+    from jaxtrace_nb._recording._jax_internals import detect
 
     hooked = detect().layout.hook_module  # partial_eval (JAX >= 0.9) or util (0.8)
     traced = getattr(hooked, "trace_to_jaxpr", None) or pjit._create_pjit_jaxpr
@@ -156,7 +156,7 @@ def test_start_adds_its_own_listeners_and_stop_removes_only_those():
     from jax import monitoring
     from jax._src import monitoring as mon
 
-    from jaxtrace_nb._jax_internals import listener_api
+    from jaxtrace_nb._recording._jax_internals import listener_api
 
     jt_module.stop()
 

@@ -36,8 +36,8 @@ CELLS = [
     "%%tracewatch\nfor n in (1, 2, 3):\n    step(jnp.ones(n), tag='a')\n"
     f"step(jnp.ones(3), tag={IMG!r})\nstep(jnp.ones(3), tag={SCRIPT!r})\nevil(1.0)",
     # 10,000 events of 500 functions, to time the first page
-    "import datetime, json, time\nstarted = time.time()\nfrom jaxtrace_nb._log import Event\n"
-    "from jaxtrace_nb._report import Report\nfrom jaxtrace_nb._widget import TraceTable\n"
+    "import datetime, json, time\nstarted = time.time()\nfrom jaxtrace_nb._log._events import Event\n"
+    "from jaxtrace_nb._views._report import Report\nfrom jaxtrace_nb._views._widget import TraceTable\n"
     "events = [Event(time=datetime.datetime.now(), cell=4, function=f'fn_{i % 500}', location=f'model.py:{i % 500}',\n"
     "                kind='trace', internal=False, nested=False, trace_number=i // 500 + 1,\n"
     "                cause='first' if i < 500 else 'shape', leaf=None if i < 500 else 'x', before='f32[1]',\n"
@@ -524,7 +524,7 @@ def _layout_events(functions: int) -> list:
     slowest (the largest mark, at 0 s), retraces of several causes (a legend of several entries)."""
     import datetime
 
-    from jaxtrace_nb._log import Event
+    from jaxtrace_nb._log._events import Event
 
     t0 = datetime.datetime(2026, 11, 28, 12, 0, 0)
     rows = [(_LONG_NAME, "first", None, None, None, 2.0), (_LONG_NAME, "shape", "batch", "f32[32,3]", "f32[17,3]", 0.3),

@@ -18,10 +18,10 @@ import time
 
 import pytest
 
-from jaxtrace_nb import _cache_index as index
-from jaxtrace_nb._cache_words import explain, notable_miss, verdict, verdict_word
-from jaxtrace_nb._module_diff import Difference, changed_part, first_difference
-from jaxtrace_nb._records import CACHE_KEY_COMPONENTS, CacheComparison, CacheKeyRecord
+from jaxtrace_nb._cache import _cache_index as index
+from jaxtrace_nb._cache._cache_words import explain, notable_miss, verdict, verdict_word
+from jaxtrace_nb._diagnosis._module_diff import Difference, changed_part, first_difference
+from jaxtrace_nb._keys._records import CACHE_KEY_COMPONENTS, CacheComparison, CacheKeyRecord
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -119,7 +119,7 @@ _WRITER = textwrap.dedent("""
     import random, sys, time
     sys.path.insert(0, sys.argv[3])
     from test_cache_index import record
-    from jaxtrace_nb import _cache_index as index
+    from jaxtrace_nb._cache import _cache_index as index
     con = index.connect(sys.argv[1])
     who = index.RunInfo(f"host{sys.argv[2]}")
     rng = random.Random(int(sys.argv[2]))
@@ -322,8 +322,8 @@ def test_with_the_persistent_cache_off_nothing_of_jax_is_rebound_and_no_key_is_r
     import jax.numpy as jnp
     from jax._src import cache_key, compilation_cache
 
-    from jaxtrace_nb._jax_cache_key import KeyReader
-    from jaxtrace_nb._listeners import Listeners
+    from jaxtrace_nb._cache._jax_cache_key import KeyReader
+    from jaxtrace_nb._recording._listeners import Listeners
 
     if compilation_cache.is_persistent_cache_enabled():
         pytest.skip("this process runs with JAX's persistent cache on")
@@ -370,8 +370,8 @@ def test_stop_gives_jax_back_its_own_cache_key_functions_and_option_hooks(tmp_pa
 
 def test_time_to_settle_is_bounded_when_the_index_is_held(tmp_path):
     """A read waits for the writer at most the settle time; the miss is then worded at a later read."""
-    from jaxtrace_nb._cache_explainer import CacheExplainer
-    from jaxtrace_nb._log import Event, EventLog
+    from jaxtrace_nb._cache._cache_explainer import CacheExplainer
+    from jaxtrace_nb._log._events import Event, EventLog
 
     log = EventLog()
     explainer = CacheExplainer(log, fault=lambda *a: None, host=lambda: "h", place=str, is_library=lambda p: False)
@@ -395,8 +395,8 @@ def test_the_writer_starts_on_a_record_after_its_delay_unless_asked_sooner(tmp_p
     """A record waits for a quiet moment, `WRITE_DELAY_S` without a new one (the work JAX does right
     after a compile keeps the GIL); a flush, a `hurry` and a read that words a miss
     (`CacheExplainer.settle`) start it at once."""
-    from jaxtrace_nb._cache_explainer import CacheExplainer
-    from jaxtrace_nb._log import Event, EventLog
+    from jaxtrace_nb._cache._cache_explainer import CacheExplainer
+    from jaxtrace_nb._log._events import Event, EventLog
 
     monkeypatch.setattr(index, "WRITE_DELAY_S", 0.3)
     writer = index.IndexWriter(str(tmp_path / "a" / "jaxtrace_nb" / "index.sqlite"), WHO, lambda *a: None)

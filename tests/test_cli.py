@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from _support import package_frames
-from jaxtrace_nb import _cli, _run
-from jaxtrace_nb._persist import load_events
+from jaxtrace_nb._integrations import _cli, _run
+from jaxtrace_nb._log._persist import load_events
 
 PROGRAMS = pathlib.Path(__file__).parent / "programs"
 REPO = PROGRAMS.parent.parent

@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxtrace_nb._cost import count_equations, find_unrolled
-from jaxtrace_nb._records import Unrolled
+from jaxtrace_nb._recording._cost import count_equations, find_unrolled
+from jaxtrace_nb._keys._records import Unrolled
 
 
 def test_find_unrolled_on_plain_sequences():
@@ -143,7 +143,7 @@ def _library_programs():
 def _profiled_equations(jaxpr) -> int:
     """Equations in all as a line profile counts them: its rows' self counts (`_make` takes
     `eqns_total` from them instead of counting again)."""
-    from jaxtrace_nb._lineprof import LineProfiler
+    from jaxtrace_nb._recording._lineprof import LineProfiler
 
     return sum(own for _, own, _ in LineProfiler(lambda f: False, lambda f, n: f"{f}:{n}").profile(jaxpr))
 
@@ -163,8 +163,8 @@ def test_equation_count_agrees_with_jaxs_own_sub_jaxprs():
 _KIND_BY_EQUATION = textwrap.dedent("""
     import jax, jax.numpy as jnp, lineax as lx
     from jax._src import core
-    from jaxtrace_nb._cost import count_equations
-    from jaxtrace_nb._lineprof import LineProfiler
+    from jaxtrace_nb._recording._cost import count_equations
+    from jaxtrace_nb._recording._lineprof import LineProfiler
 
     def jax_equations(jaxpr):
         return len(jaxpr.eqns) + sum(jax_equations(sub) for sub in core.subjaxprs(jaxpr))
@@ -263,7 +263,7 @@ def pd_isna(value):
 
 
 def _probe():
-    from jaxtrace_nb._session import get_session
+    from jaxtrace_nb._recording._session import get_session
 
     return get_session().probe
 
@@ -285,7 +285,7 @@ def test_compile_cost_columns_and_summary(jt, monkeypatch):
 
 
 def test_capture_cost_off_records_no_graph(jt):
-    from jaxtrace_nb._session import get_session
+    from jaxtrace_nb._recording._session import get_session
 
     probe = get_session().probe
     probe.capture_cost = False
@@ -335,7 +335,7 @@ def test_persistent_cache_hit_is_marked(tmp_path):
 
 
 def test_xla_figures_are_read_only_where_their_predicted_cost_fits_the_share(jt, monkeypatch):
-    from jaxtrace_nb._cost import XlaReads
+    from jaxtrace_nb._recording._cost import XlaReads
 
     probe = _probe()
     params = {f"w{i}": jnp.ones(2) for i in range(8)}
@@ -397,7 +397,7 @@ class _Executable:
 
 
 def test_xla_reads_predict_each_figure_from_a_fixed_and_a_per_equation_cost():
-    from jaxtrace_nb import _cost
+    from jaxtrace_nb._recording import _cost
 
     clock = [0.0]
     reads = _cost.XlaReads(clock=lambda: clock[0])
@@ -437,7 +437,7 @@ def test_may_read_is_false_only_where_no_larger_program_could_be_read(seed):
     makes it say yes."""
     import random
 
-    from jaxtrace_nb import _cost
+    from jaxtrace_nb._recording import _cost
 
     rng = random.Random(seed)
     for _ in range(200):

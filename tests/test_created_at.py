@@ -19,9 +19,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxtrace_nb._format import short_path
-from jaxtrace_nb._report import Report
-from jaxtrace_nb._views import render_text
+from jaxtrace_nb._core._format import short_path
+from jaxtrace_nb._views._report import Report
+from jaxtrace_nb._views._text import render_text
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # Flax 0.12.0 reads `jax.array_ref`, deprecated in JAX 0.8

@@ -14,12 +14,12 @@ import dataclasses
 import jax
 import pytest
 
-from jaxtrace_nb._diagnosis import Diagnosis, InvariantError, checked, diagnose, diagnose_compile
-from jaxtrace_nb._jax_tree import handle
-from jaxtrace_nb._signature import Signature, array_leaf, node_leaf, static_leaf
-from jaxtrace_nb._values import summarize_static
-from jaxtrace_nb._vocabulary import LoweringKind
-from jaxtrace_nb._witness import Witness
+from jaxtrace_nb._diagnosis._diagnose import Diagnosis, InvariantError, checked, diagnose, diagnose_compile
+from jaxtrace_nb._keys._jax_tree import handle
+from jaxtrace_nb._keys._signature import Signature, array_leaf, node_leaf, static_leaf
+from jaxtrace_nb._core._values import summarize_static
+from jaxtrace_nb._core._vocabulary import LoweringKind
+from jaxtrace_nb._core._witness import Witness
 
 PARTS = (("function", 1), ("inputs", 2), ("debug info", 3))
 
@@ -160,7 +160,7 @@ def test_a_compile_of_another_program_keeps_its_fields(kind, traced, opening):
 
 def test_a_custom_node_is_told_from_a_container():
     """(mutants `is_custom_node__mutmut_3`, `_8`)"""
-    from jaxtrace_nb._signature import CUSTOM_NODE, is_custom_node
+    from jaxtrace_nb._keys._signature import CUSTOM_NODE, is_custom_node
 
     assert is_custom_node(node_leaf((CUSTOM_NODE, "m.Box"), "Box"))
     assert not is_custom_node(node_leaf(("dict", ("a",)), "dict with keys 'a'"))
@@ -320,7 +320,7 @@ def test_a_function_keeps_its_budget_of_signatures():
     (mutant `keep__mutmut_1`: every signature kept)"""
     import collections
 
-    from jaxtrace_nb._functions import LEAF_BUDGET_PER_FUNCTION, SIGNATURES_PER_FUNCTION, keep
+    from jaxtrace_nb._recording._functions import LEAF_BUDGET_PER_FUNCTION, SIGNATURES_PER_FUNCTION, keep
 
     leaf = array_leaf((2,), "float32")
     kept: collections.deque = collections.deque()
@@ -353,7 +353,7 @@ def test_a_loop_unrolled_50_times_says_so_with_its_hint_id(jt):
     """(mutant `_set_graph__mutmut_20`: another hint id, which no proof in tests/test_hints_proven.py names)"""
     import jax.numpy as jnp
 
-    from jaxtrace_nb._hints import HINTS
+    from jaxtrace_nb._diagnosis._hints import HINTS
 
     @jax.jit
     def step(x):

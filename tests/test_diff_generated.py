@@ -14,9 +14,9 @@ import random
 
 import pytest
 
-from jaxtrace_nb._diagnosis import FIRST, diagnose
-from jaxtrace_nb._signature import NONE_LEAF, Signature, array_leaf, closest, diff_leaves, static_leaf
-from jaxtrace_nb._values import summarize_static
+from jaxtrace_nb._diagnosis._diagnose import FIRST, diagnose
+from jaxtrace_nb._keys._signature import NONE_LEAF, Signature, array_leaf, closest, diff_leaves, static_leaf
+from jaxtrace_nb._core._values import summarize_static
 
 SHORT = {"float32": "f32", "float16": "f16", "int32": "i32", "bfloat16": "bf16", "float64": "f64"}
 PATHS = ["x", "params['w']", "params['b']", "batch[0]", "batch[1].mask", "n", "opt_state[0].mu['w']"]
@@ -149,7 +149,7 @@ def test_a_sharded_leaf_shows_each_axis_and_its_change(seed):
 
 
 def test_two_hints_keep_both_ids():
-    from jaxtrace_nb._diagnosis import join_ids
+    from jaxtrace_nb._diagnosis._diagnose import join_ids
 
     assert [join_ids("a", "b"), join_ids(None, "b"), join_ids("a", None), join_ids(None, None)] == \
         ["a,b", "b", "a", None]

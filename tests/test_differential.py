@@ -20,7 +20,7 @@ import optax
 import pytest
 
 import jaxtrace_nb as jt
-from jaxtrace_nb._session import get_session
+from jaxtrace_nb._recording._session import get_session
 from _support import explained_misses, run_program, without_and_with_recording
 
 CORPUS = {}

@@ -14,7 +14,7 @@ diffrax = pytest.importorskip("diffrax", reason="the Diffrax adapter is tested w
 
 from _support import rows  # noqa: E402
 
-from jaxtrace_nb._diagnosis import diagnose  # noqa: E402
+from jaxtrace_nb._diagnosis._diagnose import diagnose  # noqa: E402
 
 TERM = diffrax.ODETerm(lambda t, y, args: -y)
 
@@ -28,7 +28,7 @@ def _solve(n: int, *, term=TERM, solver=None, saveat=None, controller=None, **kw
 
 def _signatures(monkeypatch, calls) -> list:
     """The signature of each ``diffeqsolve`` trace that `calls` make, as the decoder read it."""
-    from jaxtrace_nb._session import get_session
+    from jaxtrace_nb._recording._session import get_session
 
     probe = get_session().probe
     original, found = probe._trace, []

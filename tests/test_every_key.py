@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxtrace_nb._witness import Witness
+from jaxtrace_nb._core._witness import Witness
 
 
 def _rows(jt, name=None):
@@ -27,7 +27,7 @@ def _rows(jt, name=None):
 def _clears_seen() -> bool:
     """Whether the probe sees `jax.clear_caches()`: through the trace cache's counter, which JAX 0.8's
     tracing cache (`lu.cache`) does not have (there the explanations cannot say it)."""
-    from jaxtrace_nb._session import get_session
+    from jaxtrace_nb._recording._session import get_session
 
     return get_session().probe.internals.trace_cache_info is not None
 
@@ -114,7 +114,7 @@ def test_a_change_after_clear_caches_names_it_and_says_cleared(jt):
 def _evictions_seen() -> bool:
     """Whether the probe reads which functions JAX's tracing cache holds keys of (JAX 0.9+:
     ``trace_to_jaxpr.cache_keys()``); `f.clear_cache()` moves no counter JAX 0.8 has."""
-    from jaxtrace_nb._session import get_session
+    from jaxtrace_nb._recording._session import get_session
 
     return get_session().probe.internals.trace_cache_holders is not None
 
@@ -384,8 +384,8 @@ def test_the_sessions_bound_drops_keys_jax_no_longer_holds_first():
     keeps the most, which counts them as forgotten (its explanations say a closer key may exist)."""
     import weakref
 
-    from jaxtrace_nb._functions import FunctionState, KeptKey, KeyBudget
-    from jaxtrace_nb._signature import Signature, array_leaf
+    from jaxtrace_nb._recording._functions import FunctionState, KeptKey, KeyBudget
+    from jaxtrace_nb._keys._signature import Signature, array_leaf
 
     class Fn:
         pass

@@ -72,7 +72,7 @@ def test_random_call_sequences_are_judged_against_every_key_jax_holds(jt, seed):
 
         return f
 
-    from jaxtrace_nb._session import get_session
+    from jaxtrace_nb._recording._session import get_session
 
     # JAX 0.8's tracing cache (`lu.cache`) has no counter that shows `jax.clear_caches()`: there
     # jaxtrace_nb takes the keys a clear dropped as still held (docs/design.md), and so does the model.

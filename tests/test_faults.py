@@ -34,13 +34,16 @@ import numpy as np
 import pytest
 
 import jaxtrace_nb as jt
-from jaxtrace_nb import JaxtraceWarning, _drafts, _views
-from jaxtrace_nb._log import EventLog
-from jaxtrace_nb import _jax_internals, _jax_layouts
-from jaxtrace_nb._decode import Decoder
-from jaxtrace_nb._probe import Probe
-from jaxtrace_nb._lifecycle import Lifecycle
-from jaxtrace_nb._session import get_session
+from jaxtrace_nb import JaxtraceWarning
+from jaxtrace_nb._recording import _drafts
+from jaxtrace_nb._views import _text as _views
+from jaxtrace_nb._log._events import EventLog
+from jaxtrace_nb._recording import _jax_internals
+from jaxtrace_nb._keys import _jax_layouts
+from jaxtrace_nb._recording._decode import Decoder
+from jaxtrace_nb._recording._probe import Probe
+from jaxtrace_nb._recording._lifecycle import Lifecycle
+from jaxtrace_nb._recording._session import get_session
 from _support import Run, run_program, without_and_with_recording
 
 

@@ -48,7 +48,7 @@ class MLP(nnx.Module):
 
 def leaves_of(name: str) -> dict:
     """The leaves (path -> Leaf) of the last recorded trace of the function named `name`."""
-    from jaxtrace_nb._session import get_session
+    from jaxtrace_nb._recording._session import get_session
 
     (state,) = [s for s in get_session().functions.values() if s.identity is not None and s.identity.name == name]
     return state.keys[-1].signature.get().leaves

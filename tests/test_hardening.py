@@ -12,9 +12,9 @@ from IPython.core.displaypub import CapturingDisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
 
 import jaxtrace_nb as jt
-from jaxtrace_nb._session import get_session
-from jaxtrace_nb._report import Report
-from jaxtrace_nb._views import mimebundle, render_html, render_text
+from jaxtrace_nb._recording._session import get_session
+from jaxtrace_nb._views._report import Report
+from jaxtrace_nb._views._text import mimebundle, render_html, render_text
 
 
 def _jax_state() -> tuple:
@@ -23,7 +23,7 @@ def _jax_state() -> tuple:
     from jax._src import monitoring as mon
     from jax._src.interpreters import partial_eval as pe
 
-    from jaxtrace_nb._jax_layouts import detect_layout
+    from jaxtrace_nb._keys._jax_layouts import detect_layout
 
     hook_module = detect_layout().hook_module  # where the trace hook goes: partial_eval, or util on JAX 0.8
     return (hook_module.test_event, getattr(pe, "trace_to_jaxpr", None), compiler.compile_or_get_cached,
@@ -188,7 +188,7 @@ def test_magic_output_escapes_user_text(jt):
 
 
 def test_widget_carries_user_text_as_data(hostile):
-    from jaxtrace_nb._widget import TraceTable
+    from jaxtrace_nb._views._widget import TraceTable
 
     table = TraceTable(Report(hostile, IMG), show_all=True)
     table.selected = table.rows[0]["key"]

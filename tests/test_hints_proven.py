@@ -1,6 +1,6 @@
 """Every hint that tells the user what to change is proven on a real program.
 
-A hint with ``instruction=True`` in ``jaxtrace_nb._hints.HINTS`` is a promise. For each one this
+A hint with ``instruction=True`` in ``jaxtrace_nb._diagnosis._hints.HINTS`` is a promise. For each one this
 file holds a proof, a small program showing the hint's cause, run twice:
 
 * as written: the event after the function's first trace (a retrace, or a compile without a
@@ -43,7 +43,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # Flax 0.12.0 reads `jax.array_ref`, deprecated in JAX 0.8
     from flax import nnx
 
-from jaxtrace_nb._hints import HINTS
+from jaxtrace_nb._diagnosis._hints import HINTS
 
 PROOFS: dict[str, Callable] = {}
 

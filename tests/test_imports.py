@@ -2,9 +2,11 @@
 
 Read from the source with `ast` (every ``import`` and ``from`` of a package module, at module
 level or inside a function), not by importing: what a module may import does not depend on
-what happens to be imported already. Each module has a layer (`LAYERS`); a module imports
-only modules of its own layer or below, and the graph has no cycle. A new module must be given
-a layer here, and `import jaxtrace_nb` imports no JAX.
+what happens to be imported already. The layers are the package's folders, in `FOLDERS`' order
+(a module's layer is its folder's; ``__init__`` and ``__main__`` at the top are the API, above
+all): a module imports only modules of its own folder or of a folder below, and the graph has no
+cycle. A new module in a folder needs nothing here; a new folder is given its place in `FOLDERS`
+and a row in docs/design.md's table. `import jaxtrace_nb` imports no JAX.
 """
 
 from __future__ import annotations
@@ -16,47 +18,38 @@ import sys
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "jaxtrace_nb"
 
-# Lower layers know nothing of higher ones: values → signatures and leaves → the argument walk →
-# the library adapters → diagnosis and hints → the probe (JAX's hooks, the decoder) → the log →
-# the lifecycle → the session → views → glue.
-LAYERS = {
-    0: {"_values", "_witness", "_bounded", "_background", "_format", "_missing", "_processes", "_vocabulary"},
-    1: {"_signature", "_records", "_jax_tree", "_leaves", "_plans", "_sites"},
-    2: {"_walker", "_calls", "_changes", "_jax_layouts", "_lowering", "_deferred"},
-    3: set(),  # every module of the folder `_adapters/` (`FOLDER_LAYERS`): a new adapter is one file
-    4: {"_hints", "_diagnosis", "_module_diff", "_cache_words"},
-    5: {"_jax_internals", "_decode", "_cost", "_lineprof", "_measure", "_listeners", "_probe", "_jax_cache_key", "_jax_cache_text"},
-    6: {"_log", "_frames", "_cache_index"},
-    7: {"_functions", "_drafts", "_lifecycle"},
-    8: {"_session", "_self_check", "_persist", "_watch", "_cache_explainer", "_baseline"},
-    9: {"_report", "_rows", "_views", "_widget", "_display", "_standalone", "_census", "_timeline", "_where"},
-    10: {"_ipython", "_pytest_plugin", "_pytest_results", "_run", "_cli", "__init__", "__main__"},
-}
-# Folders whose every module is of one layer.
-FOLDER_LAYERS = {"_adapters": 3}
-# The only modules that name JAX's internals (``jax._src``): the probe's.
-READS_JAX_INTERNALS = {"_jax_layouts", "_jax_internals", "_probe", "_jax_cache_key", "_jax_cache_text"}
-LAYER = {module: layer for layer, modules in LAYERS.items() for module in modules}
-# The layers' names in docs/design.md's table, in order.
-LAYER_NAMES = ["values", "signatures", "argument walk", "adapters", "diagnosis", "probe", "log", "lifecycle",
-               "session", "views", "glue"]
+# Lower layers know nothing of higher ones: shared value forms → what a key is made of → the
+# library adapters → diagnosis → the log → the persistent cache → recording from JAX → views →
+# integrations → the API (the package's own ``__init__``).
+FOLDERS = ["_core", "_keys", "_adapters", "_diagnosis", "_log", "_cache", "_recording", "_views",
+           "_integrations"]
+API = len(FOLDERS)  # the package's top-level modules
+# The only modules that name JAX's internals (``jax._src``): the probe's and the readers of JAX's
+# release layouts and persistent cache key.
+READS_JAX_INTERNALS = {"_keys._jax_layouts", "_recording._jax_internals", "_recording._probe",
+                       "_cache._jax_cache_key", "_cache._jax_cache_text"}
+
+
+def layer(name: str) -> int:
+    """A module's layer: its folder's place in `FOLDERS`; top-level modules are the API's."""
+    folder = name.split(".")[0]
+    return FOLDERS.index(folder) if folder in FOLDERS else API
 
 
 def _modules() -> dict[str, pathlib.Path]:
     out = {}
     for path in PACKAGE.rglob("*.py"):
         parts = path.relative_to(PACKAGE).with_suffix("").parts
-        name = ".".join(parts)
-        name = "_adapters" if name == "_adapters.__init__" else name
-        out[name] = path
-        if name.split(".")[0] in FOLDER_LAYERS:
-            LAYER[name] = FOLDER_LAYERS[name.split(".")[0]]
+        if parts[-1] == "__init__" and len(parts) > 1:  # a folder's own module is the folder
+            parts = parts[:-1]
+        out[".".join(parts)] = path
     return out
 
 
 def _imports(name: str, path: pathlib.Path) -> set[str]:
     """The package modules `name` imports (relative imports resolved)."""
-    package_parts = name.split(".")[:-1] if name != "_adapters" else ["_adapters"]
+    is_folder = path.name == "__init__.py" and name != "__init__"
+    package_parts = name.split(".") if is_folder else name.split(".")[:-1]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.level:
@@ -72,13 +65,20 @@ def _imports(name: str, path: pathlib.Path) -> set[str]:
     return {m for m in found if m in modules and m != name}
 
 
-def test_every_module_has_a_layer():
-    assert sorted(set(_modules()) - set(LAYER)) == []
+def test_every_module_is_in_a_layer_folder():
+    """Every folder of the package is a layer of `FOLDERS`, with a docstring that says what it
+    owns; at the top sit only the API's modules."""
+    folders = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
+    assert folders == sorted(FOLDERS)
+    assert sorted(name for name in _modules() if "." not in name and name not in FOLDERS) == \
+        ["__init__", "__main__"]
+    for folder in FOLDERS:
+        assert ast.get_docstring(ast.parse((PACKAGE / folder / "__init__.py").read_text())), folder
 
 
 def test_imports_run_down_the_layers():
     wrong = [(name, target) for name, path in _modules().items() for target in _imports(name, path)
-             if LAYER.get(target, -1) > LAYER.get(name, 99)]
+             if layer(target) > layer(name)]
     assert wrong == []
 
 
@@ -113,19 +113,17 @@ def test_jax_internals_are_named_only_in_the_probe():
     assert sorted(named - READS_JAX_INTERNALS) == []
 
 
-def test_the_design_docs_layer_table_is_this_tests():
-    """docs/design.md's table of layers names the modules `LAYERS` gives each layer (a folder of
-    `FOLDER_LAYERS` as `folder/*`), in the same order."""
+def test_the_design_docs_layer_table_is_the_folders():
+    """docs/design.md's table of layers lists the folders in `FOLDERS`' order, each with the
+    modules it holds (a folder's own ``__init__`` aside)."""
     import re
 
     text = (PACKAGE.parent / "docs" / "design.md").read_text(encoding="utf-8")
     table = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|")[1:3] for line in table.splitlines() if line.startswith("| ") and "---" not in line]
-    documented = {name.strip(): set(re.findall(r"`([^`]+)`", modules)) for name, modules in rows[1:]}
-    assert list(documented) == LAYER_NAMES
-    modules = set(_modules())
-    for layer, name in enumerate(LAYER_NAMES):
-        expected = {m for m in LAYERS[layer] if m != "__main__"}
-        expected |= {f"{folder}/*" for folder, at in FOLDER_LAYERS.items() if at == layer}
-        listed = {m for m in documented[name] if m in modules or m.endswith("/*")}
-        assert listed == expected, name
+    documented = {folder.strip().strip("`/"): set(re.findall(r"`([^`]+)`", modules))
+                  for folder, modules in rows[1:]}
+    assert list(documented) == FOLDERS
+    for folder in FOLDERS:
+        held = {p.stem for p in (PACKAGE / folder).glob("*.py") if p.stem != "__init__"}
+        assert {m for m in documented[folder] if not m.endswith((".js", ".css"))} == held, folder

@@ -16,10 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxtrace_nb._diagnosis import InvariantError, checked, diagnose
-from jaxtrace_nb._hints import HINTS
-from jaxtrace_nb._signature import Leaf, Signature, array_leaf
-from jaxtrace_nb._witness import Witness
+from jaxtrace_nb._diagnosis._diagnose import InvariantError, checked, diagnose
+from jaxtrace_nb._diagnosis._hints import HINTS
+from jaxtrace_nb._keys._signature import Leaf, Signature, array_leaf
+from jaxtrace_nb._core._witness import Witness
 
 
 def rows(w, name):
@@ -313,13 +313,13 @@ def test_the_runtime_check_refuses_a_leaf_that_jax_finds_equal():
     old = _sig({"x": Leaf("static", "1", ("value", "int", 2, "1"), "int", witness=Witness(1))})
     good = diagnose(new, [old])
     assert good.cause == "unknown"  # tokens differ, JAX's == does not: the key is identical
-    from jaxtrace_nb._diagnosis import Diagnosis
+    from jaxtrace_nb._diagnosis._diagnose import Diagnosis
     with pytest.raises(InvariantError):
         checked(Diagnosis("static", "x", "1", "1", "", ""), new, old)
 
 
 def test_unknown_is_refused_where_any_part_of_the_key_differs():
-    from jaxtrace_nb._diagnosis import Diagnosis
+    from jaxtrace_nb._diagnosis._diagnose import Diagnosis
 
     leaf = array_leaf((2,), "float32")
     new, old = _sig({"x": leaf}), _sig({"x": leaf})._replace(key_parts=(("function", 1), ("inputs", 9),
@@ -333,8 +333,8 @@ def test_unknown_is_refused_where_any_part_of_the_key_differs():
 def test_a_broken_diagnosis_is_contained_and_counted(jt, monkeypatch):
     import collections
 
-    from jaxtrace_nb import _diagnosis
-    from jaxtrace_nb._session import get_session
+    from jaxtrace_nb._diagnosis import _diagnose as _diagnosis
+    from jaxtrace_nb._recording._session import get_session
 
     monkeypatch.setattr(get_session(), "fault_counts", collections.Counter())  # (counted here only)
     def lying(new, old, changes, ctx, *args):  # blames `y`, which did not change

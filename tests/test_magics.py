@@ -119,7 +119,7 @@ def test_bad_flag_is_a_usage_message(shell, capsys):
 
 
 def test_help_documents_flags(shell):
-    from jaxtrace_nb._ipython import TracewatchMagics
+    from jaxtrace_nb._integrations._ipython import TracewatchMagics
 
     doc = " ".join(TracewatchMagics.tracewatch.__doc__.split())
     for flag in ("--max-traces", "--max-retraces", "--internal", "--reset", "--export", "--quiet", "--persist"):

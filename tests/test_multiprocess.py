@@ -15,10 +15,10 @@ import types
 import pytest
 
 import jaxtrace_nb as jt
-from jaxtrace_nb._frames import events_frame
-from jaxtrace_nb._log import COLUMNS, Event
-from jaxtrace_nb._persist import load_events
-from jaxtrace_nb._processes import (Difference, differences, parse_signature_column, render_html_section,
+from jaxtrace_nb._views._frames import events_frame
+from jaxtrace_nb._log._events import COLUMNS, Event
+from jaxtrace_nb._log._persist import load_events
+from jaxtrace_nb._diagnosis._processes import (Difference, differences, parse_signature_column, render_html_section,
                                     render_text_section, signature_column)
 
 PROGRAMS = pathlib.Path(__file__).parent / "programs"

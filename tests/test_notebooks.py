@@ -34,8 +34,8 @@ NOTEBOOKS_JAX = "0.10.2"  # the JAX the stored notebooks were built with (`pytho
 # per-function summary (of the functions every view shows), and the kernel's working folder (the
 # views show a file's path relative to it), as JSON.
 LOG_PROBE = ('import json, os, jaxtrace_nb\n'
-             'from jaxtrace_nb._frames import summary_frame\n'
-             'from jaxtrace_nb._session import get_session\n'
+             'from jaxtrace_nb._views._frames import summary_frame\n'
+             'from jaxtrace_nb._recording._session import get_session\n'
              '_events = [e for e in get_session().log.events() if not e.internal]\n'
              'print(json.dumps({"log": json.loads(jaxtrace_nb.log(internal=False)[["cell", "function", "nested", '
              '"cause", "leaf", "before", "after"]].to_json(orient="records")), "summaries": {\n'
@@ -239,7 +239,7 @@ def _untimed(text: str) -> str:
 def _report_text(text: str) -> str:
     """A text report with its timings masked: the headline's, and the seconds columns of its
     function table (whose rows are sorted by them: compared sorted)."""
-    from jaxtrace_nb._report import TABLE_COLUMNS
+    from jaxtrace_nb._views._report import TABLE_COLUMNS
 
     lines = _untimed(text).splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith("function")), None)
@@ -258,7 +258,7 @@ def _text_spans(header: str, columns) -> list:
     """(column, start, end) of each column the terminal table's `header` shows (end None: the last).
     A text column starts at its label and ends before the next column; a number's column ends at its
     label, as wide as its `text_width` (text columns widen to their values, numbers do not)."""
-    from jaxtrace_nb._views import _NUMERIC
+    from jaxtrace_nb._views._text import _NUMERIC
 
     found, at = [], 0
     for c in columns:
@@ -576,7 +576,7 @@ def _missing(value) -> bool:
 
 def _shown(column, value) -> str:
     """How every view prints `value` of `column` (the DataFrame's value)."""
-    from jaxtrace_nb._format import short_path
+    from jaxtrace_nb._core._format import short_path
 
     if _missing(value):
         return ""
@@ -615,9 +615,9 @@ def _tracewatch_outputs(raw):
 
 @pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
 def test_every_view_shows_the_same_numbers_under_the_same_labels(path, executed, monkeypatch):
-    from jaxtrace_nb._report import TABLE_COLUMNS
-    from jaxtrace_nb._rows import SPECS
-    from jaxtrace_nb._views import _TEXT_GROWS
+    from jaxtrace_nb._views._report import TABLE_COLUMNS
+    from jaxtrace_nb._views._rows import SPECS
+    from jaxtrace_nb._views._text import _TEXT_GROWS
 
     raw, summaries = executed.raw(path)
     monkeypatch.chdir(executed.cwd[path.stem])  # paths shortened as the kernel shortened them

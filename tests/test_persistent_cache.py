@@ -319,8 +319,8 @@ def _report(*args) -> str:
 
 def _steps_misses(log) -> list[str]:
     """The words of each notable miss of `step` in one run's log, as the reports shorten them."""
-    from jaxtrace_nb._persist import load_events
-    from jaxtrace_nb._rows import cache_words
+    from jaxtrace_nb._log._persist import load_events
+    from jaxtrace_nb._views._rows import cache_words
 
     return [cache_words(e) for e in load_events(log) if e.function == "step" and cache_words(e)]
 

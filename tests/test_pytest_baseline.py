@@ -16,9 +16,9 @@ import pytest
 
 import jaxtrace_nb
 from _support import package_frames
-from jaxtrace_nb import _baseline
-from jaxtrace_nb._log import Event
-from jaxtrace_nb._pytest_results import github_annotation
+from jaxtrace_nb._integrations import _baseline
+from jaxtrace_nb._log._events import Event
+from jaxtrace_nb._integrations._pytest_results import github_annotation
 
 pytest_plugins = ["pytester"]
 
@@ -330,7 +330,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxtrace_nb._session import get_session
+from jaxtrace_nb._recording._session import get_session
 
 
 @jax.jit

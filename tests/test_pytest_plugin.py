@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import pytest
 
 import jaxtrace_nb
-from jaxtrace_nb._session import get_session
+from jaxtrace_nb._recording._session import get_session
 
 
 @jax.jit
@@ -177,7 +177,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxtrace_nb._session import get_session
+from jaxtrace_nb._recording._session import get_session
 
 
 @jax.jit

@@ -11,10 +11,10 @@ import datetime
 import json
 import os
 
-from jaxtrace_nb._log import Event
-from jaxtrace_nb._report import Report, function_id, group_events
-from jaxtrace_nb._rows import HINT, WHY_LINE, change_texts, history_view, table_content
-from jaxtrace_nb._views import render_text
+from jaxtrace_nb._log._events import Event
+from jaxtrace_nb._views._report import Report, function_id, group_events
+from jaxtrace_nb._views._rows import HINT, WHY_LINE, change_texts, history_view, table_content
+from jaxtrace_nb._views._text import render_text
 
 HERE = os.getcwd()
 KEY = "k:step"
@@ -186,7 +186,7 @@ def test_a_report_that_forgets_the_logs_dropped_events_is_the_report_of_what_the
     starting over: the same rows, counts, headline and timeline caption as a report of the log."""
     import random
 
-    from jaxtrace_nb._log import EventLog
+    from jaxtrace_nb._log._events import EventLog
 
     for seed in range(40):
         rng = random.Random(seed)

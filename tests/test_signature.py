@@ -1,9 +1,9 @@
 """The diff on plain data, without JAX."""
 
-from jaxtrace_nb._diagnosis import diagnose
+from jaxtrace_nb._diagnosis._diagnose import diagnose
 from jaxtrace_nb._adapters.equinox import EqxOrigin
-from jaxtrace_nb._signature import NONE_LEAF, Signature, array_leaf, static_leaf
-from jaxtrace_nb._values import summarize_static
+from jaxtrace_nb._keys._signature import NONE_LEAF, Signature, array_leaf, static_leaf
+from jaxtrace_nb._core._values import summarize_static
 
 
 def sig(leaves, *, fun=1, context=(), function_path=None, jit_kind="jit", owners=None):

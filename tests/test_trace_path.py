@@ -20,11 +20,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxtrace_nb import _jax_internals
-from jaxtrace_nb._bounded import Bounded
-from jaxtrace_nb._decode import Decoder
-from jaxtrace_nb._jax_layouts import FlatTreeLayout
-from jaxtrace_nb._session import get_session
+from jaxtrace_nb._recording import _jax_internals
+from jaxtrace_nb._core._bounded import Bounded
+from jaxtrace_nb._recording._decode import Decoder
+from jaxtrace_nb._keys._jax_layouts import FlatTreeLayout
+from jaxtrace_nb._recording._session import get_session
 
 
 class _CountingDict(Bounded):
@@ -519,9 +519,9 @@ def test_pending_traces_whose_frames_are_gone_fail_and_the_pending_stay_bounded(
     where the stack is too deep to tell which are gone. A pending trace's frame is known by its id
     and its code: a live frame of other code at its address, or the starting trace's own frame,
     is not it."""
-    from jaxtrace_nb import _probe
-    from jaxtrace_nb._probe import _MAX_PENDING, Probe
-    from jaxtrace_nb._records import Trace
+    from jaxtrace_nb._recording import _probe
+    from jaxtrace_nb._recording._probe import _MAX_PENDING, Probe
+    from jaxtrace_nb._keys._records import Trace
 
     class Sink:
         failed: list = []

@@ -22,10 +22,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxtrace_nb import _plans
-from jaxtrace_nb._leaves import Placeholder, aval_leaf
-from jaxtrace_nb._plans import tree_plan
-from jaxtrace_nb._walker import Walker
+from jaxtrace_nb._keys import _plans
+from jaxtrace_nb._keys._leaves import Placeholder, aval_leaf
+from jaxtrace_nb._keys._plans import tree_plan
+from jaxtrace_nb._keys._walker import Walker
 
 SEEDS = range(600)  # of which those read through a plan are kept (`PLANNED_SEEDS`)
 
@@ -75,7 +75,8 @@ class _without_plans:
     custom nodes too (the reference reading, independent of any plan)."""
 
     def __enter__(self):
-        from jaxtrace_nb import _decode, _walker
+        from jaxtrace_nb._recording import _decode
+        from jaxtrace_nb._keys import _walker
 
         self._saved = [(m, m.argument_plan) for m in (_plans, _walker, _decode)]
         for module, _ in self._saved:
@@ -174,8 +175,8 @@ def _retraces(tag: str) -> None:
 
 
 def test_a_deferred_diagnosis_is_the_one_made_at_the_trace(jt):
-    from jaxtrace_nb._deferred import DeferredSignature
-    from jaxtrace_nb._session import get_session
+    from jaxtrace_nb._keys._deferred import DeferredSignature
+    from jaxtrace_nb._recording._session import get_session
 
     fields = ["trace_number", "cause", "leaf", "before", "after", "explanation", "hint"]
     _retraces("deferred")  # diagnosed when the log is read
@@ -201,7 +202,7 @@ def _read_both_ways(f, calls: list, monkeypatch) -> tuple[list, list, list]:
     read at once, the record read argument by argument), ...) where the first is not None; the code
     names of the traces not read at once; (the plan found, the plan made afresh) of each."""
     import jaxtrace_nb as jt
-    from jaxtrace_nb._session import get_session
+    from jaxtrace_nb._recording._session import get_session
 
     probe = get_session().probe
     compared, fast_none, plans = [], [], []
@@ -251,7 +252,7 @@ def _read_both_ways(f, calls: list, monkeypatch) -> tuple[list, list, list]:
 
 def _whole_treedef() -> bool:
     """JAX 0.9 - 0.10 hand the whole call's treedef to the trace; 0.8 and 0.11 are read argument by argument."""
-    from jaxtrace_nb._jax_internals import detect
+    from jaxtrace_nb._recording._jax_internals import detect
 
     return type(detect().layout).__name__ == "FlatTreeLayout"
 
@@ -328,7 +329,7 @@ def test_a_function_whose_tree_changes_between_retraces_is_read_as_each_call_is(
 def test_a_tree_with_a_str_subclass_key_is_read_but_not_kept(monkeypatch):
     """A dict key of a ``str`` subclass is a user object. Such a call serializes as its ``str``-keyed
     twin does, so it is read at once with the twin's plan; its treedef is not kept with the plan."""
-    from jaxtrace_nb._session import get_session
+    from jaxtrace_nb._recording._session import get_session
 
     class Key(str):
         pass

@@ -12,8 +12,8 @@ import pytest
 from jax._src.interpreters import partial_eval as pe
 
 import jaxtrace_nb
-from jaxtrace_nb import _jax_internals
-from jaxtrace_nb._session import get_session
+from jaxtrace_nb._recording import _jax_internals
+from jaxtrace_nb._recording._session import get_session
 
 from _support import rows
 from _support import display_texts as _texts
@@ -75,7 +75,7 @@ def test_installed_jax_gets_the_full_probe_inside_the_supported_range(capsys):
         f(jnp.ones(2))
         f(jnp.ones(3))
         notice = capsys.readouterr().err
-        hooked = _trace_point().__module__ == "jaxtrace_nb._probe"
+        hooked = _trace_point().__module__ == "jaxtrace_nb._recording._probe"
         if _installed_inside_range():
             assert _jax_internals.detect().full and hooked and notice == ""
             assert rows(jaxtrace_nb)[-1][1:] == ("shape", "x", "f32[2]", "f32[3]")
@@ -148,7 +148,7 @@ def test_reduced_load_ext_and_tracewatch_in_ipython(reduced, shell, capsys):
 @pytest.fixture
 def newer(monkeypatch):
     """The installed JAX made newer than the tested range; the self-check runs afresh."""
-    from jaxtrace_nb import _self_check
+    from jaxtrace_nb._recording import _self_check
 
     jaxtrace_nb.stop()
     jaxtrace_nb.reset()
@@ -176,7 +176,7 @@ def test_newer_jax_records_in_full_after_its_self_check_passes(newer, capsys):
 
 
 def test_newer_jax_with_a_broken_decoder_falls_back_and_says_which_check_failed(newer, monkeypatch, capsys):
-    from jaxtrace_nb import _walker
+    from jaxtrace_nb._keys import _walker
 
     real = _walker.aval_leaf
 
@@ -189,4 +189,4 @@ def test_newer_jax_with_a_broken_decoder_falls_back_and_says_which_check_failed(
     line = capsys.readouterr().err.strip()
     assert "self-check failed (a new dtype: expected ('dtype', 'x', 'f32[3]', 'i32[3]')" in line, line
     assert REDUCED_NOTICE in line and len(line.splitlines()) == 1
-    assert _trace_point().__module__ != "jaxtrace_nb._probe"  # no JAX internal touched
+    assert _trace_point().__module__ != "jaxtrace_nb._recording._probe"  # no JAX internal touched

@@ -6,12 +6,12 @@ import json
 import pathlib
 import re
 
-from jaxtrace_nb import _widget
-from jaxtrace_nb._log import COLUMNS, Event
-from jaxtrace_nb._report import EVENT_COLUMNS, GROUP_COLUMNS, TABLE_COLUMNS, Report
-from jaxtrace_nb._rows import SPECS, history_view, table_row
-from jaxtrace_nb._format import breakable
-from jaxtrace_nb._views import render_html, render_text, shown_columns
+from jaxtrace_nb._views import _widget
+from jaxtrace_nb._log._events import COLUMNS, Event
+from jaxtrace_nb._views._report import EVENT_COLUMNS, GROUP_COLUMNS, TABLE_COLUMNS, Report
+from jaxtrace_nb._views._rows import SPECS, history_view, table_row
+from jaxtrace_nb._core._format import breakable
+from jaxtrace_nb._views._text import render_html, render_text, shown_columns
 
 SCRIPT = (pathlib.Path(_widget.__file__).parent / "_widget.js").read_text(encoding="utf-8")
 
@@ -115,9 +115,9 @@ def test_the_widget_module_uses_anywidgets_default_export_only():
 
 
 def test_persisted_and_framed_logs_keep_the_test(tmp_path):
-    from jaxtrace_nb._frames import events_frame
-    from jaxtrace_nb._persist import JsonlWriter, load_events
-    from jaxtrace_nb._standalone import events_from
+    from jaxtrace_nb._views._frames import events_frame
+    from jaxtrace_nb._log._persist import JsonlWriter, load_events
+    from jaxtrace_nb._views._standalone import events_from
 
     events = _pytest_log()
     writer = JsonlWriter(tmp_path / "log.jsonl", on_fault=lambda e: (_ for _ in ()).throw(e))

@@ -16,10 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxtrace_nb import _measure
-from jaxtrace_nb._census import census, optimal_buckets, parse_shape, pick, schemes, simplest, suggestion_text
-from jaxtrace_nb._lineprof import OTHER, profile_rows
-from jaxtrace_nb._log import Event
+from jaxtrace_nb._recording import _measure
+from jaxtrace_nb._views._census import census, optimal_buckets, parse_shape, pick, schemes, simplest, suggestion_text
+from jaxtrace_nb._recording._lineprof import OTHER, profile_rows
+from jaxtrace_nb._log._events import Event
 
 HERE = Path(__file__).resolve().parent
 
@@ -73,7 +73,7 @@ def test_the_profile_is_made_off_the_trace_path_and_lazily(jt, monkeypatch):
     """At the trace's end the probe keeps a weak reference; the walk runs while the program
     compiles (`test_a_compiled_programs_profile_is_made_in_a_thread_of_our_own`), or at a read for
     a trace that is not compiled."""
-    from jaxtrace_nb._lineprof import LineProfiler
+    from jaxtrace_nb._recording._lineprof import LineProfiler
 
     x = jnp.ones(3)  # (JAX compiles its own helpers for this)
     jt.get_session().log.events()
@@ -108,7 +108,7 @@ def _threads_calling(monkeypatch, owner, name: str) -> list:
 
 
 def _walks_by_thread(monkeypatch) -> list:
-    from jaxtrace_nb._lineprof import LineProfiler
+    from jaxtrace_nb._recording._lineprof import LineProfiler
 
     return _threads_calling(monkeypatch, LineProfiler, "profile")
 
@@ -237,7 +237,7 @@ def test_a_compile_that_ends_before_our_thread_measures_its_program_itself_if_xl
 def test_a_job_left_behind_makes_nothing_of_another_trace_under_the_same_key(jt, monkeypatch):
     """A job carries its own `Trace`: where a read or a reset took it and another took its key
     (the trace's id, reused), the job makes nothing of that other one."""
-    from jaxtrace_nb._records import Trace
+    from jaxtrace_nb._keys._records import Trace
 
     measurer = jt.get_session().probe.measurer
     made = []
@@ -287,7 +287,7 @@ def test_background_runs_jobs_in_order_and_starts_again_after_a_fork():
     import threading
     import time
 
-    from jaxtrace_nb._background import Background
+    from jaxtrace_nb._core._background import Background
 
     worker = Background("jaxtrace_nb-test")
     seen, done = [], threading.Event()
@@ -321,7 +321,7 @@ def test_background_runs_jobs_in_order_and_starts_again_after_a_fork():
     # A fork in a process without JAX's threads (JAX warns at any fork once it has started them).
     child = textwrap.dedent("""
         import os, threading
-        from jaxtrace_nb._background import Background
+        from jaxtrace_nb._core._background import Background
         worker = Background("jaxtrace_nb-test")
         first = threading.Event()
         worker.submit(lambda _: first.set(), None)
@@ -345,7 +345,7 @@ def test_equations_grouped_by_traceback_count_as_each_equation_alone(jt):
     (a 16-layer MLP step, whose 342 equations share 15 tracebacks, and a loop with helpers)."""
     from collections import Counter
 
-    from jaxtrace_nb._lineprof import LineProfiler
+    from jaxtrace_nb._recording._lineprof import LineProfiler
 
     decoder = jt.get_session().probe.decoder
 
@@ -550,7 +550,7 @@ def _events(n_processes=1):
 
 
 def test_the_timeline_svg_has_a_mark_per_compile_and_escapes_every_text():
-    from jaxtrace_nb._timeline import svg, timeline
+    from jaxtrace_nb._views._timeline import svg, timeline
 
     tl = timeline(_events())
     assert tl.compiles == 4 and len(tl.rows) == 2
@@ -572,8 +572,8 @@ def test_a_live_reports_caption_is_the_timelines(seed):
     what the caption of the whole timeline drawn from the same events says."""
     import random
 
-    from jaxtrace_nb._report import Report
-    from jaxtrace_nb._timeline import caption, timeline
+    from jaxtrace_nb._views._report import Report
+    from jaxtrace_nb._views._timeline import caption, timeline
 
     rng = random.Random(seed)
     t0 = datetime.datetime(2026, 1, 1, 12, 0, 0)
@@ -660,7 +660,7 @@ def test_export_writes_integer_nanosecond_stages_one_track_per_process(tmp_path)
 
 
 def _frame(events):
-    from jaxtrace_nb._frames import events_frame
+    from jaxtrace_nb._views._frames import events_frame
 
     return events_frame(events)
 
@@ -784,8 +784,8 @@ _SERVED_BY_THE_CACHE = textwrap.dedent("""
         from jax._src import compilation_cache
         compilation_cache.is_cache_used = lambda backend: False
     import jaxtrace_nb as jt
-    from jaxtrace_nb import _jax_internals as jaxi, _measure
-    from jaxtrace_nb._lineprof import LineProfiler
+    from jaxtrace_nb._recording import _jax_internals as jaxi, _measure
+    from jaxtrace_nb._recording._lineprof import LineProfiler
 
     queued, walks, phase = [], [], ["miss"]
     COUNT_JAX_EVENTS
@@ -857,8 +857,8 @@ _SERVED_BACK_TO_BACK = textwrap.dedent("""
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     import jaxtrace_nb as jt
-    from jaxtrace_nb import _jax_internals as jaxi, _measure
-    from jaxtrace_nb._lineprof import LineProfiler
+    from jaxtrace_nb._recording import _jax_internals as jaxi, _measure
+    from jaxtrace_nb._recording._lineprof import LineProfiler
 
     case = sys.argv[2]
     _measure.AFTER_COMPILE_DELAY_S = {"quiet": 1.0, "lookup": 30.0, "at the latest": 30.0}[case]
@@ -919,8 +919,8 @@ def test_a_hand_off_at_a_compiles_end_never_waits_for_our_thread():
     queues a job of its own (the parent's job is not in the child's thread)."""
     import os
 
-    from jaxtrace_nb._measure import Measurer
-    from jaxtrace_nb._records import Trace
+    from jaxtrace_nb._recording._measure import Measurer
+    from jaxtrace_nb._keys._records import Trace
 
     class Jobs:
         def __init__(self):

@@ -13,14 +13,14 @@ import pandas as pd
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from jaxtrace_nb import _widget
-from jaxtrace_nb._frames import summary_frame
-from jaxtrace_nb._log import Event, EventLog
-from jaxtrace_nb._report import TABLE_COLUMNS, VISIBILITY_RULE, Report
-from jaxtrace_nb._rows import SPECS, table_row
-from jaxtrace_nb._standalone import events_from
-from jaxtrace_nb._views import render_html, render_text
-from jaxtrace_nb._widget import TraceTable
+from jaxtrace_nb._views import _widget
+from jaxtrace_nb._views._frames import summary_frame
+from jaxtrace_nb._log._events import Event, EventLog
+from jaxtrace_nb._views._report import TABLE_COLUMNS, VISIBILITY_RULE, Report
+from jaxtrace_nb._views._rows import SPECS, table_row
+from jaxtrace_nb._views._standalone import events_from
+from jaxtrace_nb._views._text import render_html, render_text
+from jaxtrace_nb._views._widget import TraceTable
 
 INJECTION = "<img src=x onerror=alert(1)>"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -156,7 +156,9 @@ def test_static_html_and_widget_mark_up_rich_text_alike():
     """The why's wording is the kernel's (`_rows`); both renderers only map its styles to markup."""
     import pathlib
 
-    from jaxtrace_nb import _format, _views
+    from jaxtrace_nb._core import _format
+
+    from jaxtrace_nb._views import _text as _views
 
     script = (pathlib.Path(_widget.__file__).parent / "_widget.js").read_text(encoding="utf-8")
     block = script[script.index("const STYLE_MARKUP = {"):]
@@ -267,7 +269,7 @@ def test_live_table_is_throttled_flushed_and_closed(monkeypatch):
 def test_the_live_table_draws_the_timeline_only_while_its_box_is_open():
     """The SVG of thousands of compiles is megabytes: the table sends its caption always and draws it
     (the same SVG as `_timeline.svg`) only while the view's timeline box is open."""
-    from jaxtrace_nb._timeline import svg, timeline
+    from jaxtrace_nb._views._timeline import svg, timeline
 
     log = EventLog()
     table = TraceTable(Report((), "session"))
@@ -307,8 +309,8 @@ def test_compile_cost_columns_unrolled_loop_and_flops():
 
 
 def test_events_from_a_frame_or_persisted_logs_round_trip(tmp_path):
-    from jaxtrace_nb._frames import events_frame
-    from jaxtrace_nb._persist import JsonlWriter
+    from jaxtrace_nb._views._frames import events_frame
+    from jaxtrace_nb._log._persist import JsonlWriter
 
     events = _known_log()
     back = events_from(events_frame(events))
@@ -326,7 +328,7 @@ def test_show_in_a_terminal_shell_prints_the_static_report(tmp_path, capsys):
     from IPython.core.displaypub import CapturingDisplayPublisher
 
     import jaxtrace_nb as jt
-    from jaxtrace_nb._frames import events_frame
+    from jaxtrace_nb._views._frames import events_frame
 
     shell = InteractiveShell.instance()
     old, shell.display_pub = shell.display_pub, CapturingDisplayPublisher()
@@ -390,7 +392,7 @@ def test_notebook_keeps_widget_state_and_static_report(tmp_path):
 
 
 def test_events_of_several_processes_add_the_cross_process_section(tmp_path):
-    from jaxtrace_nb._processes import TITLE
+    from jaxtrace_nb._diagnosis._processes import TITLE
 
     events = []
     for process, after in ((0, "f32[16]"), (1, "f32[4]")):

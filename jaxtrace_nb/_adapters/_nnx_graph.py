@@ -14,8 +14,8 @@ from __future__ import annotations
 import collections.abc
 from typing import Any, NamedTuple
 
-from .._signature import node_leaf
-from .._values import clip, summarize_static
+from .._keys._signature import node_leaf
+from .._core._values import clip, summarize_static
 
 _GRAPHLIB = ("flax.nnx.graph", "flaxlib")  # graphlib from Flax 0.12.1, graph in 0.12.0
 _HIDDEN_PREFIX = "_pytree__"  # NNX's bookkeeping attributes (which attributes are data; a lock state)

@@ -25,14 +25,14 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, NamedTuple, Protocol
 
-from .._vocabulary import JitKind
+from .._core._vocabulary import JitKind
 
 if TYPE_CHECKING:
-    from .._calls import DecodedCall
-    from .._jax_layouts import TraceStart
-    from .._signature import Leaf
-    from .._vocabulary import Cause
-    from .._walker import Walker
+    from .._keys._calls import DecodedCall
+    from .._keys._jax_layouts import TraceStart
+    from .._keys._signature import Leaf
+    from .._core._vocabulary import Cause
+    from .._keys._walker import Walker
 
 
 class Hint(NamedTuple):

@@ -25,10 +25,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .._calls import DecodedCall, SkeletonArg
-from .._leaves import Placeholder, custom_node_leaf
-from .._values import name_values_by
-from .._vocabulary import Cause, StrEnum
+from .._keys._calls import DecodedCall, SkeletonArg
+from .._keys._leaves import Placeholder, custom_node_leaf
+from .._core._values import name_values_by
+from .._core._vocabulary import Cause, StrEnum
 from ._registry import Evidence, Hint, Library, register
 from .equinox import EqxOrigin, decode_filter_jit, filter_jit_function
 

@@ -15,11 +15,11 @@ import dataclasses
 import sys
 from typing import Any
 
-from .._calls import DecodedCall, SkeletonArg, TreeArg, arg_name, parameters, raw_identity, src_from_debug
-from .._leaves import Placeholder, aval_leaf
-from .._signature import static_leaf
-from .._values import printable, summarize_static
-from .._vocabulary import Cause, JitKind, Origin, StrEnum
+from .._keys._calls import DecodedCall, SkeletonArg, TreeArg, arg_name, parameters, raw_identity, src_from_debug
+from .._keys._leaves import Placeholder, aval_leaf
+from .._keys._signature import static_leaf
+from .._core._values import printable, summarize_static
+from .._core._vocabulary import Cause, JitKind, Origin, StrEnum
 from ._registry import Evidence, Hint, JitWrapper, Library, register
 
 

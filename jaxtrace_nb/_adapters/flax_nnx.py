@@ -29,11 +29,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._calls import DecodedCall, SkeletonArg, TreeArg
-from .._leaves import Placeholder, keystr
-from .._signature import node_leaf
-from .._values import clip, summarize_static
-from .._vocabulary import Cause, JitKind, Origin, StrEnum
+from .._keys._calls import DecodedCall, SkeletonArg, TreeArg
+from .._keys._leaves import Placeholder, keystr
+from .._keys._signature import node_leaf
+from .._core._values import clip, summarize_static
+from .._core._vocabulary import Cause, JitKind, Origin, StrEnum
 from ._nnx_graph import DEFAULT_METADATA, Refs, graph_node_leaf, is_hidden, is_type, key_style, key_text, kind_of
 from ._nnx_graph import Unexpected as _Unexpected
 from ._nnx_graph import keyed_leaves, qualified

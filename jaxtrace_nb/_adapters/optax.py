@@ -7,7 +7,7 @@ what it adds is evidence for the hints: a leaf inside an optax state (an owner o
 
 from __future__ import annotations
 
-from .._vocabulary import Cause
+from .._core._vocabulary import Cause
 from ._registry import Evidence, Hint, Library, register
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .._vocabulary import Cause, Origin, StrEnum
+from .._core._vocabulary import Cause, Origin, StrEnum
 from ._registry import Evidence, Hint, Library, register
 
 _MAX_METADATA_ITEMS = 16

@@ -28,5 +28,5 @@ x, m = jnp.ones(3), {"w": jnp.ones(3)}
 hot(x, x).block_until_ready()
 hot_eqx(m, x).block_until_ready()
 frames = package_frames_on_cache_hits(lambda: (hot(x, x), hot_eqx(m, x)))
-print("recording:", jaxtrace_nb._session.get_session().recording)
+print("recording:", jaxtrace_nb._recording._session.get_session().recording)
 print("package frames on cache hits:", frames)

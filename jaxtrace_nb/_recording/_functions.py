@@ -1,0 +1,195 @@
+"""What the session knows of each jitted function: its counts, the keys JAX holds for it (for the
+diagnosis), the function objects seen (weakly, to tell a re-created function from a changed
+input). No user array, tracer or object; the keys kept are bounded for the whole session.
+
+JAX's tracing cache (``partial_eval.trace_to_jaxpr``, a ``weakref_lru_cache`` with no size limit on
+JAX 0.8–0.10) holds every key of a function object until the object dies, ``f.clear_cache()`` or
+``jax.clear_caches()``. So a function keeps every key it was traced with (`KeptKey`), each with the
+object and the cache generation it was traced under: the keys JAX still holds for a trace are those
+of the same object in the same generation (`FunctionState.held`); the others stay, to say that a
+key is identical to one JAX dropped, and are the first to go when the session's bound is reached.
+"""
+
+from __future__ import annotations
+
+import collections
+import weakref
+from typing import NamedTuple
+
+from .._keys._records import Binding, FunctionIdentity, TraceRecord
+from .._keys._signature import Signature
+
+SIGNATURES_PER_FUNCTION = 8  # lowerings (compile keys) kept per function
+LEAF_BUDGET_PER_FUNCTION = 200_000  # leaves kept across a function's lowerings
+# Trace keys kept for the whole session, in signature leaves (a leaf is ~0.3 KB: ~300 MB at most;
+# docs/design.md, "What we compare against"). Past it, keys JAX no longer holds go first, then
+# the oldest keys of the function that holds the most (which then says it forgot some).
+MAX_KEPT_LEAVES = 1_000_000
+_MAX_REFS = 100_000  # live function objects remembered per function key
+
+
+EVICTED = -1  # the generation of a key JAX dropped alone (`FunctionState.evict`)
+
+
+class KeptKey(NamedTuple):
+    """One key JAX cached a trace on: its signature, the function object (weakly) and JAX's
+    cache generation when it was traced, and the trace's number."""
+
+    signature: Signature  # or a DeferredSignature
+    ref: weakref.ref | None
+    generation: int
+    trace_number: int
+
+
+class FunctionState:
+    """What the session knows of one function (by its key): counts, every key it was traced with,
+    the function objects seen (weakly)."""
+
+    __slots__ = ("identity", "traces", "compiles", "keys", "kept_leaves", "forgotten", "lowerings", "refs",
+                 "_refs_pruned", "location", "cell", "cache_generation", "arg_names", "failed")
+
+    def __init__(self, identity: FunctionIdentity | None):
+        self.identity = identity
+        self.traces = 0
+        self.compiles = 0
+        self.keys: list[KeptKey] = []
+        self.kept_leaves = 0
+        self.forgotten = 0  # keys dropped for the session's bound while JAX may still hold them
+        self.lowerings: collections.deque[Signature] = collections.deque(maxlen=SIGNATURES_PER_FUNCTION)
+        self.refs: dict[int, weakref.ref] = {}  # the function objects traced under this key, by id(ref)
+        self._refs_pruned = 0
+        self.location: str | None = None
+        self.cell: int | None = None
+        self.cache_generation = 0
+        self.arg_names: dict | None = None  # JAX's argument name -> the user's path
+        self.failed = 0  # trace attempts that raised (not recorded as traces)
+
+    def add_key(self, key: KeptKey) -> int:
+        """Keep `key`; returns the leaves it adds."""
+        self.keys.append(key)
+        n = key.signature.n_leaves
+        self.kept_leaves += n
+        return n
+
+    def seen(self, ref: weakref.ref) -> bool:
+        """Whether the function object of `ref` was traced under this key (weak references to one
+        live object are one object)."""
+        return self.refs.get(id(ref)) is ref
+
+    def add_ref(self, ref: weakref.ref) -> None:
+        refs = self.refs
+        if refs.get(id(ref)) is ref:
+            return
+        if len(refs) >= max(64, 2 * self._refs_pruned):  # (dead objects' references go, amortized)
+            live = {i: r for i, r in refs.items() if r() is not None}
+            if len(live) >= _MAX_REFS:
+                live = dict(list(live.items())[-_MAX_REFS // 2:])
+            self.refs = refs = live
+            self._refs_pruned = len(live)
+        refs[id(ref)] = ref
+
+    def evict(self, ref: weakref.ref) -> None:
+        """JAX's cache holds no key of the function object of `ref` any more (`f.clear_cache()`):
+        its keys stay, to compare with, as keys JAX no longer holds."""
+        self.keys = [k._replace(generation=EVICTED) if k.ref is ref else k for k in self.keys]
+
+    def held(self, ref: weakref.ref | None, generation: int) -> tuple[list[KeptKey], list[KeptKey]]:
+        """The keys JAX still holds for a trace of the function object `ref` in cache generation
+        `generation`, and the others to compare with: the same object's from cleared generations,
+        or where it has none (a function object not seen before), every earlier object's."""
+        held, cleared, others = [], [], []
+        for key in self.keys:
+            if key.ref is not ref:  # (a function that takes no weak reference: one object, as far as we can tell)
+                others.append(key)
+            else:
+                (held if key.generation == generation else cleared).append(key)
+        return held, cleared or others
+
+    def shed(self, leaves: int, generation: int) -> int:
+        """Drop kept keys for about `leaves` leaves, those JAX no longer holds first; returns the
+        leaves dropped."""
+        kept, dropped = [], 0
+        for k in self.keys:
+            if k.generation != generation or (k.ref is not None and k.ref() is None):
+                dropped += k.signature.n_leaves
+            else:
+                kept.append(k)
+        self.keys = keys = kept
+        while keys and dropped < leaves:
+            k = keys.pop(0)
+            dropped += k.signature.n_leaves
+            self.forgotten += 1
+        self.kept_leaves -= dropped
+        return dropped
+
+
+class KeyBudget:
+    """The session's bound on kept trace keys (`MAX_KEPT_LEAVES`), over all functions."""
+
+    __slots__ = ("leaves", "limit")
+
+    def __init__(self, limit: int = MAX_KEPT_LEAVES):
+        self.leaves, self.limit = 0, limit
+
+    def added(self, n: int, functions: dict, generation: int) -> None:
+        self.leaves += n
+        if self.leaves <= self.limit:
+            return
+        target = self.leaves - int(self.limit * 0.9)
+        for state in sorted(functions.values(), key=lambda s: s.kept_leaves, reverse=True):
+            if target <= 0:
+                break
+            freed = state.shed(0, generation)  # keys JAX no longer holds, everywhere first
+            self.leaves -= freed
+            target -= freed
+        for state in sorted(functions.values(), key=lambda s: s.kept_leaves, reverse=True):
+            if target <= 0:
+                break
+            freed = state.shed(min(target, state.kept_leaves), generation)
+            self.leaves -= freed
+            target -= freed
+
+
+def keep(signatures: collections.deque, signature: Signature) -> collections.deque:
+    """`signatures` with `signature` appended, keeping fewer when signatures are large (lowerings)."""
+    keep = max(1, min(SIGNATURES_PER_FUNCTION, LEAF_BUDGET_PER_FUNCTION // max(1, signature.n_leaves)))
+    if signatures.maxlen != keep:
+        signatures = collections.deque(signatures, maxlen=keep)
+    signatures.append(signature)
+    return signatures
+
+
+def new_object(state: FunctionState, record: TraceRecord, cell: int | None) -> tuple[bool, str | None]:
+    """Whether the traced function object is one not seen before, and why (a re-run cell).
+
+    Function objects are told apart by their weak references (one per live object, kept in the
+    function's state while it lives), so the answer holds after the function itself is gone."""
+    if not state.traces or record.function_ref is None:
+        return False, None
+    if state.seen(record.function_ref):
+        return False, None
+    identity = record.identity
+    if state.location is not None and state.location != identity.location:
+        return True, (f"its cell was run again: defined at {identity.location}, was {state.location}"
+                      if identity.in_cell else f"re-defined at {identity.location}, was {state.location}")
+    if cell is not None and state.cell is not None and state.cell != cell and identity.in_cell:
+        return True, f"re-created in cell {cell}, last traced in cell {state.cell}"
+    if record.binding is not None:
+        return True, created_note(record.binding)
+    return True, None
+
+
+def created_note(binding: Binding) -> str:
+    """Where a re-created function object came from, as far as Python can tell (`CallSites.binding`):
+    the line assigning the variable that held it, or every line that assigns it."""
+    if len(binding.lines) == 1:
+        return f"re-created at {binding.lines[0]}, where `{binding.name}` is assigned"
+    return f"re-created where `{binding.name}` is assigned: {' or '.join(binding.lines)}"
+
+
+def user_names(state: FunctionState, signature: Signature) -> Signature:
+    """A lowering signature under the user's argument paths instead of JAX's names."""
+    names = state.arg_names
+    if not names:
+        return signature
+    return signature._replace(leaves={names.get(path, path): leaf for path, leaf in signature.leaves.items()})
