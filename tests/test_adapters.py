@@ -65,7 +65,7 @@ def test_a_new_library_is_one_module(tmp_path, monkeypatch):
     (tmp_path / "mylib_adapter.py").write_text(textwrap.dedent('''
         import sys
 
-        from .._vocabulary import Cause, StrEnum
+        from .._core._vocabulary import Cause, StrEnum
         from ._registry import Hint, Library, register
 
 

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from jaxtrace_nb._cache import _cache_index as index
-from jaxtrace_nb._cache._cache_words import explain, notable_miss, verdict, verdict_word
+from jaxtrace_nb._cache._cache_words import Retrace, explain, notable_miss, verdict, verdict_word
 from jaxtrace_nb._diagnosis._module_diff import Difference, changed_part, first_difference
 from jaxtrace_nb._keys._records import CACHE_KEY_COMPONENTS, CacheComparison, CacheKeyRecord
 
@@ -249,7 +249,7 @@ def test_the_computation_in_words(tmp_path):
                           name="jit(step)/mul", via_use=True)
     c = record(key="jit_step-c", parts={"computation": "c" * 64})
     words = explain(c, _compare(c, a, con_dir=tmp_path / "c"), run="mine", computation=constant,
-                    retrace=("shape", "x"), place=lambda where: where.replace("/w/model.py", "In[3]"))
+                    retrace=Retrace("shape", "x"), place=lambda where: where.replace("/w/model.py", "In[3]"))
     assert words.text.startswith("miss: the computation differs first at In[3]:6 (`jit(step)/mul`, "
                                  "`stablehlo.constant`): `5.0e-01` → `7.0e-01`; this compile follows a retrace "
                                  "(shape at `x`) (")

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 from .._keys._signature import node_leaf
 from .._core._values import clip, summarize_static
+from .._core._vocabulary import StrEnum
 
 _GRAPHLIB = ("flax.nnx.graph", "flaxlib")  # graphlib from Flax 0.12.1, graph in 0.12.0
 _HIDDEN_PREFIX = "_pytree__"  # NNX's bookkeeping attributes (which attributes are data; a lock state)
@@ -43,11 +44,19 @@ class Refs:
         self.paths: dict[int, str] = {}
 
 
+class EntryKind(StrEnum):
+    """What an `Entry` read from a GraphDef is (its payload)."""
+
+    LEAF = "leaf"  # the skeleton of one leaf
+    STATIC = "static"  # a Python attribute's value
+    NODE = "node"  # a node `Leaf`
+    OWNER = "owner"  # the qualified type of the node at the path
+
+
 class Entry(NamedTuple):
     """One thing read from a GraphDef, at `path` (relative to the graph's own)."""
 
-    kind: str  # "leaf" (payload: the skeleton of one leaf), "static" (a Python attribute's value),
-    # "node" (a node `Leaf`), "owner" (the qualified type of the node at the path)
+    kind: EntryKind
     path: str
     payload: Any
 
@@ -157,14 +166,14 @@ class _Reader:
         except StopIteration:
             raise Unexpected("fewer leaves than the GraphDef reads") from None
         if shown:
-            self.entries.append(Entry("leaf", path, item))
+            self.entries.append(Entry(EntryKind.LEAF, path, item))
 
     def alias(self, path: str, index: Any, shown: bool) -> None:
         target = self.refs.get(index)
         if target is None:
             raise Unexpected(f"a reference to an unknown node {index!r}")
         if shown:
-            self.entries.append(Entry("node", path, node_leaf(("nnx ref", target),
+            self.entries.append(Entry(EntryKind.NODE, path, node_leaf(("nnx ref", target),
                                                               clip(f"the same object as {target}", 120))))
 
     def node(self, nodedef: Any, keys: tuple, path: str, shown: bool) -> None:
@@ -181,8 +190,8 @@ class _Reader:
                     self.refs[array_refdef.index] = self.prefix + path
             self.refs[nodedef.index] = self.prefix + path
             if shown:
-                self.entries.append(Entry("node", path, variable_leaf(nodedef)))
-                self.entries.append(Entry("owner", path, qualified(nodedef.type)))
+                self.entries.append(Entry(EntryKind.NODE, path, variable_leaf(nodedef)))
+                self.entries.append(Entry(EntryKind.OWNER, path, qualified(nodedef.type)))
         elif kind == "ArrayRefDef":
             self.leaf(keys, path, shown)
             self.refs[nodedef.index] = self.prefix + path
@@ -197,7 +206,7 @@ class _Reader:
         t = _type_of(nodedef)
         if t is type(None) and not int(nodedef.num_attributes):  # None held by a graph node: a None leaf
             if shown:
-                self.entries.append(Entry("leaf", path, None))
+                self.entries.append(Entry(EntryKind.LEAF, path, None))
             return
         style = key_style(t)
         helper = (getattr(t, "__module__", "") or "").startswith("flax.nnx.helpers")  # nnx.List, nnx.Dict
@@ -215,7 +224,7 @@ class _Reader:
             kind = kind_of(value)
             if kind == "Static":
                 if visible:
-                    self.entries.append(Entry("static", child, value.value))
+                    self.entries.append(Entry(EntryKind.STATIC, child, value.value))
             elif kind in ("LeafAttr", "ArrayAttr"):  # ArrayAttr: Flax 0.12.0
                 self.leaf(child_keys, child, visible)
             elif kind == "NodeAttr":
@@ -229,9 +238,9 @@ class _Reader:
             else:
                 raise Unexpected(f"an unknown attribute kind {type(value).__name__}")
         if shown:
-            self.entries.append(Entry("node", path, graph_node_leaf(t, shown_keys)))
+            self.entries.append(Entry(EntryKind.NODE, path, graph_node_leaf(t, shown_keys)))
             if isinstance(t, type) and t not in (dict, list, tuple):
-                self.entries.append(Entry("owner", path, qualified(t)))
+                self.entries.append(Entry(EntryKind.OWNER, path, qualified(t)))
 
 
 _END = object()

@@ -28,7 +28,7 @@ from typing import Any
 from .._keys._calls import DecodedCall, SkeletonArg
 from .._keys._leaves import Placeholder, custom_node_leaf
 from .._core._values import name_values_by
-from .._core._vocabulary import Cause, StrEnum
+from .._core._vocabulary import Cause, LeafKind, StrEnum
 from ._registry import Evidence, Hint, Library, register
 from .equinox import EqxOrigin, decode_filter_jit, filter_jit_function
 
@@ -83,7 +83,7 @@ class Diffrax(Library):
         old, new = evidence.old, evidence.new
         if evidence.cause not in (Cause.STRUCTURE, Cause.SHAPE):
             return None
-        if (old is not None and new is not None and old.kind == new.kind == "node" and old.type_name != new.type_name
+        if (old is not None and new is not None and old.kind == new.kind == LeafKind.NODE and old.type_name != new.type_name
                 and _is_diffrax_type(old.type_name) and _is_diffrax_type(new.type_name)):
             return "diffrax.component", {"before": _short(old.type_name), "after": _short(new.type_name)}
         if evidence.owner.startswith("diffrax.") and evidence.owner.endswith(".SaveAt"):
@@ -111,7 +111,7 @@ def _short(qualified: str) -> str:
 
 def _retagged(item: Any, origin: str) -> Any:
     """`item` with `origin` when it is a static leaf Equinox made (a non-array value), else as is."""
-    if type(item) is Placeholder and item.leaf.kind == "static" and item.leaf.origin == EqxOrigin.FILTER_JIT:
+    if type(item) is Placeholder and item.leaf.kind == LeafKind.STATIC and item.leaf.origin == EqxOrigin.FILTER_JIT:
         return Placeholder(item.leaf._replace(origin=origin), item.index)
     return item
 

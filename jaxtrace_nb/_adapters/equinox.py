@@ -142,7 +142,7 @@ def decode_filter_jit(start) -> DecodedCall | None:
         function_leaf = (qualname, static_leaf(summarize_static(user_fun), Origin.FUNCTION, user_fun))
     # Equinox binds every argument with inspect.signature: how it was passed never matters.
     call_how = tuple((name, "position") for name in names)
-    return DecodedCall(JitKind.EQUINOX, user_fun, identity, arguments, function_leaf, call_how)
+    return DecodedCall(jit_kind=JitKind.EQUINOX, user_fun=user_fun, identity=identity, arguments=arguments, function_leaf=function_leaf, call=call_how)
 
 
 def _merged(avals: list, static_leaves: list) -> list:

@@ -34,7 +34,7 @@ from .._keys._leaves import Placeholder, keystr
 from .._keys._signature import node_leaf
 from .._core._values import clip, summarize_static
 from .._core._vocabulary import Cause, JitKind, Origin, StrEnum
-from ._nnx_graph import DEFAULT_METADATA, Refs, graph_node_leaf, is_hidden, is_type, key_style, key_text, kind_of
+from ._nnx_graph import DEFAULT_METADATA, EntryKind, Refs, graph_node_leaf, is_hidden, is_type, key_style, key_text, kind_of
 from ._nnx_graph import Unexpected as _Unexpected
 from ._nnx_graph import keyed_leaves, qualified
 from ._nnx_graph import read as _read
@@ -85,7 +85,7 @@ class FlaxNnx(Library):
             if type(part) is TreeArg:
                 part = _graph_arg(part, refs)
             arguments.append((name, part))
-        return DecodedCall(JitKind.NNX, user_fun, None, arguments, None, base.call)
+        return DecodedCall(jit_kind=JitKind.NNX, user_fun=user_fun, identity=None, arguments=arguments, function_leaf=None, call=base.call)
 
     def walk_node(self, walker, path: str, obj: Any) -> bool:
         return _walk_node(walker, path, obj)
@@ -179,11 +179,11 @@ def _walk_graph(walker, prefix: str, graph: _Graph) -> None:
         return
     for entry in reader.entries:
         full = prefix + entry.path
-        if entry.kind == "leaf":
+        if entry.kind == EntryKind.LEAF:
             walker.emit(full, entry.payload)
-        elif entry.kind == "static":
+        elif entry.kind == EntryKind.STATIC:
             walker.static(full, entry.payload, NnxOrigin.ATTRIBUTE)
-        elif entry.kind == "node":
+        elif entry.kind == EntryKind.NODE:
             walker.node(full, entry.payload)
         else:
             walker.owner(full, entry.payload)
@@ -207,11 +207,11 @@ def _walk_node(walker, prefix: str, obj: Any) -> bool:
             return False
         walker.forget_owner(prefix)
         for entry in entries:
-            if entry.kind == "static":
+            if entry.kind == EntryKind.STATIC:
                 walker.static(prefix + entry.path, entry.payload, NnxOrigin.ATTRIBUTE)
-            elif entry.kind == "node":
+            elif entry.kind == EntryKind.NODE:
                 walker.node(prefix + entry.path, entry.payload)
-            elif entry.kind == "leaf":  # (a None: the arrays are the State's, another argument)
+            elif entry.kind == EntryKind.LEAF:  # (a None: the arrays are the State's, another argument)
                 walker.emit(prefix + entry.path, entry.payload)
         return True
     if _is_variable(obj):

@@ -7,7 +7,7 @@ what it adds is evidence for the hints: a leaf inside an optax state (an owner o
 
 from __future__ import annotations
 
-from .._core._vocabulary import Cause
+from .._core._vocabulary import Cause, LeafKind
 from ._registry import Evidence, Hint, Library, register
 
 
@@ -41,6 +41,6 @@ class Optax(Library):
                 return "identity.optax", {}
         if evidence.cause == Cause.STRUCTURE and owner:
             kinds = {old.kind if old else None, new.kind if new else None}
-            if "none" in kinds and kinds & {"array", "node"}:
+            if LeafKind.NONE in kinds and kinds & {LeafKind.ARRAY, LeafKind.NODE}:
                 return "structure.optax_none", {"owner": owner.rsplit(".", 1)[-1]}
         return None

@@ -21,17 +21,18 @@ import weakref
 from collections.abc import Callable
 
 from ._cache_index import IndexWriter, Reader, RunInfo, index_path
-from ._cache_words import MISS, compile_option_changes, explain, verdict
+from ._cache_words import MISS, Retrace, compile_option_changes, explain, verdict
 from .._diagnosis._diagnose import join_hints, join_ids
 from .._log._events import Event, EventLog
-from .._diagnosis._module_diff import Difference, first_difference
+from .._diagnosis._module_diff import Difference, Differs, first_difference
 from .._keys._records import CACHE_KEY_COMPONENTS, CacheComparison, CacheKeyRecord, EarlierKey
+from .._core._vocabulary import EventKind
 
 MAX_PENDING = 256
 SETTLE_S = 10.0  # a read waits at most this long for the index's answers (another process may hold it)
 EXIT_FLUSH_S = 5.0  # at exit, records still queued get this long to reach the index
 _ALL: weakref.WeakSet = weakref.WeakSet()  # every explainer, flushed at exit
-UNREAD = Difference("unread", "", "")  # the modules were not compared
+UNREAD = Difference(Differs.UNREAD, "", "")  # the modules were not compared
 
 
 class CacheExplainer:
@@ -133,7 +134,7 @@ class CacheExplainer:
                     computation = UNREAD if event.internal else \
                         self._computation(closest.module_bytes, record, comparison.module_bytes)
             words = explain(record, comparison, run=self.run, options=options, computation=computation,
-                            retrace=(event.cause, event.leaf) if event.kind == "trace" else None,
+                            retrace=Retrace(event.cause, event.leaf) if event.kind == EventKind.TRACE else None,
                             location=event.location, place=self._place)
             event.persistent_cache = words.text
             if words.hint_id:
@@ -251,9 +252,8 @@ def _against(reader: Reader, key: EarlierKey, earlier: list[EarlierKey]) -> str:
     options = _decoded_options(other.compile_options, key.compile_options) \
         if "compile_options" in differing and "jax_lib version" not in differing else None
     name = key.key.rpartition("-")[0]
-    record = CacheKeyRecord(key.key, name, key.components, key.facts, key.outcome, key.reason, True, None, "",
-                            key.compile_options, None, None)
-    words = explain(record, CacheComparison(None, other, differing, None, None), run="", options=options,
+    record = CacheKeyRecord(key=key.key, module_name=name, components=key.components, facts=key.facts, outcome=key.outcome, reason=key.reason, eligible=True, seconds=None, cache_dir="", compile_options=key.compile_options, module_bytes=None, module_ref=None)
+    words = explain(record, CacheComparison(same=None, closest=other, differing=differing, entry_exists=None, module_bytes=None), run="", options=options,
                     computation=computation, location=key.location)
     return words.text.removeprefix(f"{MISS}: ")
 

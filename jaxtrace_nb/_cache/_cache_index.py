@@ -186,7 +186,7 @@ def compare(con: sqlite3.Connection, record: CacheKeyRecord, location: str | Non
         entry = entry_path(record.cache_dir, record.key) if same.written else None
         if entry is not None:
             exists = os.path.exists(entry)
-        return CacheComparison(same, None, (), exists, None)
+        return CacheComparison(same=same, closest=None, differing=(), entry_exists=exists, module_bytes=None)
     mine = dict(record.components)
     best = None
     # Only what ranks a candidate is decoded (its parts' hashes); the closest one's row after. (One
@@ -207,7 +207,7 @@ def compare(con: sqlite3.Connection, record: CacheKeyRecord, location: str | Non
         if best is None or rank < best[0]:
             best = (rank, row, differing)
     if best is None:
-        return CacheComparison(None, None, (), None, None)
+        return CacheComparison(same=None, closest=None, differing=(), entry_exists=None, module_bytes=None)
     _, row, differing = best
     earlier = _earlier(row)
     if "computation" in differing and "jax_lib version" not in differing:
@@ -215,8 +215,8 @@ def compare(con: sqlite3.Connection, record: CacheKeyRecord, location: str | Non
                            (dict(earlier.components).get("computation"),)).fetchone()
         if data is not None:
             earlier = earlier._replace(module_bytes=zlib.decompress(data[0]))
-        return CacheComparison(None, earlier, differing, None, record.module_bytes)
-    return CacheComparison(None, earlier, differing, None, None)
+        return CacheComparison(same=None, closest=earlier, differing=differing, entry_exists=None, module_bytes=record.module_bytes)
+    return CacheComparison(same=None, closest=earlier, differing=differing, entry_exists=None, module_bytes=None)
 
 
 def _finer(mine: dict, theirs_json: str) -> int:
@@ -250,8 +250,7 @@ def _prepared(record: CacheKeyRecord) -> _Prepared | None:
         module = zlib.compress(record.module_bytes, 1)
         if len(module) > MAX_MODULE_BYTES:
             module = None
-    return _Prepared(record, dict(record.components).get("computation", ""), 1 if record.outcome == "written" else 0,
-                     module, zlib.compress(record.compile_options, 1) if record.compile_options else None)
+    return _Prepared(record=record, computation=dict(record.components).get("computation", ""), written=1 if record.outcome == "written" else 0, module=module, options=zlib.compress(record.compile_options, 1) if record.compile_options else None)
 
 
 def put(con: sqlite3.Connection, record: CacheKeyRecord, who: RunInfo, function: str | None,
@@ -344,9 +343,7 @@ class Reader:
 def _earlier(row) -> EarlierKey:
     (key, run, host, pid, first_seen, last_seen, function, location, outcome, reason, written, components, facts,
      options) = row
-    return EarlierKey(key, run, host, int(pid), float(first_seen), float(last_seen), function, location, outcome,
-                      reason or "", bool(written), tuple(tuple(p) for p in json.loads(components)),
-                      json.loads(facts), zlib.decompress(options) if options else None, None)
+    return EarlierKey(key=key, run=run, host=host, pid=int(pid), first_seen=float(first_seen), last_seen=float(last_seen), function=function, location=location, outcome=outcome, reason=reason or "", written=bool(written), components=tuple(tuple(p) for p in json.loads(components)), facts=json.loads(facts), compile_options=zlib.decompress(options) if options else None, module_bytes=None)
 
 
 # ------------------------------------------------------------------ writer thread

@@ -21,9 +21,10 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from .._diagnosis import _hints as hints
-from .._diagnosis._module_diff import Difference, changed_part
+from .._diagnosis._module_diff import Difference, Differs, changed_part
 from .._keys._records import CacheComparison, CacheKeyRecord, EarlierKey
 from .._core._values import clip
+from .._core._vocabulary import Cause
 
 HIT, MISS, NOT_CACHED = "hit", "miss", "not cached"
 FIRST_COMPILE = f"{MISS}: the first compile of "
@@ -68,9 +69,16 @@ def notable_miss(text: str | None) -> bool:
     return bool(text) and text.startswith(MISS) and not text.startswith(FIRST_COMPILE)
 
 
+class Retrace(NamedTuple):
+    """The trace a compile follows: its cause and leaf (the event's)."""
+
+    cause: Cause | str | None
+    leaf: str | None
+
+
 def explain(record: CacheKeyRecord, comparison: CacheComparison, *, run: str,
             options: list[tuple[str, str, str]] | None = None, computation: Difference | None = None,
-            retrace: tuple[str, str | None] | None = None, location: str | None = None,
+            retrace: Retrace | None = None, location: str | None = None,
             place: Callable[[str], str] = lambda where: where) -> Explained:
     """The words of a miss, from its comparison with the index (`options`: the compile options'
     fields that differ, when decoded; `computation`: where the modules first differ, when found;
@@ -95,9 +103,9 @@ def explain(record: CacheKeyRecord, comparison: CacheComparison, *, run: str,
         return Explained(f"{FIRST_COMPILE}{name} with this cache (its index holds no earlier key of that name)",
                          None, "")
     sentences, hint_id, hint = _differences(record, closest, comparison.differing, options, computation, place)
-    if retrace is not None and retrace[0] not in (None, "first") and "computation" in comparison.differing:
-        leaf = f" at `{retrace[1]}`" if retrace[1] else ""
-        sentences.append(f"this compile follows a retrace ({retrace[0]}{leaf})")
+    if retrace is not None and retrace.cause not in (None, Cause.FIRST) and "computation" in comparison.differing:
+        leaf = f" at `{retrace.leaf}`" if retrace.leaf else ""
+        sentences.append(f"this compile follows a retrace ({retrace.cause}{leaf})")
     where = f"closest earlier key of {name}: {_run_words(closest, run)}"
     if closest.location and closest.function and closest.location != location:
         where += f", compiled for `{closest.function}` at {place(closest.location)}"
@@ -140,7 +148,7 @@ def _differences(record: CacheKeyRecord, earlier: EarlierKey, differing: tuple, 
                     hint_id = "cache.options"
                     hint = hints.text("cache.options", options=_listed([f"`{n}`" for n, _, _ in changed]))
             sentences.append(_computation(computation, place))
-            if hint_id is None and computation is not None and computation.kind == "op" and \
+            if hint_id is None and computation is not None and computation.kind == Differs.OP and \
                     "constant" in computation.new and computation.source:
                 hint_id = "cache.constant"
                 hint = hints.text("cache.constant", where=place(computation.source))
@@ -221,15 +229,15 @@ def _option_changes(old: dict, new: dict) -> list[tuple[str, str, str]]:
 def _computation(d: Difference | None, place: Callable[[str], str]) -> str:
     if d is None:
         return "the computation differs (the earlier module is no longer in the index)"
-    if d.kind == "unread":
+    if d.kind == Differs.UNREAD:
         return "the computation differs"
-    if d.kind == "none":
+    if d.kind == Differs.NONE:
         return "the computation prints the same and its bytecode differs (another MLIR version wrote it)"
-    if d.kind == "argument":
+    if d.kind == Differs.ARGUMENT:
         return f"the computation differs in argument `{d.path or '?'}`: {d.old} → {d.new}"
-    if d.kind == "result":
+    if d.kind == Differs.RESULT:
         return f"the computation differs in its result{f' `{d.path}`' if d.path else ''}: {d.old} → {d.new}"
-    if d.kind == "signature":
+    if d.kind == Differs.SIGNATURE:
         return f"the computation takes {d.old} → {d.new}"
     at = f" at {place(d.source)}" if d.source else ""
     operation, old, new = changed_part(d.old, d.new)

@@ -233,4 +233,4 @@ def summarize_static(obj: Any) -> StaticInfo:
         except Exception:
             h = None
         token = ("value", type_name, h, text)
-    return StaticInfo(text, type_name, name, by_identity, token)
+    return StaticInfo(text=text, type_name=type_name, name=name, by_identity=by_identity, token=token)

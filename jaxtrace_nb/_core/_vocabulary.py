@@ -1,10 +1,11 @@
 """The named vocabularies the layers share: how a function was jitted, what made a value static,
-what caused a trace.
+what caused a trace, what kind an event and a leaf are.
 
-Each is a str-valued enum: a member is equal to its value and hashes as it does, so code names
-`Cause.SHAPE` where it used to write ``"shape"``, and whatever compares or looks up strings
-keeps working. The records handed to the log (`Diagnosis.cause`, `FunctionIdentity.jit_kind`)
-carry the plain value, so tables and logs hold exactly the strings they always did.
+Each is a str-valued enum: a member is equal to its value and hashes as it does, and its ``str()``
+is its value. The records carry members from where they are made to the log (`Diagnosis.cause`,
+`FunctionIdentity.jit_kind`, `Leaf.kind`, and the `Event`'s ``kind``, ``cause`` and ``jit``), and
+code compares members, never string literals; tables, JSON lines and DataFrames show the values,
+the strings they always showed. A log read back from disk holds plain strings, equal to the members.
 
 `Origin` holds the mechanisms JAX itself has; a library adapter declares its own origins (a
 str-valued enum of its own) with the words a hint names them by (`_adapters`).
@@ -66,3 +67,19 @@ class Cause(StrEnum):
     CONTEXT = "context"
     SHARDING = "sharding"
     UNKNOWN = "unknown"
+
+
+class EventKind(StrEnum):
+    """What an event of the log is: the DataFrame's ``kind`` column."""
+
+    TRACE = "trace"  # a trace (a miss of JAX's tracing cache), with the compile that followed it
+    COMPILE = "compile"  # a compile without a new trace
+
+
+class LeafKind(StrEnum):
+    """What a leaf of a signature is (`Leaf.kind`)."""
+
+    ARRAY = "array"  # an abstract value: JAX keys on its type
+    STATIC = "static"  # a static value: JAX keys on its hash and equality
+    NONE = "none"  # ``None``: an empty pytree
+    NODE = "node"  # a pytree node: its type and auxiliary data

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .._keys._signature import ArrayToken, Change, Leaf, is_custom_node, same_for_jax
 from .._core._values import clip
-from .._core._vocabulary import Cause
+from .._core._vocabulary import Cause, LeafKind
 from .._core._witness import Witness, differing_part
 
 
@@ -24,11 +24,11 @@ def classify(change: Change, function_path: str | None = None) -> Cause:
     if old is None or new is None:
         return Cause.STRUCTURE
     if old.kind != new.kind:
-        if "static" in (old.kind, new.kind) and "none" not in (old.kind, new.kind) \
-                and "node" not in (old.kind, new.kind):
+        if LeafKind.STATIC in (old.kind, new.kind) and LeafKind.NONE not in (old.kind, new.kind) \
+                and LeafKind.NODE not in (old.kind, new.kind):
             return Cause.STATIC
         return Cause.STRUCTURE
-    if new.kind == "array":
+    if new.kind == LeafKind.ARRAY:
         a, b = old.token, new.token
         if type(a) is not ArrayToken or type(b) is not ArrayToken:
             return Cause.SHAPE if a != b else Cause.SHARDING
@@ -43,7 +43,7 @@ def classify(change: Change, function_path: str | None = None) -> Cause:
         if a.weak != b.weak:
             return Cause.WEAK_TYPE
         return Cause.SHARDING  # the placement part of the type: mesh axes, varying axes, memory space
-    if new.kind == "static":
+    if new.kind == LeafKind.STATIC:
         return Cause.NEW_FUNCTION if change.path == function_path else Cause.STATIC
     return Cause.STRUCTURE
 
@@ -103,12 +103,12 @@ def collapse(changes: list[Change]) -> list[Change]:
             merged[path] = [old, new]
     replaced = [path for path, (old, new) in merged.items()
                 if (old is not None and new is not None and (old.kind != new.kind or replaced_container(old, new)))
-                or ((old is None) != (new is None) and (old or new).kind == "node")]
+                or ((old is None) != (new is None) and (old or new).kind == LeafKind.NODE)]
     out = []
     for path, (old, new) in merged.items():
         if any(under(path, p) for p in replaced):
             continue
-        both_nodes = old is not None and new is not None and old.kind == new.kind == "node"
+        both_nodes = old is not None and new is not None and old.kind == new.kind == LeafKind.NODE
         if both_nodes and path not in replaced and any(under(other, path) for other in merged):
             continue
         out.append(Change(path, old, new))
@@ -119,7 +119,7 @@ def collapse(changes: list[Change]) -> list[Change]:
 def replaced_container(old: Leaf, new: Leaf) -> bool:
     """Two node leaves of different container types (a ``dict`` and a ``FrozenDict``, a ``list`` and
     a ``tuple``, two classes of one name): one container replaced by another, not changed."""
-    return old.kind == new.kind == "node" and old.type_name != new.type_name or (
+    return old.kind == new.kind == LeafKind.NODE and old.type_name != new.type_name or (
         is_custom_node(old) and is_custom_node(new)
         and old.witness is not None and new.witness is not None and not same_for_jax(old, new))
 

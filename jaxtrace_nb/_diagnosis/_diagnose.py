@@ -33,7 +33,7 @@ _WHAT = {
 
 
 class Diagnosis(NamedTuple):
-    cause: str | None  # a `Cause`'s value; None: not diagnosed (reduced mode)
+    cause: Cause | None  # None: not diagnosed (reduced mode)
     leaf: str | None
     before: str | None
     after: str | None
@@ -43,7 +43,7 @@ class Diagnosis(NamedTuple):
     hint_id: str | None = None  # the hint's id in `_hints.HINTS` (None: no hint)
 
 
-FIRST = Diagnosis(Cause.FIRST.value, None, None, None, "First trace of this function.", "")
+FIRST = Diagnosis(cause=Cause.FIRST, leaf=None, before=None, after=None, explanation="First trace of this function.", hint="")
 def first_after_failures(failed: int) -> Diagnosis:
     """The first completed trace of a function, after `failed` attempts that raised."""
     if not failed:
@@ -52,8 +52,8 @@ def first_after_failures(failed: int) -> Diagnosis:
                                       "raised while tracing, so JAX cached nothing for them).")
 
 
-NOT_DIAGNOSED = Diagnosis(None, None, None, None, "jaxtrace_nb could not diagnose this trace (an internal error, "
-                          "counted in jt.faults()).", "")
+NOT_DIAGNOSED = Diagnosis(cause=None, leaf=None, before=None, after=None, explanation="jaxtrace_nb could not diagnose this trace (an internal error, "
+                          "counted in jt.faults()).", hint="")
 
 
 class InvariantError(Exception):
@@ -61,8 +61,7 @@ class InvariantError(Exception):
 
 
 NO_SIGNATURE = "No signature was recorded for this trace (its arguments could not be decoded)."
-REDUCED = Diagnosis(None, None, None, None,
-                    "Reduced mode: the cause of a retrace is not available on this JAX version.", "")
+REDUCED = Diagnosis(cause=None, leaf=None, before=None, after=None, explanation="Reduced mode: the cause of a retrace is not available on this JAX version.", hint="")
 
 
 def _q(path: str) -> str:
@@ -106,7 +105,7 @@ def diagnose(new: Signature, previous: Sequence[Signature], *, new_object: bool 
                 new, old)
     number = pool_numbers[found.index] if len(pool_numbers) == len(pool) else None
     notes = [_tie_note(new, pool, pool_numbers, found)]
-    if d.cause != Cause.UNKNOWN.value:
+    if d.cause != Cause.UNKNOWN:
         if not previous and not new_object:
             notes.append(f"{cleared} since {_trace(number, 'its last trace')}, so JAX held no earlier "
                          "key of this function to compare with; the change named is against the closest key it "
@@ -168,11 +167,8 @@ def _diagnose(new: Signature, old: Signature, changes: list[Change], ctx: list[s
     moved = call_changes(new, old)
     if moved:
         name, was, now = moved[0]
-        return Diagnosis(
-            Cause.STRUCTURE.value, name, f"by {was}", f"by {now}",
-            f"{_q(name)} was passed by {was} and is now passed by {now}: JAX's cache key keeps positional and "
-            "keyword arguments apart, so the call has a new input structure.",
-            hints.text("structure.call", name), len(moved), "structure.call")
+        return Diagnosis(cause=Cause.STRUCTURE, leaf=name, before=f"by {was}", after=f"by {now}", explanation=f"{_q(name)} was passed by {was} and is now passed by {now}: JAX's cache key keeps positional and "
+            "keyword arguments apart, so the call has a new input structure.", hint=hints.text("structure.call", name), distance=len(moved), hint_id="structure.call")
     return _same_key(new, old, cleared)
 
 
@@ -216,18 +212,13 @@ def _new_function(new: Signature, changes, function_change, rerun_note) -> Diagn
     others = [c for c in changes if c.path != new.function_path]
     if others:
         explanation += " Inputs also changed: " + ", ".join(_q(c.path) for c in others[:_MAX_LISTED]) + "."
-    return Diagnosis(Cause.NEW_FUNCTION.value, function_change[0].path if function_change else None, before, after,
-                     explanation, NEW_FUNCTION_HINT, len(changes), "new_function")
+    return Diagnosis(cause=Cause.NEW_FUNCTION, leaf=function_change[0].path if function_change else None, before=before, after=after, explanation=explanation, hint=NEW_FUNCTION_HINT, distance=len(changes), hint_id="new_function")
 
 
 def _context(new: Signature, old: Signature, ctx: list[str], n_changes: int) -> Diagnosis:
     names = ", ".join(ctx[:_MAX_LISTED])
     before, after = dict(old.context).get(ctx[0]), dict(new.context).get(ctx[0])
-    return Diagnosis(
-        Cause.CONTEXT.value, None, f"{ctx[0]}={before}" if before is not None else None,
-        f"{ctx[0]}={after}" if after is not None else None,
-        f"Same inputs, but JAX's trace context changed ({names}).",
-        hints.text("context"), n_changes + len(ctx), "context")
+    return Diagnosis(cause=Cause.CONTEXT, leaf=None, before=f"{ctx[0]}={before}" if before is not None else None, after=f"{ctx[0]}={after}" if after is not None else None, explanation=f"Same inputs, but JAX's trace context changed ({names}).", hint=hints.text("context"), distance=n_changes + len(ctx), hint_id="context")
 
 
 def _leaf_change(new: Signature, changes: list[Change]) -> Diagnosis:
@@ -250,7 +241,7 @@ def _leaf_change(new: Signature, changes: list[Change]) -> Diagnosis:
         more = len(changes) - _MAX_LISTED
         explanation += f" Also changed: {listed}" + (f" and {more} more." if more > 0 else ".")
     hint_id, hint = hints.for_change(cause, first, new)
-    return Diagnosis(cause.value, first.path, before, after, explanation, hint, len(changes), hint_id)
+    return Diagnosis(cause=cause, leaf=first.path, before=before, after=after, explanation=explanation, hint=hint, distance=len(changes), hint_id=hint_id)
 
 
 _CLEARED_ALL = "JAX's caches were cleared (`jax.clear_caches()`)"
@@ -271,33 +262,25 @@ def _same_key(new: Signature, old: Signature, cleared: str | None) -> Diagnosis:
         else:
             where = "its hash differs, and JAX no longer holds the earlier key to say where"
             cause, before, after = Cause.STRUCTURE, None, None
-        return Diagnosis(
-            cause.value, None, before, after,
-            "JAX's cache key differs in its input pytree where jaxtrace_nb's reading of the arguments shows no "
-            f"difference: {where}.", "", 0)
+        return Diagnosis(cause=cause, leaf=None, before=before, after=after, explanation="JAX's cache key differs in its input pytree where jaxtrace_nb's reading of the arguments shows no "
+            f"difference: {where}.", hint="", distance=0)
     if parts:
         what = ", ".join(parts)
         cause = Cause.NEW_FUNCTION if parts[0] == "function" else Cause.STRUCTURE
-        return Diagnosis(cause.value, None, None, None,
-                         f"The decoded arguments match an earlier trace, but JAX's cache key differs in: {what}"
+        return Diagnosis(cause=cause, leaf=None, before=None, after=None, explanation=f"The decoded arguments match an earlier trace, but JAX's cache key differs in: {what}"
                          + (" (the function's name, source location or argument names)" if parts[0] == "debug info"
-                            else "") + ".", NEW_FUNCTION_HINT if cause == Cause.NEW_FUNCTION else "", 0,
-                         "new_function" if cause == Cause.NEW_FUNCTION else None)
+                            else "") + ".", hint=NEW_FUNCTION_HINT if cause == Cause.NEW_FUNCTION else "", distance=0, hint_id="new_function" if cause == Cause.NEW_FUNCTION else None)
     unsure = uncertain_paths(new, old)
     if unsure:
         leaf = new.leaves[unsure[0]]
-        return Diagnosis(
-            Cause.STATIC.value, None, clip(old.leaves[unsure[0]].text), clip(leaf.text),
-            "Every part of JAX's cache key that jaxtrace_nb can compare equals an earlier trace's; "
+        return Diagnosis(cause=Cause.STATIC, leaf=None, before=clip(old.leaves[unsure[0]].text), after=clip(leaf.text), explanation="Every part of JAX's cache key that jaxtrace_nb can compare equals an earlier trace's; "
             f"{', '.join(_q(p) for p in unsure[:_MAX_LISTED])} it cannot: JAX compares "
             f"{'it' if len(unsure) == 1 else 'them'} with `==`, but a `{leaf.type_name}` takes no weak reference "
-            "and has no plain form, so only its hash was kept (equal here, which does not make it equal).", "", 0)
+            "and has no plain form, so only its hash was kept (equal here, which does not make it equal).", hint="", distance=0)
     seen = f"{cleared} since then" if cleared else "JAX's trace cache no longer held that entry"
-    return Diagnosis(
-        Cause.UNKNOWN.value, None, None, None,
-        f"Traced again with a cache key identical to an earlier trace of this function: {seen}"
+    return Diagnosis(cause=Cause.UNKNOWN, leaf=None, before=None, after=None, explanation=f"Traced again with a cache key identical to an earlier trace of this function: {seen}"
         + ("." if cleared else " (an entry leaves it when its function object is garbage-collected, or "
-           "with `f.clear_cache()` or `jax.clear_caches()`)."), "", 0)
+           "with `f.clear_cache()` or `jax.clear_caches()`)."), hint="", distance=0)
 
 
 def _tree_difference(new: Signature, old: Signature):
@@ -329,9 +312,8 @@ def diagnose_compile(new: Signature, previous: Sequence[Signature], *, traced: b
     old, changes, ctx = closest(new, same_program)
     changes = collapse(changes)
     if not changes and not ctx:
-        return Diagnosis(Cause.UNKNOWN.value, None, None, None,
-                         "Compiled again for the same program and arguments as an earlier compile of this function: "
-                         "JAX's compile cache no longer held it.", "")
+        return Diagnosis(cause=Cause.UNKNOWN, leaf=None, before=None, after=None, explanation="Compiled again for the same program and arguments as an earlier compile of this function: "
+                         "JAX's compile cache no longer held it.", hint="")
     if ctx:
         return _context(new, old, ctx, len(changes))
     first = changes[0]
@@ -346,8 +328,7 @@ def diagnose_compile(new: Signature, previous: Sequence[Signature], *, traced: b
                        f"{before} → {after}.")
     if len(changes) > 1:
         explanation += " Also changed: " + ", ".join(_q(c.path) for c in changes[1:_MAX_LISTED]) + "."
-    return Diagnosis(cause.value, first.path, before, after, explanation, SHARDING_HINT if sharding else "",
-                     len(changes), "sharding" if sharding else None)
+    return Diagnosis(cause=cause, leaf=first.path, before=before, after=after, explanation=explanation, hint=SHARDING_HINT if sharding else "", distance=len(changes), hint_id="sharding" if sharding else None)
 
 
 def _same_program(old: Signature, new: Signature) -> bool:
@@ -360,12 +341,10 @@ def _same_program(old: Signature, new: Signature) -> bool:
 def _other_program(new: Signature, previous: Sequence[Signature], traced: bool) -> Diagnosis:
     """A program not compiled before under this function's name: one JAX derived from it."""
     if new.jit_kind == LoweringKind.DERIVED:
-        return Diagnosis(
-            Cause.FIRST.value, None, None, None,
-            "First compile of a program JAX derived from this function by differentiation (`jax.grad`, "
+        return Diagnosis(cause=Cause.FIRST, leaf=None, before=None, after=None, explanation="First compile of a program JAX derived from this function by differentiation (`jax.grad`, "
             "`jax.value_and_grad`, `jax.vjp`, `jax.jvp` of it: its forward and backward programs, whose arguments "
             "are not the function's own). JAX compiles each derived program once for each trace of the "
-            "function; it is not a change of the function's arguments.", "")
+            "function; it is not a change of the function's arguments.", hint="")
     alike = [old for old in previous
              if old.jit_kind != LoweringKind.DERIVED and old.leaves.keys() == new.leaves.keys()]
     if alike:  # another program derived the same way (e.g. `jax.vmap` of it at another batch size)
@@ -375,20 +354,14 @@ def _other_program(new: Signature, previous: Sequence[Signature], traced: bool) 
             first = changes[0]
             cause = classify(first)
             before, after = describe(first, cause)
-            return Diagnosis(
-                cause.value, first.path, before, after,
-                f"Compiled a new program JAX derived from this function (e.g. batched by `jax.vmap`) for new "
-                f"argument types: {_q(first.path)} changed {_WHAT[cause]}: {before} → {after}.", "", len(changes))
+            return Diagnosis(cause=cause, leaf=first.path, before=before, after=after, explanation=f"Compiled a new program JAX derived from this function (e.g. batched by `jax.vmap`) for new "
+                f"argument types: {_q(first.path)} changed {_WHAT[cause]}: {before} → {after}.", hint="", distance=len(changes))
     if previous or traced:
-        return Diagnosis(
-            Cause.FIRST.value, None, None, None,
-            "First compile of another program under this function's name: one JAX derived from it (e.g. batched "
+        return Diagnosis(cause=Cause.FIRST, leaf=None, before=None, after=None, explanation="First compile of another program under this function's name: one JAX derived from it (e.g. batched "
             "by `jax.vmap`) for arguments of other types. JAX compiles each such program once; it is not a change "
-            "of the function's own arguments.", "")
-    return Diagnosis(
-        Cause.FIRST.value, None, None, None,
-        "Compiled without a new trace: the function was traced before recording started, "
-        "or its trace was served from JAX's cache.", "")
+            "of the function's own arguments.", hint="")
+    return Diagnosis(cause=Cause.FIRST, leaf=None, before=None, after=None, explanation="Compiled without a new trace: the function was traced before recording started, "
+        "or its trace was served from JAX's cache.", hint="")
 
 
 def kept_lowering(new: Signature, previous: Sequence[Signature]) -> Signature:
@@ -402,7 +375,7 @@ def kept_lowering(new: Signature, previous: Sequence[Signature]) -> Signature:
 def as_consequence(d: Diagnosis, caller: str, number: int | None) -> Diagnosis:
     """`d`, of a trace made while `caller` was traced again (its trace `number`): said to follow from
     that retrace, which its own row explains, with no fix of its own."""
-    if d.cause in (None, Cause.FIRST.value, Cause.NEW_FUNCTION.value) or not number or number < 2:
+    if d.cause in (None, Cause.FIRST, Cause.NEW_FUNCTION) or not number or number < 2:
         return d
     return d._replace(
         explanation=f"Traced while `{caller}` was traced again (its trace #{number}), with the arguments that trace "

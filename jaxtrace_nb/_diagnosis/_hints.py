@@ -17,7 +17,7 @@ from .. import _adapters
 from .._adapters import Evidence, Hint
 from ._changes import is_argument
 from .._keys._signature import Change, Leaf, Signature, owners_of
-from .._core._vocabulary import Cause
+from .._core._vocabulary import Cause, LeafKind
 
 _HINTS = (
     Hint("weak_type.argument",
@@ -140,8 +140,7 @@ def for_change(cause: str, change: Change, sig: Signature) -> tuple[str | None, 
     The generic checks that always win come first (a kind of value replaced by another, a named
     callable re-created, a PRNG key, an argument not passed); then the library adapters, in their
     precedence order (`_adapters.choose_hint`); then the generic hints."""
-    evidence = Evidence(Cause(cause), change.path, change.old, change.new, tuple(owners_of(sig, change.path)),
-                        sig.library)
+    evidence = Evidence(cause=Cause(cause), path=change.path, old=change.old, new=change.new, owners=tuple(owners_of(sig, change.path)), library=sig.library)
     found = _choose(evidence)
     if found is None:
         return None, ""
@@ -196,7 +195,7 @@ def _dtype(e: Evidence) -> tuple[str, dict] | None:
 def _static(e: Evidence) -> tuple[str, dict]:
     old, new = e.old, e.new
     if old is not None and new is not None and old.kind != new.kind:
-        return ("kind.static_to_array" if old.kind == "static" else "kind.array_to_static"), {}
+        return ("kind.static_to_array" if old.kind == LeafKind.STATIC else "kind.array_to_static"), {}
     assert new is not None
     if new.by_identity:
         found = _named_identity(old, new)
@@ -236,11 +235,11 @@ def _structure(e: Evidence) -> tuple[str, dict]:
     if found is not None:
         return found
     kinds = {old.kind if old else None, new.kind if new else None}
-    if "none" in kinds and kinds & {"array", "node"}:
+    if LeafKind.NONE in kinds and kinds & {LeafKind.ARRAY, LeafKind.NODE}:
         return "structure.none", {}
-    if "node" in kinds and len(kinds - {None}) == 2:
+    if LeafKind.NODE in kinds and len(kinds - {None}) == 2:
         return "structure.container_kind", {}
-    if old is not None and new is not None and old.kind == new.kind == "node" and old.type_name != new.type_name:
+    if old is not None and new is not None and old.kind == new.kind == LeafKind.NODE and old.type_name != new.type_name:
         before, after = _short(old.type_name), _short(new.type_name)
         example = " (e.g. `flax.core.unfreeze(...)` for a `FrozenDict`)" if "FrozenDict" in (before, after) else ""
         return "structure.container_type", {"before": before, "after": after, "example": example}

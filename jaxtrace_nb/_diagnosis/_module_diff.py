@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from typing import Callable, NamedTuple
 
+from .._core._vocabulary import StrEnum
+
 _ALIAS = re.compile(r"^(#loc\d*) = loc\((.*)\)\s*$")
 _LOC_REF = re.compile(r'\s+loc\((#loc\d*|"(?:[^"\\]|\\.)*"|unknown)\)')
 _FILE = re.compile(r'^"((?:[^"\\]|\\.)*)":(\d+):(\d+)')
@@ -30,11 +32,21 @@ _MAX_DEPTH = 64
 MAX_OP_CHARS = 1000
 
 
-class Difference(NamedTuple):
-    """Where two modules first differ (`kind`: "op", "argument", "result", "signature", "none"; and
-    "unread" where they were not compared)."""
+class Differs(StrEnum):
+    """What part of two modules differs first (`Difference.kind`)."""
 
-    kind: str
+    OP = "op"  # an operation
+    ARGUMENT = "argument"  # an argument's type
+    RESULT = "result"  # a result's type or name
+    SIGNATURE = "signature"  # the number of arguments or results
+    NONE = "none"  # nothing: the printed modules are the same
+    UNREAD = "unread"  # they were not compared
+
+
+class Difference(NamedTuple):
+    """Where two modules first differ."""
+
+    kind: Differs
     old: str  # the earlier module's line (an argument's type, a result's type)
     new: str  # this module's
     source: str | None = None  # "file:line" of the user's code the operation comes from
@@ -97,7 +109,7 @@ def first_difference(old: str, new: str, is_library: Callable[[str], bool] = lam
     new_lines, refs, aliases = split_locations(new)
     i = next((k for k, (a, b) in enumerate(zip(old_lines, new_lines)) if a != b), min(len(old_lines), len(new_lines)))
     if i >= len(old_lines) and i >= len(new_lines):
-        return Difference("none", "", "")
+        return Difference(Differs.NONE, "", "")
     old_line = old_lines[i].strip() if i < len(old_lines) else "(end of module)"
     new_line = new_lines[i].strip() if i < len(new_lines) else "(end of module)"
     if old_line.startswith("func.func") and new_line.startswith("func.func"):
@@ -121,7 +133,7 @@ def first_difference(old: str, new: str, is_library: Callable[[str], bool] = lam
     names = [f[1] for f in located if f[0] == "name"]
     files = [f for f in located if f[0] == "file"]
     user = [f for f in files if not is_library(f[1])] or files
-    return Difference("op", _short(old_line), _short(new_line),
+    return Difference(Differs.OP, _short(old_line), _short(new_line),
                       source=f"{user[0][1]}:{user[0][2]}" if user else None,
                       name=next((n for n in names if "/" in n), names[0] if names else None), via_use=hops > 0)
 
@@ -139,20 +151,20 @@ def _signature_difference(old_line: str, new_line: str, new_text: list[str], ali
             path = [f[1] for f in frames(loc, aliases) if f[0] == "name"] if loc else []
             if not path and i < len(arg_paths) and arg_paths[i]:
                 path = [arg_paths[i]]
-            return Difference("argument", _short(old_type), _short(new_type), path=path[0] if path else None)
+            return Difference(Differs.ARGUMENT, _short(old_type), _short(new_type), path=path[0] if path else None)
     if len(old_args) != len(new_args):
-        return Difference("signature", f"{len(old_args)} argument(s)", f"{len(new_args)} argument(s)")
+        return Difference(Differs.SIGNATURE, f"{len(old_args)} argument(s)", f"{len(new_args)} argument(s)")
     for old_result, new_result in zip(old_results, new_results):
         if old_result != new_result:
             old_type, new_type = _typed(old_result)[0], _typed(new_result)[0]
             old_info, new_info = _RESULT_INFO.search(old_result), _RESULT_INFO.search(new_result)
             if old_type == new_type:  # the same type under another name: the output pytree's keys
-                return Difference("result", _unquote(old_info.group(1)) if old_info else "(unnamed)",
+                return Difference(Differs.RESULT, _unquote(old_info.group(1)) if old_info else "(unnamed)",
                                   _unquote(new_info.group(1)) if new_info else "(unnamed)")
-            return Difference("result", _short(old_type), _short(new_type),
+            return Difference(Differs.RESULT, _short(old_type), _short(new_type),
                               path=_unquote((new_info or old_info).group(1)) if new_info or old_info else None)
     if len(old_results) != len(new_results):
-        return Difference("signature", f"{len(old_results)} result(s)", f"{len(new_results)} result(s)")
+        return Difference(Differs.SIGNATURE, f"{len(old_results)} result(s)", f"{len(new_results)} result(s)")
     return None
 
 

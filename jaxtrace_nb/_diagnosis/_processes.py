@@ -46,6 +46,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from .._core._missing import present
+from .._core._vocabulary import EventKind
 
 TITLE = "Differs across processes"
 SIGNATURE_COLUMN = "signature"
@@ -158,7 +159,7 @@ def differences(events) -> list[Difference]:
             place = (place[0], int(place[1]))
         if place not in places:
             places.append(place)
-        if present(e.kind) != "trace" or bool(present(e.internal)):
+        if present(e.kind) != EventKind.TRACE or bool(present(e.internal)):
             continue
         n = present(e.trace_number)
         if n is None:

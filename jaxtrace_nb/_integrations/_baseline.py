@@ -29,6 +29,7 @@ import re
 from .._core import _format as fmt
 from .._log._events import Event
 from ._watch import RetraceError
+from .._core._vocabulary import EventKind
 
 FORMAT = 1
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}")
@@ -72,7 +73,7 @@ def counts(events, root: str) -> dict[str, dict[str, int]]:
     for e in events:
         if e.internal:
             continue
-        traced, compiled = e.kind == "trace", _compiled(e)
+        traced, compiled = e.kind == EventKind.TRACE, _compiled(e)
         if traced or compiled:
             entry = out.setdefault(function_name(e, root), {"compiles": 0, "traces": 0})
             entry["traces"] += traced
@@ -81,7 +82,7 @@ def counts(events, root: str) -> dict[str, dict[str, int]]:
 
 
 def _compiled(e: Event) -> bool:
-    return e.kind == "compile" or e.compile_s is not None or e.cache_hit is not None
+    return e.kind == EventKind.COMPILE or e.compile_s is not None or e.cache_hit is not None
 
 
 # --------------------------------------------------------------------- file
@@ -160,7 +161,7 @@ class BudgetGuard:
 
     def check(self, event: Event) -> None:
         __tracebackhide__ = True  # pytest shows the user's frame, not ours
-        if event.internal or event.kind != "trace":
+        if event.internal or event.kind != EventKind.TRACE:
             return
         name = function_name(event, self._root)
         self._traces[name] += 1
@@ -193,7 +194,7 @@ def past_message(event: Event, done: str, count: int, limit: str) -> str:
     if done == "traced":
         what = f"Trace #{event.trace_number}"
     else:
-        what = f"Compile #{count} (" + ("a compile without a new trace" if event.kind == "compile" else
+        what = f"Compile #{count} (" + ("a compile without a new trace" if event.kind == EventKind.COMPILE else
                                         f"the compile of trace #{event.trace_number}") + ")"
     hint = f" Hint: {event.hint}" if event.hint else ""
     times = {1: "once", 2: "twice"}.get(count, f"{count} times")

@@ -6,6 +6,7 @@ that line, the message of a guard the test swallowed, and the session's report f
 from __future__ import annotations
 
 import os
+from .._core._vocabulary import EventKind
 
 
 def add_properties(item, report, properties: list) -> None:
@@ -66,7 +67,7 @@ def past_limit(watch, limit: int) -> str | None:
 
     seen: dict = {}
     for e in watch.records:  # the trace the guard stopped is in the log, with its cause
-        if e.key in over and e.kind == "trace" and not e.internal:
+        if e.key in over and e.kind == EventKind.TRACE and not e.internal:
             seen[e.key] = seen.get(e.key, 0) + 1
             if seen[e.key] == limit + 1:
                 return retrace_message(e, limit + 1, f"max_traces={limit}")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from .._diagnosis._diagnose import retrace_message
 from .._views._frames import events_frame, summary_frame
 from .._log._events import Event
+from .._core._vocabulary import EventKind
 
 if TYPE_CHECKING:
     from .._recording._session import Session
@@ -100,7 +101,7 @@ class Watch:
     def check(self, event: Event) -> None:
         """Count a new trace; raise `RetraceError` past this scope's limits."""
         __tracebackhide__ = True  # IPython and pytest show the user's frame, not ours
-        if event.internal or event.kind != "trace":
+        if event.internal or event.kind != EventKind.TRACE:
             return
         key = event.key
         if self.max_traces is not None:

@@ -49,8 +49,7 @@ class DeferredSignature:
         for name, plan, start in plans:
             walker.apply_plan(name, plan, vals, start)
         values, texts = context
-        built = self._built = Signature(("id", self._function_id), texts, walker.leaves, None, JitKind.JIT, call,
-                                        None, tuple(zip(KEY_PARTS, hashes)), values)
+        built = self._built = Signature(function_token=("id", self._function_id), context=texts, leaves=walker.leaves, function_path=None, jit_kind=JitKind.JIT, call=call, owners=None, key_parts=tuple(zip(KEY_PARTS, hashes)), context_values=values)
         self._plans = self._vals = self._context = self._call = self._hashes = None
         return built
 

@@ -64,11 +64,11 @@ class PlainCall(NamedTuple):
 
 
 def _dynamic(tree: Any, start: int) -> ArgPart:
-    return ArgPart(False, None, tree, start, tree.num_leaves)
+    return ArgPart(static=False, value=None, tree=tree, start=start, size=tree.num_leaves)
 
 
 def _static(value: Any) -> ArgPart:
-    return ArgPart(True, value, None, 0, 0)
+    return ArgPart(static=True, value=value, tree=None, start=0, size=0)
 
 
 class TraceLayout:
@@ -165,9 +165,7 @@ class FlatTreeLayout(TraceLayout):
                 start += child.num_leaves
         fun = local.get("fun")
         # The types are compared leaf by leaf; the key's other parts: the tree (with the statics).
-        return TraceStart(fun, debug_info, list(in_avals.vals), parts[:n_pos],
-                          list(zip(map(str, names[n_pos:]), parts[n_pos:])),
-                          cache_key(fun, in_avals.tree, debug_info), id(debug_info), in_avals)
+        return TraceStart(fun=fun, debug_info=debug_info, vals=list(in_avals.vals), positional=parts[:n_pos], keyword=list(zip(map(str, names[n_pos:]), parts[n_pos:])), key=cache_key(fun, in_avals.tree, debug_info), token=id(debug_info), in_avals=in_avals)
 
 
 KEY_PARTS = ("function", "inputs", "debug info")  # what JAX's tracing-cache key is made of
@@ -204,9 +202,7 @@ class FTLayout(FlatTreeLayout):
             keyword.append((str(key), self._part(part, start)))
             start += len(part)
         fun = local.get("fun")
-        return TraceStart(fun, debug_info, list(in_avals.vals), positional, keyword,
-                          cache_key(fun, in_avals, debug_info), id(debug_info),
-                          in_avals)
+        return TraceStart(fun=fun, debug_info=debug_info, vals=list(in_avals.vals), positional=positional, keyword=keyword, key=cache_key(fun, in_avals, debug_info), token=id(debug_info), in_avals=in_avals)
 
     def _part(self, part: Any, start: int) -> ArgPart:
         if isinstance(part, self.ft_static):
@@ -264,9 +260,7 @@ class PjitLayout(TraceLayout):
                 start += keyword[-1][1].size
         fun = here.get("fun")
         statics = tuple(p.value for p in positional if p.static) + tuple(p.value for _, p in keyword if p.static)
-        return TraceStart(fun, dbg, vals, positional, keyword,
-                          cache_key(fun, (in_tree, tuple(vals), statics), dbg),
-                          token)
+        return TraceStart(fun=fun, debug_info=dbg, vals=vals, positional=positional, keyword=keyword, key=cache_key(fun, (in_tree, tuple(vals), statics), dbg), token=token)
 
     end_token = "fun"
 

@@ -14,6 +14,7 @@ from typing import Any
 from .._core._bounded import Bounded
 from ._signature import CUSTOM_NODE, Leaf, array_leaf, node_leaf
 from .._core._values import clip, summarize_static
+from .._core._vocabulary import LeafKind
 from .._core._witness import Witness
 
 BUILTIN_CONTAINERS = (dict, list, tuple)
@@ -61,7 +62,7 @@ def _new_aval_leaf(aval: Any) -> Leaf:
         dtype = dtype_name(aval.dtype)
         weak = bool(getattr(aval, "weak_type", False))
     except Exception:
-        return Leaf("array", clip(str(aval), 80), ("array", str(aval), "", False, None), witness=aval)
+        return Leaf(LeafKind.ARRAY, clip(str(aval), 80), ("array", str(aval), "", False, None), witness=aval)
     return array_leaf(shape, dtype, weak, _explicit_sharding(aval, len(shape)), aval, _type_extras(aval),
                       _abstract_kind(aval))
 

@@ -228,7 +228,7 @@ def _new_plan(td: Any) -> Plan | None:
         else:
             n = len(keys)
             all_leaves = n and all(c.num_nodes == 1 and c.num_leaves == 1 for c in children)
-            steps.append(SeqStep(path + NODE_SUFFIX, kind.__name__, n, start if all_leaves else None))
+            steps.append(SeqStep(path=path + NODE_SUFFIX, name=kind.__name__, n=n, first=start if all_leaves else None))
         pending = []
         for key, child in zip(keys, children):
             pending.append((path + key, child, start))

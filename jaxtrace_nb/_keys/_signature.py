@@ -14,12 +14,16 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from .._core._values import StaticInfo
-from .._core._vocabulary import JitKind, Origin
+from .._core._vocabulary import JitKind, LeafKind, Origin
 from .._core._witness import Witness, values_equal
 
 
+# The kinds as plain globals: made per leaf on the trace path, where an enum's attribute lookup costs.
+_ARRAY, _STATIC, _NODE = LeafKind.ARRAY, LeafKind.STATIC, LeafKind.NODE
+
+
 class Leaf(NamedTuple):
-    kind: str  # "array" | "static" | "none" | "node"
+    kind: LeafKind
     text: str  # short display text: "f32[2]", "3", "<function f>", "None", "list of 2"
     token: tuple  # equal tokens <=> the same leaf for JAX's cache key
     type_name: str = ""  # static: the value's type; array: the dtype; node: the container type
@@ -75,7 +79,7 @@ def array_leaf(shape: tuple, dtype: str, weak: bool = False, sharding: tuple | N
         text += f" {{{other}}}"
     if abstract:
         text = f"{abstract}{{{text}}}"
-    return Leaf("array", text, ArrayToken("array", tuple(shape), dtype, bool(weak), sharding, other, abstract), dtype,
+    return Leaf(_ARRAY, text, ArrayToken("array", tuple(shape), dtype, bool(weak), sharding, other, abstract), dtype,
                 witness=aval)
 
 
@@ -83,7 +87,7 @@ def static_leaf(info: StaticInfo, origin: str = "", value: object = _NO_VALUE) -
     """A static value's leaf; with `value` (the object itself), a `Witness` of it: JAX's ``==``
     decides whether it changed (with the same type too for a ``static_argnums`` value)."""
     witness = None if value is _NO_VALUE else Witness(value, typed=origin == Origin.STATIC_ARGNUMS)
-    return Leaf("static", info.text, info.token, info.type_name, info.name, info.by_identity, origin,
+    return Leaf(_STATIC, info.text, info.token, info.type_name, info.name, info.by_identity, origin,
                 witness=witness)
 
 
@@ -116,7 +120,7 @@ def uncertain_paths(new: Signature, old: Signature) -> list[str]:
     return found
 
 
-NONE_LEAF = Leaf("none", "None", ("none",))
+NONE_LEAF = Leaf(LeafKind.NONE, "None", ("none",))
 
 # Paths of node leaves: the node's path plus this suffix (shown without it).
 NODE_SUFFIX = " (structure)"
@@ -142,13 +146,13 @@ def node_leaf(token: object, what: str, type_name: str = "", witness: object = N
     """A pytree node: a container's kind and size, or a node's metadata (aux data). `witness`:
     what JAX compares of it where the token is not exactly that (a custom node's type)."""
     # tuple.__new__: a NamedTuple's own __new__ is a Python function, and plans make these per trace.
-    return Leaf("node", what, tuple.__new__(NodeToken, ("node", token)), type_name, witness=witness)
+    return Leaf(_NODE, what, tuple.__new__(NodeToken, ("node", token)), type_name, witness=witness)
 
 
 def is_custom_node(leaf: Leaf) -> bool:
     """Whether `leaf` is the node leaf of a custom pytree node (a module, a dataclass, ...)."""
     token = leaf.token
-    return leaf.kind == "node" and type(token) is NodeToken and token.custom
+    return leaf.kind == _NODE and type(token) is NodeToken and token.custom
 
 
 class Signature(NamedTuple):
@@ -186,20 +190,20 @@ class Change(NamedTuple):
 
 def diff_leaves(new: Signature, old: Signature) -> list[Change]:
     """Leaves that differ between two signatures, in argument order, leaves before nodes."""
-    changes: list[tuple] = []
+    changes: list[Change] = []
     old_leaves = old.leaves
     for path, leaf in new.leaves.items():
         prev = old_leaves.get(path)
         if prev is None or not same_for_jax(prev, leaf):
-            changes.append((path, prev, leaf))
+            changes.append(Change(path.removesuffix(NODE_SUFFIX), prev, leaf))
     if len(old_leaves) != len(new.leaves) or changes:
         new_leaves = new.leaves
         for path, prev in old_leaves.items():
             if path not in new_leaves:
-                changes.append((path, prev, None))
+                changes.append(Change(path.removesuffix(NODE_SUFFIX), prev, None))
     # A node's metadata change is the least specific explanation: list leaves first.
-    changes.sort(key=lambda c: (c[2] or c[1]).kind == "node")
-    return [Change(path.removesuffix(NODE_SUFFIX), old, new) for path, old, new in changes]
+    changes.sort(key=lambda change: (change.new or change.old).kind == _NODE)
+    return changes
 
 
 def call_changes(new: Signature, old: Signature) -> list[tuple[str, str, str]]:
@@ -258,10 +262,11 @@ def search(new: Signature, previous: Sequence[Signature]) -> Found:
             ranked.append((rank, -i))
     assert best is not None
     ranked.sort()
-    index = -ranked[0][1]
+    _, index = ranked[0]
+    index = -index
     old = previous[index]
     ties = tuple(sorted((-i for _, i in ranked[1:]), reverse=True))
-    return Found(index, diff_leaves(new, old), context_changes(new, old), best, ties)
+    return Found(index=index, changes=diff_leaves(new, old), context=context_changes(new, old), score=best, ties=ties)
 
 
 def same_key(new: Signature, old: Signature) -> bool:
@@ -288,7 +293,7 @@ def _score(new: Signature, old: Signature, limit: int) -> tuple[int, tuple[int, 
                 continue
             if prev is None or not same_for_jax(prev, leaf):
                 n += 1
-                if prev is not None and prev.kind == leaf.kind == "array":
+                if prev is not None and prev.kind == leaf.kind == LeafKind.ARRAY:
                     types += 1
                 else:
                     tree += 1

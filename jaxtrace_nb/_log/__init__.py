@@ -1,1 +1,3 @@
-"""The event log and its persistence: the bounded store every view reads, and one JSON line per event change on disk."""
+"""The event log and its persistence: the bounded store every view reads, and one JSON line per
+event change on disk.
+"""

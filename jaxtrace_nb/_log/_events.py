@@ -14,6 +14,7 @@ import operator
 import threading
 from collections.abc import Callable
 
+from .._core._vocabulary import Cause, EventKind, JitKind
 from .._keys._records import Stage
 
 DEFAULT_MAX_EVENTS = 100_000
@@ -27,7 +28,7 @@ COLUMN_TYPES = (
     ("lower_s", _FLOAT), ("compile_s", _FLOAT), ("call_site", _TEXT), ("cache_hit", "boolean"),
     ("cache_saved_s", _FLOAT), ("eqns", _INT), ("eqns_total", _INT), ("loop_repeats", _INT),
     ("loop_line", _TEXT), ("flops", _FLOAT), ("arg_bytes", _INT), ("out_bytes", _INT), ("temp_bytes", _INT),
-    ("compile_s_per_keqn", _FLOAT), ("jit", _TEXT), ("thread", _INT), ("key", _TEXT), ("seq", _INT),
+    ("compile_s_per_keqn", _FLOAT), ("jit", "jit"), ("thread", _INT), ("key", _TEXT), ("seq", _INT),
     ("host", _TEXT), ("process", _INT), ("signature", _TEXT), ("hint_ids", _TEXT), ("persistent_cache", _TEXT),
     ("line_profile", _TEXT),
     ("test", _TEXT), ("created_at", _TEXT),
@@ -94,10 +95,16 @@ class _EventMethods:
         return f"Event({self.function!r}, {self.kind}, #{self.trace_number}, {self.cause}, {self.leaf!r})"
 
 
+# Each column's values, by its kind in `COLUMN_TYPES` (a log read back from disk holds the enums'
+# plain strings, equal to their members).
+_FIELD_TYPES = {"datetime": datetime.datetime, _INT: int, _FLOAT: float, _BOOL: bool, "boolean": bool, _TEXT: str,
+                "kind": EventKind, "cause": Cause, "jit": JitKind}
+
 # One trace (with the compile that followed it) or one compile without a trace: a field per column,
 # each a keyword of its constructor, None by default.
-Event = dataclasses.make_dataclass("Event", [(name, object, None) for name in COLUMNS], bases=(_EventMethods,),
-                                   slots=True, eq=False, repr=False)
+Event = dataclasses.make_dataclass(
+    "Event", [(name, _FIELD_TYPES[kind] | None, None) for name, kind in COLUMN_TYPES], bases=(_EventMethods,),
+    slots=True, eq=False, repr=False)
 Event.__module__ = __name__
 
 

@@ -243,7 +243,7 @@ class Decoder(CallSites):
         identity = FunctionIdentity(
             name=name, filename=filename, line=line, location=self.location(filename, line),
             key=function_key(filename, name, line, in_cell, fun), in_cell=in_cell,
-            internal=self._jitted_by_library(frame, call, filename), jit_kind=str(call.jit_kind),
+            internal=self._jitted_by_library(frame, call, filename), jit_kind=call.jit_kind,
             jax_name=str(self.internals.fun_name(start.fun)),
             src_info=str(getattr(start.debug_info, "func_src_info", "") or ""))
         if fun is not None and call.identity is None:

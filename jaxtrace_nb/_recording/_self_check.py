@@ -8,6 +8,7 @@ after must be the expected one. A few milliseconds; nothing reaches the user's l
 from __future__ import annotations
 
 from typing import Callable
+from .._core._vocabulary import EventKind
 
 
 _CANARY = "_canary_calls.<locals>."
@@ -74,7 +75,7 @@ def _check(session) -> str:
         calls = _canary_calls()
         for _, thunk, _ in calls:
             thunk()
-        events = [e for e in session.log.events() if e.kind == "trace" and e.function.startswith(_CANARY)]
+        events = [e for e in session.log.events() if e.kind == EventKind.TRACE and e.function.startswith(_CANARY)]
     except Exception as e:
         return f"the canary raised {type(e).__name__}: {str(e)[:200]}"
     finally:

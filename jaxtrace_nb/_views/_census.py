@@ -28,6 +28,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
+from .._core._vocabulary import Cause, EventKind
 
 MAX_PADDING = 0.15
 MAX_BUCKETS = 16
@@ -116,7 +117,7 @@ def evaluate(name: str, pads: Sequence[Callable[[int], int]], shapes: dict[tuple
             real += weight * v
             extra += weight * (p(v) - v)
     buckets = tuple(tuple(sorted({p(shape[d]) for shape in shapes})) for d, p in enumerate(pads))
-    return Scheme(name, len(padded), extra / real if real else 0.0, buckets, code)
+    return Scheme(name=name, compiles=len(padded), padding=extra / real if real else 0.0, buckets=buckets, code=code)
 
 
 def schemes(shapes: dict[tuple, float], max_buckets: int = MAX_BUCKETS) -> list[Scheme]:
@@ -203,9 +204,9 @@ def census(events: Iterable, *, sizes: Sequence[int] | None = None, max_padding:
         previous: dict[int, object] = {}
         leaves: dict[str, list] = {}
         for e in history:
-            if e.kind == "trace" and e.trace_number is not None:
+            if e.kind == EventKind.TRACE and e.trace_number is not None:
                 previous[e.trace_number] = e
-            if e.cause != "shape" or not e.leaf:
+            if e.cause != Cause.SHAPE or not e.leaf:
                 continue
             seen = leaves.setdefault(e.leaf, [])
             if not seen:
@@ -238,8 +239,7 @@ def _leaf(function: str, key: str, leaf: str, seen: list, sizes, max_padding: fl
             for n, count in weighted.items():
                 weights.setdefault((n,), float(count))
     candidates = schemes(weights)
-    return LeafCensus(function, key, leaf, shapes, tuple(s for _, s in parsed), varying, tuple(candidates),
-                      pick(candidates, max_padding), simplest(candidates, max_padding))
+    return LeafCensus(function=function, key=key, leaf=leaf, shapes=shapes, compile_s=tuple(s for _, s in parsed), varying=varying, candidates=tuple(candidates), pick=pick(candidates, max_padding), simplest=simplest(candidates, max_padding))
 
 
 def shape_text(dims: tuple) -> str:

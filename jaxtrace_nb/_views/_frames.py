@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from .._diagnosis._diagnose import CAUSES
 from .._log._events import COLUMN_TYPES, COLUMNS, Event
 from .._core._missing import number
+from .._core._vocabulary import Cause, EventKind
 
 def events_frame(events: Iterable[Event]):
     """A DataFrame with one row per event and the documented dtypes."""
@@ -37,8 +38,10 @@ def _typed(df):
         elif kind == "cause":
             df[name] = pd.Categorical(column, categories=list(CAUSES))
         elif kind == "kind":
-            df[name] = pd.Categorical(column, categories=["trace", "compile"])
+            df[name] = pd.Categorical(column, categories=[k.value for k in EventKind])
         else:
+            if kind == "jit":  # the members' plain strings, as this text column always held
+                column = column.map(str, na_action="ignore")
             column = column.astype(object)
             df[name] = column.where(column.notna(), None)  # missing text is None, whatever pandas inferred
     return df
@@ -76,11 +79,12 @@ def function_row(events: list[Event]) -> dict:
     cells: list = []
     tests: dict = {}
     leaves: list = []
+    trace, compile_, first_ = EventKind.TRACE, EventKind.COMPILE, Cause.FIRST  # looked up once
     for e in events:
-        if e.kind == "trace":
+        if e.kind == trace:
             row["traces"] += 1
             row["nested"] = row["nested"] and bool(e.nested)
-        if e.compile_s is not None or e.kind == "compile":
+        if e.compile_s is not None or e.kind == compile_:
             row["compiles"] += 1
         for col in ("trace_s", "lower_s", "compile_s"):
             row[col] = _add(row[col], getattr(e, col))
@@ -91,9 +95,9 @@ def function_row(events: list[Event]) -> dict:
                 row[col] = int(value)
         if e.cache_hit is True:
             row["cache_hits"] += 1
-        if e.cause != "first" or row["last_cause"] is None:
+        if e.cause != first_ or row["last_cause"] is None:
             row["last_cause"], row["last_leaf"] = e.cause, e.leaf
-        if e.cause != "first":
+        if e.cause != first_:
             row["retraces"] += 1
         if e.cell is not None and e.cell not in cells:
             cells.append(e.cell)

@@ -19,6 +19,7 @@ from .._cache._cache_words import FIRST_COMPILE, HIT, MISS, NOT_CACHED, notable_
 from ._frames import function_row
 from .._log._events import Event
 from ._timeline import Span, span_of, spans_caption
+from .._core._vocabulary import Cause
 
 SECONDS = ("trace_s", "lower_s", "compile_s")
 
@@ -40,57 +41,55 @@ class Column(NamedTuple):
 
 # The views' table, one row per function (``jt.summary()``'s own columns: `_frames.SUMMARY_FRAME_COLUMNS`).
 TABLE_COLUMNS = (
-    Column("function", "function", "code", "the function's qualified name; click a row for its history", 28),
-    Column("tests", "test", "text", "the pytest tests (node ids) whose calls traced it", 30, in_frame=False,
-           collapse="empty"),
-    Column("why", "why (latest retrace)", "rich", "the latest group of retraces with the same cause and leaf: how "
+    Column(name="function", label="function", kind="code", title="the function's qualified name; click a row for its history", text_width=28),
+    Column(name="tests", label="test", kind="text", title="the pytest tests (node ids) whose calls traced it", text_width=30, in_frame=False, collapse="empty"),
+    Column(name="why", label="why (latest retrace)", kind="rich", title="the latest group of retraces with the same cause and leaf: how "
            "many, before → after, where it was first called, and the hint", in_frame=False),
-    Column("traces", "traces", "int", "traces: misses of JAX's tracing cache", 6),
-    Column("compiles", "compiles", "int", "XLA compiles, after a trace or without one", 8),
-    Column("eqns_total", "eqns total", "int", "jaxpr equations of its largest trace, sub-jaxprs (scan, cond and "
-           "while bodies, nested jits) included", 10, collapse="narrow"),
-    Column("loop_repeats", "loop ×", "int", "a block of equations repeated back to back this many times: a Python "
+    Column(name="traces", label="traces", kind="int", title="traces: misses of JAX's tracing cache", text_width=6),
+    Column(name="compiles", label="compiles", kind="int", title="XLA compiles, after a trace or without one", text_width=8),
+    Column(name="eqns_total", label="eqns total", kind="int", title="jaxpr equations of its largest trace, sub-jaxprs (scan, cond and "
+           "while bodies, nested jits) included", text_width=10, collapse="narrow"),
+    Column(name="loop_repeats", label="loop ×", kind="int", title="a block of equations repeated back to back this many times: a Python "
            "loop unrolled into the graph", collapse="empty"),
-    Column("trace_s", "trace s", "seconds", "seconds JAX spent tracing (blank when traced inside another jit: the "
-           "outer function's trace seconds include it)", 8, collapse="narrow"),
-    Column("lower_s", "lower s", "seconds", "seconds JAX spent lowering to XLA", 8, collapse="narrow"),
-    Column("compile_s", "compile s", "bar", "seconds of XLA compile", 9),
-    Column("total_s", "total s", "seconds", "trace + lower + XLA compile seconds"),
-    Column("last_cause", "last cause", "text", "cause of the latest retrace (first: never retraced)", 12,
-           collapse="narrow"),
-    Column("last_leaf", "leaf", "code", "the leaf the latest retrace changed, in your names", 1, collapse="narrow"),
-    Column("location", "defined at", "path", "where the function is defined: file:line, or In[n]:line for a cell"),
+    Column(name="trace_s", label="trace s", kind="seconds", title="seconds JAX spent tracing (blank when traced inside another jit: the "
+           "outer function's trace seconds include it)", text_width=8, collapse="narrow"),
+    Column(name="lower_s", label="lower s", kind="seconds", title="seconds JAX spent lowering to XLA", text_width=8, collapse="narrow"),
+    Column(name="compile_s", label="compile s", kind="bar", title="seconds of XLA compile", text_width=9),
+    Column(name="total_s", label="total s", kind="seconds", title="trace + lower + XLA compile seconds"),
+    Column(name="last_cause", label="last cause", kind="text", title="cause of the latest retrace (first: never retraced)", text_width=12, collapse="narrow"),
+    Column(name="last_leaf", label="leaf", kind="code", title="the leaf the latest retrace changed, in your names", text_width=1, collapse="narrow"),
+    Column(name="location", label="defined at", kind="path", title="where the function is defined: file:line, or In[n]:line for a cell"),
 )
 GROUP_COLUMNS = (
-    Column("cells", "cell", "text", "the cells (In[n]) whose calls traced", in_frame=False, collapse="empty"),
-    Column("tests", "test", "text", "the pytest tests (node ids) whose calls traced", in_frame=False, collapse="empty"),
-    Column("function", "function", "code", "the function's qualified name"),
-    Column("numbers", "#", "text", "trace numbers of the group", in_frame=False),
-    Column("count", "×", "int", "how many traces (or compiles) the group holds", in_frame=False),
-    Column("cause", "cause", "text", "what changed"),
-    Column("leaf", "leaf", "code", "the changed leaf, in your names"),
-    Column("change", "before → after", "change", "the values, shortened; hover for the full ones", in_frame=False),
-    Column("explanation", "why / hint", "rich", "the explanation (of the group's first event) and the hint"),
-    Column("call_site", "first called at", "path", "the line of your code whose call traced, first in the group"),
+    Column(name="cells", label="cell", kind="text", title="the cells (In[n]) whose calls traced", in_frame=False, collapse="empty"),
+    Column(name="tests", label="test", kind="text", title="the pytest tests (node ids) whose calls traced", in_frame=False, collapse="empty"),
+    Column(name="function", label="function", kind="code", title="the function's qualified name"),
+    Column(name="numbers", label="#", kind="text", title="trace numbers of the group", in_frame=False),
+    Column(name="count", label="×", kind="int", title="how many traces (or compiles) the group holds", in_frame=False),
+    Column(name="cause", label="cause", kind="text", title="what changed"),
+    Column(name="leaf", label="leaf", kind="code", title="the changed leaf, in your names"),
+    Column(name="change", label="before → after", kind="change", title="the values, shortened; hover for the full ones", in_frame=False),
+    Column(name="explanation", label="why / hint", kind="rich", title="the explanation (of the group's first event) and the hint"),
+    Column(name="call_site", label="first called at", kind="path", title="the line of your code whose call traced, first in the group"),
 )
 EVENT_COLUMNS = (
-    Column("cell", "cell", "cell", "the cell (In[n]) whose call traced", collapse="empty"),
-    Column("test", "test", "text", "the pytest test (node id) whose call traced", collapse="empty"),
-    Column("time", "time", "text", "when it happened", collapse="narrow"),
-    Column("trace_number", "#", "int", "the function's trace number"),
-    Column("cause", "cause", "text", "what changed"),
-    Column("leaf", "leaf", "code", "the changed leaf, in your names"),
-    Column("change", "before → after", "change", "before → after; hover for the full values", in_frame=False),
-    Column("explanation", "why", "rich", "the explanation of this event (the hint is the group's)"),
-    Column("call_site", "called at", "path", "the line of your code whose call traced"),
-    Column("eqns_total", "eqns total", "int", "jaxpr equations, sub-jaxprs included", collapse="narrow"),
-    Column("flops", "FLOPs", "num", "XLA's cost analysis of the compiled program", collapse="narrow"),
-    Column("persistent_cache", "persistent cache", "cache", "JAX's persistent compilation cache: hit, miss or not "
+    Column(name="cell", label="cell", kind="cell", title="the cell (In[n]) whose call traced", collapse="empty"),
+    Column(name="test", label="test", kind="text", title="the pytest test (node id) whose call traced", collapse="empty"),
+    Column(name="time", label="time", kind="text", title="when it happened", collapse="narrow"),
+    Column(name="trace_number", label="#", kind="int", title="the function's trace number"),
+    Column(name="cause", label="cause", kind="text", title="what changed"),
+    Column(name="leaf", label="leaf", kind="code", title="the changed leaf, in your names"),
+    Column(name="change", label="before → after", kind="change", title="before → after; hover for the full values", in_frame=False),
+    Column(name="explanation", label="why", kind="rich", title="the explanation of this event (the hint is the group's)"),
+    Column(name="call_site", label="called at", kind="path", title="the line of your code whose call traced"),
+    Column(name="eqns_total", label="eqns total", kind="int", title="jaxpr equations, sub-jaxprs included", collapse="narrow"),
+    Column(name="flops", label="FLOPs", kind="num", title="XLA's cost analysis of the compiled program", collapse="narrow"),
+    Column(name="persistent_cache", label="persistent cache", kind="cache", title="JAX's persistent compilation cache: hit, miss or not "
            "cached (hover: why)", collapse="narrow"),
-    Column("trace_s", "trace s", "seconds", "seconds JAX spent tracing", collapse="narrow"),
-    Column("lower_s", "lower s", "seconds", "seconds JAX spent lowering", collapse="narrow"),
-    Column("compile_s", "compile s", "seconds", "seconds of XLA compile"),
-    Column("total_s", "total s", "bar", "trace + lower + XLA compile seconds", in_frame=False),
+    Column(name="trace_s", label="trace s", kind="seconds", title="seconds JAX spent tracing", collapse="narrow"),
+    Column(name="lower_s", label="lower s", kind="seconds", title="seconds JAX spent lowering", collapse="narrow"),
+    Column(name="compile_s", label="compile s", kind="seconds", title="seconds of XLA compile"),
+    Column(name="total_s", label="total s", kind="bar", title="trace + lower + XLA compile seconds", in_frame=False),
 )
 VISIBILITY_RULE = (
     "One row per function. A function that is `internal` (a jitted helper of JAX's own, or of a library, "
@@ -146,7 +145,7 @@ class Group(NamedTuple):
     def notable(self) -> bool:
         """A retrace (or compile) to explain, a first trace with a hint (an unrolled loop), or one
         that missed the persistent compilation cache for a reason (not its first compile there)."""
-        return any(e.cause != "first" or e.hint or notable_miss(e.persistent_cache) for e in self.events)
+        return any(e.cause != Cause.FIRST or e.hint or notable_miss(e.persistent_cache) for e in self.events)
 
 
 def group_events(events: Iterable[Event]) -> list[Group]:
@@ -256,10 +255,7 @@ class Report:
         seconds = {c: sum(f[c] for f in rows if f[c] is not None and f[c] == f[c]) for c in SECONDS}
         shown_events = sum(len(self._history[f["key"]]) for f in rows)
         cache = tuple(sum(self._verdicts[f["key"]][i] for f in rows) for i in range(4))
-        return Counts(len(rows), sum(f["traces"] for f in rows), sum(f["compiles"] for f in rows),
-                      sum(f["retraces"] for f in rows), seconds["trace_s"], seconds["lower_s"],
-                      seconds["compile_s"], len(self._history) - len(rows), self.n_events - shown_events,
-                      self.dropped, cache)
+        return Counts(functions=len(rows), traces=sum(f["traces"] for f in rows), compiles=sum(f["compiles"] for f in rows), retraces=sum(f["retraces"] for f in rows), trace_s=seconds["trace_s"], lower_s=seconds["lower_s"], compile_s=seconds["compile_s"], hidden_functions=len(self._history) - len(rows), hidden_events=self.n_events - shown_events, dropped=self.dropped, cache=cache)
 
     def headline(self, internal: bool | None = None) -> str:
         """One line, the same in every view: the shown rows' counts and seconds, what is hidden."""

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from .._core import _format as fmt
+from .._core._vocabulary import EventKind
 
 MAX_MARKS = 2000  # past this, marks of one row in one pixel column are drawn as one
 PLOT_LABEL_CHARS = 40  # of a function's name beside its row in `plot`: its tail past that
@@ -73,7 +74,7 @@ def _number(value) -> float | None:
 
 def is_compile(e) -> bool:
     """An event that is a compile: a trace XLA compiled, or a compile without a trace."""
-    return e.compile_s is not None or e.kind == "compile"
+    return e.compile_s is not None or e.kind == EventKind.COMPILE
 
 
 def _drawn(events: Iterable, internal: bool) -> list:
@@ -88,34 +89,49 @@ def _stages(e) -> list:
     return [_number(e.trace_s), _number(e.lower_s), _number(e.compile_s)]
 
 
+class _Tally:
+    """One row's count and seconds while the timeline is built."""
+
+    __slots__ = ("index", "first", "compiles", "seconds")
+
+    def __init__(self, index: int, first):
+        self.index, self.first, self.compiles, self.seconds = index, first, 0, 0.0
+
+
 def timeline(events: Iterable, *, internal: bool = False) -> Timeline:
     """The compiles among `events` (internal functions' only with `internal`), over wall time."""
     compiles = _drawn(events, internal)
     if not compiles:
-        return Timeline(0.0, 0.0, 0.0, (), (), ())
+        return Timeline(t0=0.0, span=0.0, total_s=0.0, rows=(), marks=(), cumulative=())
     t0 = compiles[0].time.timestamp()
     several = len({(e.host, e.process) for e in compiles}) > 1
-    rows: dict[tuple, list] = {}
+    rows: dict[tuple, _Tally] = {}
     marks = []
     for e in compiles:
         key = (e.host, e.process, e.key or e.function) if several else (None, None, e.key or e.function)
-        row = rows.setdefault(key, [len(rows), e, 0, 0.0])
-        stages = _stages(e)
+        tally = rows.get(key)
+        if tally is None:
+            tally = rows[key] = _Tally(len(rows), e)
+        trace_s, lower_s, compile_s = stages = _stages(e)
         seconds = sum(s for s in stages if s is not None)
-        row[2] += 1
-        row[3] += seconds
-        marks.append(Mark(row[0], e.time.timestamp() - t0, seconds, *stages, e.cause, e.leaf, e.trace_number))
+        tally.compiles += 1
+        tally.seconds += seconds
+        marks.append(Mark(row=tally.index, t=e.time.timestamp() - t0, seconds=seconds, trace_s=trace_s,
+                          lower_s=lower_s, compile_s=compile_s, cause=e.cause, leaf=e.leaf,
+                          number=e.trace_number))
     row_list = []
-    for (host, process, _), (_, e, n, seconds) in rows.items():
+    for (host, process, _), tally in rows.items():
+        e = tally.first
         label = e.function if not several else f"{e.function} · p{process}" + (f" {host}" if host else "")
-        row_list.append(Row(label, e.function, process, host, e.location, n, seconds))
+        row_list.append(Row(label=label, function=e.function, process=process, host=host, location=e.location,
+                            compiles=tally.compiles, seconds=tally.seconds))
     ends = sorted((m.t + m.seconds, m.seconds) for m in marks)
     cumulative, total = [], 0.0
     for end, seconds in ends:
         total += seconds
         cumulative.append((end, total))
     span = max(end for end, _ in ends)
-    return Timeline(t0, span, total, tuple(row_list), tuple(marks), tuple(cumulative))
+    return Timeline(t0=t0, span=span, total_s=total, rows=tuple(row_list), marks=tuple(marks), cumulative=tuple(cumulative))
 
 
 class Span(NamedTuple):
@@ -138,7 +154,7 @@ def span_of(events: Iterable, *, internal: bool = False) -> Span | None:
         compiles, total = compiles + 1, total + seconds
         start, end = min(start, t), max(end, t + seconds)
         rows.add((e.host, e.process, e.key or e.function))
-    return Span(compiles, frozenset(rows), start, end, total) if compiles else None
+    return Span(compiles=compiles, rows=frozenset(rows), start=start, end=end, total_s=total) if compiles else None
 
 
 def spans_caption(spans: Iterable[Span | None]) -> str:
@@ -286,8 +302,7 @@ def layout(tl: Timeline, width: int = _WIDTH) -> _Plot:
         legend.append((x, 13 + line * _LEGEND_LINE_H, text, colour))
         x += item_w + 3 * _PAD
     top = 13 + line * _LEGEND_LINE_H + 9
-    return _Plot(width, labels, counts, count_right, left, plot_w, top, _ROW_H * len(tl.rows),
-                 tl.span if tl.span > 0 else 1e-3, tuple(legend), left + plot_w + _MAX_R + _PAD)
+    return _Plot(width=width, labels=labels, counts=counts, count_right=count_right, left=left, plot_w=plot_w, top=top, plot_h=_ROW_H * len(tl.rows), span=tl.span if tl.span > 0 else 1e-3, legend=tuple(legend), total_x=left + plot_w + _MAX_R + _PAD)
 
 
 def svg(tl: Timeline, width: int = _WIDTH) -> str:
