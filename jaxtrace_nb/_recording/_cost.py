@@ -261,7 +261,7 @@ class XlaReads:
             start = self._clock()
             arg_bytes, out_bytes, temp_bytes = _bytes(executable)
             self._timed_read(1, self._clock() - start, equations)
-        return XlaCost(flops, arg_bytes, out_bytes, temp_bytes)
+        return XlaCost(flops=flops, arg_bytes=arg_bytes, out_bytes=out_bytes, temp_bytes=temp_bytes)
 
     def _timed_read(self, figure: int, seconds: float, equations: int | None) -> None:
         if equations is None:

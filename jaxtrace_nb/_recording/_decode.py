@@ -122,8 +122,7 @@ class Decoder(CallSites):
                 ref = weakref.ref(call.user_fun)
             except TypeError:
                 ref = None
-        return TraceRecord(identity, nested, signature, ref, thread, self.call_site(frame), cache_generation,
-                           arg_names, None if identity.internal else self._first_binding(call.user_fun, ref, frame))
+        return TraceRecord(identity=identity, nested=nested, signature=signature, function_ref=ref, thread=thread, call_site=self.call_site(frame), cache_generation=cache_generation, arg_names=arg_names, binding=None if identity.internal else self._first_binding(call.user_fun, ref, frame))
 
     def _called_by(self, identity: FunctionIdentity, call: DecodedCall, frame) -> FunctionIdentity:
         """`identity` with `internal` as this call makes it: whoever called the jitted object
@@ -197,7 +196,7 @@ class Decoder(CallSites):
             tree_hash = None
         kept = tree if keys_are_str(tree) else None  # (a str subclass key would be a user object)
         arguments, how = _named_arguments(plan, *known.params)
-        return self._named_plans.put(id(fun), NamedPlan(plan, known, arguments, how, kept, tree_hash))
+        return self._named_plans.put(id(fun), NamedPlan(plan=plan, known=known, arguments=arguments, call=how, tree=kept, tree_hash=tree_hash))
 
     def is_wrapper(self, fun: Any) -> bool:
         """Whether `fun` is a library's jit wrapper around a user function (e.g. eqx.filter_jit's)."""
@@ -218,7 +217,7 @@ class Decoder(CallSites):
         named = [(arg_name(i, positional, var), part, "position") for i, part in enumerate(start.positional)]
         named += [(name, part, "keyword") for name, part in start.keyword]
         arguments = [(name, argument(part, start.vals, Origin.STATIC_ARGNUMS)) for name, part, _ in named]
-        return DecodedCall(JitKind.JIT, start.fun, None, arguments, None, tuple((name, how) for name, _, how in named))
+        return DecodedCall(jit_kind=JitKind.JIT, user_fun=start.fun, identity=None, arguments=arguments, function_leaf=None, call=tuple((name, how) for name, _, how in named))
 
     def parameters(self, fun: Any) -> tuple[list[str], str | None]:
         """`parameters(fun)`, remembered per function object (inspect.signature is slow)."""
@@ -350,9 +349,9 @@ class Decoder(CallSites):
         with one leaf per argument under JAX's argument names."""
         read = lowering_signature(local)
         if read is None:
-            return LoweringRecord(jax_name, "", None, thread, None)
+            return LoweringRecord(jax_name=jax_name, src_info="", signature=None, thread=thread, identity=None)
         signature, src_info = read
-        return LoweringRecord(jax_name, src_info, signature, thread, self._identity_from_debug(jax_name, src_info))
+        return LoweringRecord(jax_name=jax_name, src_info=src_info, signature=signature, thread=thread, identity=self._identity_from_debug(jax_name, src_info))
 
     def _identity_from_debug(self, jax_name: str, src_info: str) -> FunctionIdentity:
         """A function known only from JAX's debug info (traced before recording started)."""
@@ -360,9 +359,7 @@ class Decoder(CallSites):
         filename, line = (match["file"], int(match["line"])) if match else ("?", 0)
         name = printable(jax_name)
         in_cell = bool(CELL_FILE.search(filename))
-        return FunctionIdentity(name, filename, line, self.location(filename, line) if match else "?",
-                                function_key(filename, name, line, in_cell), in_cell, self.is_library(filename),
-                                str(JitKind.JIT), jax_name, src_info)
+        return FunctionIdentity(name=name, filename=filename, line=line, location=self.location(filename, line) if match else "?", key=function_key(filename, name, line, in_cell), in_cell=in_cell, internal=self.is_library(filename), jit_kind=str(JitKind.JIT), jax_name=jax_name, src_info=src_info)
 
 
 _ANONYMOUS = ("<lambda>", "<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>")

@@ -66,8 +66,7 @@ class Internals(NamedTuple):
 
 
 def _reduced(reason: str, version: str = "?") -> Internals:
-    return Internals(False, reason, False, version, None, lambda f: getattr(f, "__name__", "?"),
-                     lambda: True, None, None)
+    return Internals(full=False, reason=reason, tested=False, version=version, layout=None, fun_name=lambda f: getattr(f, "__name__", "?"), is_top_level=lambda: True, trace_cache_info=None, trace_cache_holders=None)
 
 
 def detect(version_range: tuple | None = None) -> Internals:
@@ -92,8 +91,7 @@ def detect(version_range: tuple | None = None) -> Internals:
     if isinstance(layout, str):
         return _reduced(f"JAX {jax.__version__} is not one jaxtrace_nb can read: {layout}", jax.__version__)
     tested = version < hi
-    return Internals(True, "" if tested else f"JAX {jax.__version__} is newer than tested (<{_text(hi)})",
-                     tested, jax.__version__, layout, _fun_name(), _is_top_level(), _cache_info(), _cache_holders())
+    return Internals(full=True, reason="" if tested else f"JAX {jax.__version__} is newer than tested (<{_text(hi)})", tested=tested, version=jax.__version__, layout=layout, fun_name=_fun_name(), is_top_level=_is_top_level(), trace_cache_info=_cache_info(), trace_cache_holders=_cache_holders())
 
 
 def _fun_name():

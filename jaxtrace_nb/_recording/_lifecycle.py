@@ -29,6 +29,7 @@ from ._functions import FunctionState, KeptKey, KeyBudget, keep, new_object, use
 from ._lineprof import profile_text
 from .._log._events import Event, EventLog, now, when
 from .._diagnosis._processes import signature_column
+from .._core._vocabulary import EventKind
 from .._keys._records import CacheKeyRecord, FunctionIdentity, GraphStats, LoweringRecord, Stage, Trace, \
     XlaCost
 
@@ -183,18 +184,14 @@ class Lifecycle:
             else (False, None)
         pending = None
         if record.signature is None:
-            diagnosis = Diagnosis(None, None, None, None, NO_SIGNATURE, "") if traces else FIRST
+            diagnosis = Diagnosis(cause=None, leaf=None, before=None, after=None, explanation=NO_SIGNATURE, hint="") if traces else FIRST
         elif state is None or not state.traces:
             diagnosis = first_after_failures(state.failed if state is not None else 0)
         else:
             if record.evicted and record.function_ref is not None:
                 state.evict(record.function_ref)
             held, dropped = state.held(record.function_ref, record.cache_generation)
-            pending = PendingDiagnosis(record.signature, tuple(k.signature for k in held),
-                                       tuple(k.trace_number for k in held), tuple(k.signature for k in dropped),
-                                       tuple(k.trace_number for k in dropped), is_new, rerun,
-                                       record.cache_generation != state.cache_generation, state.forgotten,
-                                       record.evicted)
+            pending = PendingDiagnosis(signature=record.signature, previous=tuple(k.signature for k in held), numbers=tuple(k.trace_number for k in held), dropped=tuple(k.signature for k in dropped), dropped_numbers=tuple(k.trace_number for k in dropped), new_object=is_new, rerun=rerun, cache_cleared=record.cache_generation != state.cache_generation, forgotten=state.forgotten, evicted=record.evicted)
             diagnosis = None
             if not defer:
                 diagnosis, pending = diagnosed(trace, pending.run(self.fault)), None
@@ -216,8 +213,7 @@ class Lifecycle:
         self._begin_started(trace.end)
         state = self.state(record.identity.key, record.identity)
         if record.signature is not None:
-            added = state.add_key(KeptKey(record.signature, record.function_ref, record.cache_generation,
-                                          state.traces + 1))
+            added = state.add_key(KeptKey(signature=record.signature, ref=record.function_ref, generation=record.cache_generation, trace_number=state.traces + 1))
             self._key_budget.added(added, self.functions, record.cache_generation)
         if record.function_ref is not None:
             state.add_ref(record.function_ref)
@@ -238,7 +234,7 @@ class Lifecycle:
             self._end(trace)  # its state now: read before any trace that ended after it started
         record = trace.record
         identity = record.identity
-        event = self._event(identity, "trace", trace.diagnosis, trace.trace_number, record.thread,
+        event = self._event(identity, EventKind.TRACE, trace.diagnosis, trace.trace_number, record.thread,
                             nested=record.nested, call_site=record.call_site, time=when(trace.time),
                             cell=trace.cell, test=trace.test)
         event.seq = trace.seq
@@ -338,28 +334,27 @@ class Lifecycle:
             key = next((k for (name, _), k in reversed(self._programs.items()) if name == record.jax_name), None)
         state = self.functions.get(key) if key is not None else None
         if state is None or state.identity is None:
-            identity = record.identity or FunctionIdentity(record.jax_name, "?", 0, "?", f"?::{record.jax_name}",
-                                                           False, False, "jit", record.jax_name, record.src_info)
+            identity = record.identity or FunctionIdentity(name=record.jax_name, filename="?", line=0, location="?", key=f"?::{record.jax_name}", in_cell=False, internal=False, jit_kind="jit", jax_name=record.jax_name, src_info=record.src_info)
             state = self.state(identity.key, identity)
         if record.signature is None:
-            diagnosis = Diagnosis("first" if not state.compiles else None, None, None, None, REDUCED_COMPILE, "")
+            diagnosis = Diagnosis(cause="first" if not state.compiles else None, leaf=None, before=None, after=None, explanation=REDUCED_COMPILE, hint="")
         else:
             signature = user_names(state, record.signature)
             previous = list(state.lowerings)
             diagnosis = diagnose_compile(signature, previous, traced=state.traces > 0)
             state.lowerings = keep(state.lowerings, kept_lowering(signature, previous))
-        event = self._event(state.identity, "compile", diagnosis, state.traces, record.thread)
+        event = self._event(state.identity, EventKind.COMPILE, diagnosis, state.traces, record.thread)
         return event if self._hand_event(event, record.jax_name) is not None else None
 
     def on_public_trace(self, jax_name: str, seconds: float, thread: int) -> Trace | None:
         """A trace seen only through jax.monitoring (reduced mode: JAX outside the range)."""
         try:
-            identity = FunctionIdentity(jax_name, "?", 0, "?", f"?::{jax_name}", False, False, "jit", jax_name, "")
+            identity = FunctionIdentity(name=jax_name, filename="?", line=0, location="?", key=f"?::{jax_name}", in_cell=False, internal=False, jit_kind="jit", jax_name=jax_name, src_info="")
             with self.lock:
                 state = self.state(identity.key, identity)
                 state.traces += 1
                 n = state.traces
-                event = self._event(identity, "trace", FIRST if n == 1 else REDUCED, n, thread)
+                event = self._event(identity, EventKind.TRACE, FIRST if n == 1 else REDUCED, n, thread)
                 event.set_seconds(Stage.TRACE, seconds)
                 return self._hand_event(event, jax_name)
         except Exception as e:
@@ -438,7 +433,7 @@ class Lifecycle:
             programs.pop(next(iter(programs)))
         programs[program] = identity.key
 
-    def _event(self, identity: FunctionIdentity, kind: str, d: Diagnosis | None, trace_number: int, thread: int,
+    def _event(self, identity: FunctionIdentity, kind: EventKind, d: Diagnosis | None, trace_number: int, thread: int,
                *, nested: bool = False, call_site: str | None = None, time=None, cell=None, test=None) -> Event:
         """An event of `identity`, made at `time` in `cell` and `test` (by default: now, in the current
         cell and test)."""

@@ -230,7 +230,7 @@ def _caller(frame, name: str, depth: int = 4):
 def _public_lowering(jax_name: str):
     from .._keys._records import LoweringRecord
 
-    return LoweringRecord(jax_name, "", None, threading.get_ident(), None)
+    return LoweringRecord(jax_name=jax_name, src_info="", signature=None, thread=threading.get_ident(), identity=None)
 
 
 def _jit_inner_name(fun_name: str) -> str | None:
