@@ -33,7 +33,9 @@ import types
 # third of a second apart (1.4 s with 4 compiles a round), and slow stretches of a shared
 # machine fall on each mode alike.
 PROGRAMS = 1
-ROUNDS = 360  # a multiple of the 3 modes: about 9 minutes on a 2-core CPU machine (intervals ±1.5 %)
+ROUNDS = (
+    360  # a multiple of the 3 modes: about 9 minutes on a 2-core CPU machine (intervals ±1.5 %)
+)
 PARTS_PROGRAMS = 4  # compiles a round where the listeners are timed
 # A warm start: programs the persistent cache serves back to back, as a restarted run's first
 # steps are (each hit's walk, handed to our thread after its load, falls in the next one's work).
@@ -52,7 +54,7 @@ def _program(constant: float):
     def loss(params, x):
         for w, b in params:
             x = jnp.tanh(x @ w + b) * constant
-        return jnp.mean(x ** 2)
+        return jnp.mean(x**2)
 
     @jax.jit
     def step(params, x):
@@ -133,8 +135,10 @@ def _key_cost(jt, step, params, x, repeats: int) -> dict:
         if event == "/jax/compilation_cache/compile_requests_use_cache" and not captured:
             frame = sys._getframe(2)
             if frame.f_code.co_name == "compile_or_get_cached":
-                captured.update((k, frame.f_locals[k]) for k in ("computation", "devices", "compile_options",
-                                                                  "backend"))
+                captured.update(
+                    (k, frame.f_locals[k])
+                    for k in ("computation", "devices", "compile_options", "backend")
+                )
 
     jax.monitoring.register_event_listener(capture)
     try:
@@ -147,26 +151,38 @@ def _key_cost(jt, step, params, x, repeats: int) -> dict:
 
             unregister = monitoring._unregister_event_listener_by_callback
         unregister(capture)
-    args = (captured["computation"], captured["devices"], captured["compile_options"], captured["backend"])
+    args = (
+        captured["computation"],
+        captured["devices"],
+        captured["compile_options"],
+        captured["backend"],
+    )
     from jax._src import cache_key
 
     times = {"stopped": [], "recorded": []}
     teed = set()
     for i in range(repeats):
-        for mode in (("stopped", "recorded") if i % 2 == 0 else ("recorded", "stopped")):
+        for mode in ("stopped", "recorded") if i % 2 == 0 else ("recorded", "stopped"):
             if mode == "recorded":
                 jt.start()
-            teed.add((mode, not isinstance(cache_key.hashlib, types.ModuleType)))  # recording: JAX's hashlib is ours
+            teed.add(
+                (mode, not isinstance(cache_key.hashlib, types.ModuleType))
+            )  # recording: JAX's hashlib is ours
             start = time.perf_counter()
             compilation_cache.get_cache_key(*args)
             times[mode].append(time.perf_counter() - start)
             if mode == "recorded":
                 jt.stop()
     best = {mode: min(t) for mode, t in times.items()}
-    return {"repeats": repeats, "min_s": best, "median_s": {m: sorted(t)[len(t) // 2] for m, t in times.items()},
-            "added_s": best["recorded"] - best["stopped"], "parts_read": sorted(teed) == [("recorded", True),
-                                                                                          ("stopped", False)],
-            "module_bytes": len(str(captured["computation"]))}
+    return {
+        "repeats": repeats,
+        "min_s": best,
+        "median_s": {m: sorted(t)[len(t) // 2] for m, t in times.items()},
+        "added_s": best["recorded"] - best["stopped"],
+        "parts_read": sorted(teed) == [("recorded", True), ("stopped", False)],
+        "module_bytes": len(str(captured["computation"])),
+    }
+
 
 # Compiles back to back: blocks of rounds with our threads' work not finished between rounds, only
 # at the block's end, counted in the block's seconds ("all in").
@@ -222,7 +238,11 @@ def _warm_start(jt, session, params, x, rounds: int, programs: int) -> dict:
     jt.stop()
     _round(steps, params, x)  # compiled and written once: every later compile of these is a hit
     runs: dict = {mode: [] for mode in MODES}
-    order = [mode for r in range(rounds // len(MODES)) for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]]
+    order = [
+        mode
+        for r in range(rounds // len(MODES))
+        for mode in MODES[r % len(MODES) :] + MODES[: r % len(MODES)]
+    ]
     for mode in order:
         _enter_mode(jt, session, mode)
         ours = _our_threads_cpu()
@@ -242,10 +262,15 @@ def _warm_start(jt, session, params, x, rounds: int, programs: int) -> dict:
 # Where recording's own time goes at a compile: the probe's listeners (the outer three, timed
 # outermost only) and, inside them, the parts issue 30 and the XLA cost read add; the program's
 # size (`measure`) and line profile run in our own thread (`_background`) while XLA compiles.
-_LISTENER_PARTS = (("_recording._probe", "Probe", "_on_trace_start"), ("_recording._listeners", "Listeners", "on_duration"),
-                   ("_recording._listeners", "Listeners", "on_event"), ("_recording._probe", "Probe", "_trace_end"),
-                   ("_recording._measure", "Measurer", "_profile"), ("_recording._measure", "Measurer", "measure"),
-                   ("_recording._listeners", "Listeners", "_xla_cost"))
+_LISTENER_PARTS = (
+    ("_recording._probe", "Probe", "_on_trace_start"),
+    ("_recording._listeners", "Listeners", "on_duration"),
+    ("_recording._listeners", "Listeners", "on_event"),
+    ("_recording._probe", "Probe", "_trace_end"),
+    ("_recording._measure", "Measurer", "_profile"),
+    ("_recording._measure", "Measurer", "measure"),
+    ("_recording._listeners", "Listeners", "_xla_cost"),
+)
 
 
 def _listener_parts(jt, session, params, x, rounds: int) -> dict:
@@ -290,7 +315,10 @@ def _listener_parts(jt, session, params, x, rounds: int) -> dict:
     finally:
         for cls, name, original in originals:
             setattr(cls, name, original)
-    return {"compiles": compiles, "ms_per_compile": {k: v * 1e3 / compiles for k, v in spent.items()}}
+    return {
+        "compiles": compiles,
+        "ms_per_compile": {k: v * 1e3 / compiles for k, v in spent.items()},
+    }
 
 
 # MLP steps of (layers, width) from 27 to 2,694 equations: what reading XLA's figures costs
@@ -327,14 +355,24 @@ def _xla_reads(repeats: int) -> list[dict]:
                 equations = count_equations(traced.jaxpr.jaxpr, {})
                 executable = traced.lower().compile()._executable.xla_executable
                 times["compile"].append(compiled[-1])
-                for figure, read in (("flops", executable.cost_analysis),
-                                     ("bytes", executable.get_compiled_memory_stats)):
+                for figure, read in (
+                    ("flops", executable.cost_analysis),
+                    ("bytes", executable.get_compiled_memory_stats),
+                ):
                     start = time.perf_counter()
                     read()
                     times[figure].append(time.perf_counter() - start)
             median = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
-            out.append({"layers": layers, "width": width, "eqns_total": equations, "compile_s": median["compile"],
-                        "flops_s": median["flops"], "bytes_s": median["bytes"]})
+            out.append(
+                {
+                    "layers": layers,
+                    "width": width,
+                    "eqns_total": equations,
+                    "compile_s": median["compile"],
+                    "flops_s": median["flops"],
+                    "bytes_s": median["bytes"],
+                }
+            )
     finally:
         unregister(on_duration)
     return out
@@ -364,19 +402,29 @@ def worker(quick: bool) -> dict:
     jt.stop()
     counter = 0
     for r in range(rounds):
-        order = MODES[r % len(MODES):] + MODES[:r % len(MODES)]
+        order = MODES[r % len(MODES) :] + MODES[: r % len(MODES)]
         for mode in order:
             counter += 1
-            programs = [_program(1.0 + counter * 1e-3 + i * 1e-6) for i in range(programs_per_round)]
+            programs = [
+                _program(1.0 + counter * 1e-3 + i * 1e-6) for i in range(programs_per_round)
+            ]
             _enter_mode(jt, session, mode)
             ours = _our_threads_cpu()
             missed, missed_cpu, missed_user = _round(programs, params, x)
             jax.clear_caches()
             hit, hit_cpu, hit_user = _round(programs, params, x)
-            row = {"miss_s": missed, "hit_s": hit, "miss_cpu_s": missed_cpu, "hit_cpu_s": hit_cpu,
-                   "miss_user_cpu_s": missed_user, "hit_user_cpu_s": hit_user}
+            row = {
+                "miss_s": missed,
+                "hit_s": hit,
+                "miss_cpu_s": missed_cpu,
+                "hit_cpu_s": hit_cpu,
+                "miss_user_cpu_s": missed_user,
+                "hit_user_cpu_s": hit_user,
+            }
             if mode == "recorded":
-                _wait_for_profiles(session)  # (so that the read below makes the words of the misses only)
+                _wait_for_profiles(
+                    session
+                )  # (so that the read below makes the words of the misses only)
                 flushed = time.perf_counter()
                 session.cache.flush(120)
                 row["flush_s"] = time.perf_counter() - flushed
@@ -386,7 +434,9 @@ def worker(quick: bool) -> dict:
                 verdicts = df["persistent_cache"].dropna().tolist()
                 row["misses"] = sum(v.startswith("miss") for v in verdicts)
                 row["hits"] = sum(v == "hit" for v in verdicts)
-                row["explained"] = sum(v.startswith("miss: the computation differs") for v in verdicts)
+                row["explained"] = sum(
+                    v.startswith("miss: the computation differs") for v in verdicts
+                )
             _finish_our_work(session)
             if ours is not None:
                 row["ours_cpu_s"] = _our_threads_cpu() - ours
@@ -399,7 +449,20 @@ def worker(quick: bool) -> dict:
     parts = _listener_parts(jt, session, params, x, 1 if quick else 5)
     xla_reads = _xla_reads(2 if quick else 7)
     index = os.path.join(cache, "jaxtrace_nb", "index.sqlite")
-    return {"key_cost": key_cost, "warm_start": warm_start, "blocks": blocks, "listener_parts": parts, "xla_reads": xla_reads,
-            "modes": list(MODES), "rounds": rounds, "programs_per_round": programs_per_round, "runs": runs,
-            "layers": LAYERS, "width": WIDTH, "faults": jt.faults(),
-            "index_bytes": sum(os.path.getsize(index + end) for end in ("", "-wal") if os.path.exists(index + end))}
+    return {
+        "key_cost": key_cost,
+        "warm_start": warm_start,
+        "blocks": blocks,
+        "listener_parts": parts,
+        "xla_reads": xla_reads,
+        "modes": list(MODES),
+        "rounds": rounds,
+        "programs_per_round": programs_per_round,
+        "runs": runs,
+        "layers": LAYERS,
+        "width": WIDTH,
+        "faults": jt.faults(),
+        "index_bytes": sum(
+            os.path.getsize(index + end) for end in ("", "-wal") if os.path.exists(index + end)
+        ),
+    }

@@ -59,7 +59,9 @@ def synthetic(templates: list, n: int, functions: int = 200):
         t = templates[i % len(templates)]
         fields = {c: getattr(t, c) for c in COLUMNS}
         f = i % functions
-        fields["function"] = names[i % len(templates)] if f == 0 else f"{names[i % len(templates)]}_{f}"
+        fields["function"] = (
+            names[i % len(templates)] if f == 0 else f"{names[i % len(templates)]}_{f}"
+        )
         for c in _OWN_STRINGS:
             fields[c] = _own(fields[c])
         fields["key"] = f"{t.key}_{f}"

@@ -58,9 +58,14 @@ def _models(size: str):
     def block_step(model, x):
         return eqx.filter_value_and_grad(block_loss)(model, x)
 
-    return [(f"Equinox MLP (depth {depth}, width {width}), forward", mlp_forward, (mlp, mlp_x)),
-            (f"Equinox transformer block (d_model {d_model}, {heads} heads, seq {seq}), value_and_grad",
-             block_step, (block, block_x))]
+    return [
+        (f"Equinox MLP (depth {depth}, width {width}), forward", mlp_forward, (mlp, mlp_x)),
+        (
+            f"Equinox transformer block (d_model {d_model}, {heads} heads, seq {seq}), value_and_grad",
+            block_step,
+            (block, block_x),
+        ),
+    ]
 
 
 def fresh(fn):
@@ -87,9 +92,9 @@ def _first_and_second(fn, args, seen: list) -> tuple[float, float, list]:
 def worker(quick: bool, force: bool) -> dict:
     """Runs on a GPU; elsewhere only with `force`, as a dry run with small models that proves the code works."""
     import jax
-    from jaxtrace_nb._recording._jax_internals import listener_api
 
     import jaxtrace_nb as jt
+    from jaxtrace_nb._recording._jax_internals import listener_api
     from jaxtrace_nb._recording._session import get_session
 
     platform = jax.devices()[0].platform
@@ -109,39 +114,70 @@ def worker(quick: bool, force: bool) -> dict:
         for name, fn, args in _models("small" if quick or platform != "gpu" else "full"):
             jax.block_until_ready(args)
             _first_and_second(fresh(fn), args, seen)  # warm-up: JAX's own one-time work
-            unrecorded_first, unrecorded_second, unrecorded_events = _first_and_second(fresh(fn), args, seen)
+            unrecorded_first, unrecorded_second, unrecorded_events = _first_and_second(
+                fresh(fn), args, seen
+            )
             jt.reset()
             jt.start()
             first, second, jax_events = _first_and_second(fresh(fn), args, seen)
             jt.stop()
             rows = [e for e in get_session().log.events() if e.function == fn.__qualname__]
-            recorded = {c: sum(getattr(e, c) or 0.0 for e in rows) for c in ("trace_s", "lower_s", "compile_s")}
-            jax_own = {"trace_s": sum(s for ev, s, f in jax_events if ev == "jaxpr_trace_duration"
-                                      and f == fn.__name__),
-                       "lower_s": sum(s for ev, s, f in jax_events if ev == "jaxpr_to_mlir_module_duration"
-                                      and f == f"jit({fn.__name__})"),
-                       "compile_s": sum(s for ev, s, f in jax_events if ev == "backend_compile_duration"
-                                        and f == f"jit({fn.__name__})")}
+            recorded = {
+                c: sum(getattr(e, c) or 0.0 for e in rows)
+                for c in ("trace_s", "lower_s", "compile_s")
+            }
+            jax_own = {
+                "trace_s": sum(
+                    s
+                    for ev, s, f in jax_events
+                    if ev == "jaxpr_trace_duration" and f == fn.__name__
+                ),
+                "lower_s": sum(
+                    s
+                    for ev, s, f in jax_events
+                    if ev == "jaxpr_to_mlir_module_duration" and f == f"jit({fn.__name__})"
+                ),
+                "compile_s": sum(
+                    s
+                    for ev, s, f in jax_events
+                    if ev == "backend_compile_duration" and f == f"jit({fn.__name__})"
+                ),
+            }
             accounted = sum(recorded.values())
             unaccounted = first - accounted - second
             margin = max(MARGIN_S, MARGIN_FRACTION * first)
             names = (fn.__name__, f"jit({fn.__name__})")
             unrecorded_accounted = sum(sec for _, sec, f in unrecorded_events if f in names)
-            models.append({
-                "model": name, "first_call_s": first, "second_call_s": second, "recorded": recorded,
-                "jax_events": jax_own, "events_recorded": len(rows),
-                "max_abs_diff_vs_jax_s": max(abs(recorded[c] - jax_own[c]) for c in recorded),
-                "unaccounted_s": unaccounted, "margin_s": margin,
-                "unrecorded_first_call_s": unrecorded_first,
-                "unrecorded_unaccounted_s": unrecorded_first - unrecorded_accounted - unrecorded_second,
-                "accounted_within_margin": abs(unaccounted) <= margin,
-                "share_compile": recorded["compile_s"] / first if first else None,
-            })
+            models.append(
+                {
+                    "model": name,
+                    "first_call_s": first,
+                    "second_call_s": second,
+                    "recorded": recorded,
+                    "jax_events": jax_own,
+                    "events_recorded": len(rows),
+                    "max_abs_diff_vs_jax_s": max(abs(recorded[c] - jax_own[c]) for c in recorded),
+                    "unaccounted_s": unaccounted,
+                    "margin_s": margin,
+                    "unrecorded_first_call_s": unrecorded_first,
+                    "unrecorded_unaccounted_s": unrecorded_first
+                    - unrecorded_accounted
+                    - unrecorded_second,
+                    "accounted_within_margin": abs(unaccounted) <= margin,
+                    "share_compile": recorded["compile_s"] / first if first else None,
+                }
+            )
     finally:
         unregister(listener)
         jt.stop()
         jt.reset()
-    status = "ok" if platform == "gpu" else \
-        f"not run: no GPU (dry run on {platform} with small models instead: not a GPU figure)"
-    return out | {"status": status, "margin": f"max({MARGIN_S} s, {MARGIN_FRACTION:.0%} of the first call)",
-                  "models": models}
+    status = (
+        "ok"
+        if platform == "gpu"
+        else f"not run: no GPU (dry run on {platform} with small models instead: not a GPU figure)"
+    )
+    return out | {
+        "status": status,
+        "margin": f"max({MARGIN_S} s, {MARGIN_FRACTION:.0%} of the first call)",
+        "models": models,
+    }

@@ -87,15 +87,18 @@ def worker(mode: str, quick: bool) -> dict:
         if mode == "interleaved":
             on, off = [], []
             for i in range(blocks):
-                for state in (("on", "off") if i % 2 == 0 else ("off", "on")):
+                for state in ("on", "off") if i % 2 == 0 else ("off", "on"):
                     (jt.start if state == "on" else jt.stop)()
                     (on if state == "on" else off).append(_block(fn, args, n))
             jt.start()
             results[name] = {"calls_per_block": n, "on_s": on, "off_s": off}
         else:
             samples = [_block(fn, args, n) for _ in range(blocks)]
-            results[name] = {"calls_per_block": n, "per_call_s": samples,
-                             "median_s": statistics.median(samples)}
+            results[name] = {
+                "calls_per_block": n,
+                "per_call_s": samples,
+                "median_s": statistics.median(samples),
+            }
     import sys
 
     out = {"mode": mode, "cases": results, "jaxtrace_nb_imported": "jaxtrace_nb" in sys.modules}

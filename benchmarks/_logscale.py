@@ -41,19 +41,21 @@ def memory_by_field(events: list) -> dict:
     out = {"(event object)": sum(sys.getsizeof(e) for e in events) / len(events)}
     for name in COLUMNS:
         values = [getattr(e, name) for e in events]
-        own = [v for v in values if id(v) not in shared and not (isinstance(v, int) and -5 <= v <= 256)]
+        own = [
+            v for v in values if id(v) not in shared and not (isinstance(v, int) and -5 <= v <= 256)
+        ]
         out[name] = sum(sys.getsizeof(v) for v in own) / len(events)
     return dict(sorted(((k, round(v, 1)) for k, v in out.items() if v >= 1), key=lambda kv: -kv[1]))
 
 
 def worker(quick: bool) -> dict:
     """Per log size: seconds of log(), summary(), exports; bytes per event; profiles at the goal size."""
-    import jaxtrace_nb as jt
-    from jaxtrace_nb._views._frames import export_frame
-    from jaxtrace_nb._recording._session import get_session
-
     from _events import real_templates, synthetic
     from _stats import profile_top
+
+    import jaxtrace_nb as jt
+    from jaxtrace_nb._recording._session import get_session
+    from jaxtrace_nb._views._frames import export_frame
 
     sizes = (1_000, 10_000) if quick else (10_000, 100_000, 1_000_000)
     profile_size = 10_000 if quick else 100_000
@@ -78,10 +80,14 @@ def worker(quick: bool) -> dict:
         gc.collect()
         rss_delta = _rss_bytes() - rss_before
         repeats = 2 if n >= 1_000_000 else 3 if quick else 5
-        row = {"events": n, "repeats": repeats,
-               "bytes_per_event_tracemalloc": traced_bytes / n if traced else None,
-               "bytes_per_event_rss": rss_delta / n,
-               "log_s": _timed(jt.log, repeats), "summary_s": _timed(jt.summary, repeats)}
+        row = {
+            "events": n,
+            "repeats": repeats,
+            "bytes_per_event_tracemalloc": traced_bytes / n if traced else None,
+            "bytes_per_event_rss": rss_delta / n,
+            "log_s": _timed(jt.log, repeats),
+            "summary_s": _timed(jt.summary, repeats),
+        }
         frame = jt.log()
         row["frame_bytes_per_event"] = int(frame.memory_usage(deep=True).sum()) / n
         with tempfile.TemporaryDirectory() as tmp:

@@ -21,7 +21,13 @@ import sys
 
 import pytest
 
-GUARDED = ("jax", "jaxlib", "equinox", "optax", "flax")  # must come from site-packages, never the checkout
+GUARDED = (
+    "jax",
+    "jaxlib",
+    "equinox",
+    "optax",
+    "flax",
+)  # must come from site-packages, never the checkout
 RANK = {"skipped": 0, "xfailed": 1, "passed": 2, "xpassed": 3, "failed": 4, "error": 5}
 
 _record = os.environ.get("JAXTRACE_PEER_RECORD") == "1"
@@ -64,7 +70,10 @@ def pytest_sessionstart(session):
         import jaxtrace_nb
 
         if _explain:  # JAX's own explanations, tied to our records (tests/_support.py)
-            sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+            sys.path.insert(
+                0,
+                os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"),
+            )
             from _support import explained_misses
 
             context = explained_misses()
@@ -79,7 +88,9 @@ def pytest_collectreport(report):
 
 def pytest_runtest_logreport(report):
     xfail = hasattr(report, "wasxfail")
-    if getattr(report, "context", None) is not None:  # a unittest subTest; its time is in its test's
+    if (
+        getattr(report, "context", None) is not None
+    ):  # a unittest subTest; its time is in its test's
         if report.failed:
             _note(report.nodeid, "failed", report)
         return
@@ -109,11 +120,18 @@ def pytest_sessionfinish(session, exitstatus):
         "interrupted": bool(session.shouldstop or session.shouldfail) or exitstatus == 2,
         "outcomes": _results,
         "file_seconds": {f: round(t, 1) for f, t in _seconds.items()},
-        "versions": {d: _version(d) for d in ("jax", "jaxlib", "equinox", "optax", "flax", "pytest", "jaxtrace_nb")},
+        "versions": {
+            d: _version(d)
+            for d in ("jax", "jaxlib", "equinox", "optax", "flax", "pytest", "jaxtrace_nb")
+        },
         "python": sys.version.split()[0],
-        "module_files": {m: getattr(sys.modules.get(m), "__file__", None) for m in (*GUARDED, "jaxtrace_nb")},
+        "module_files": {
+            m: getattr(sys.modules.get(m), "__file__", None) for m in (*GUARDED, "jaxtrace_nb")
+        },
         "checkout_modules": sorted(
-            name for name, mod in list(sys.modules.items()) if (getattr(mod, "__file__", None) or "").startswith(_src)
+            name
+            for name, mod in list(sys.modules.items())
+            if (getattr(mod, "__file__", None) or "").startswith(_src)
         ),
         "events": None,
         "faults": None,
@@ -125,17 +143,35 @@ def pytest_sessionfinish(session, exitstatus):
         log = jaxtrace_nb.log()
         result.update(events=len(log), faults=jaxtrace_nb.faults(), dropped=jaxtrace_nb.dropped())
         with contextlib.suppress(Exception):  # the diagnoses, for the note on causes
-            result["causes"] = {str(k): int(v) for k, v in log["cause"].value_counts(dropna=False).items()}
+            result["causes"] = {
+                str(k): int(v) for k, v in log["cause"].value_counts(dropna=False).items()
+            }
             odd = log[log["cause"].isna() | (log["cause"] == "unknown")]
             result["unknown_events"] = [
                 {k: (None if v != v else v) for k, v in row.items()}
-                for row in odd[["function", "location", "kind", "trace_number", "cause", "explanation", "internal",
-                                "nested"]].head(300).astype(object).to_dict("records")]
+                for row in odd[
+                    [
+                        "function",
+                        "location",
+                        "kind",
+                        "trace_number",
+                        "cause",
+                        "explanation",
+                        "internal",
+                        "nested",
+                    ]
+                ]
+                .head(300)
+                .astype(object)
+                .to_dict("records")
+            ]
         if _misses:
             from jaxtrace_nb._recording._session import get_session
 
             context, misses = _misses.pop()
-            explained = misses.explained([e for e in get_session().log.events() if e.kind == "trace"])
+            explained = misses.explained(
+                [e for e in get_session().log.events() if e.kind == "trace"]
+            )
             result["explained"] = len(explained)
             result["disagree"] = [list(d) for d in misses.disagreements(explained)][:200]
             context.__exit__(None, None, None)

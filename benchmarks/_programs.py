@@ -23,9 +23,9 @@ class Block(eqx.Module):
 
     def __call__(self, x, mask):
         h = jax.vmap(self.ln1)(x)
-        x = x + self.attn(h, h, h, mask=mask)                      # attention line
+        x = x + self.attn(h, h, h, mask=mask)  # attention line
         h = jax.vmap(self.ln2)(x)
-        x = x + jax.vmap(lambda t: self.down(jax.nn.gelu(self.up(t))))(h)   # MLP line
+        x = x + jax.vmap(lambda t: self.down(jax.nn.gelu(self.up(t))))(h)  # MLP line
         return x
 
 
@@ -75,7 +75,8 @@ def mlp_step(depth=8, width=256, batch=32, grad=True):
     def loss(params, x):
         for w, b in params:
             x = jnp.tanh(x @ w + b)
-        return jnp.mean(x ** 2)
+        return jnp.mean(x**2)
+
     f = jax.jit(jax.value_and_grad(loss)) if grad else jax.jit(loss)
     return f, (params, x)
 
@@ -90,30 +91,39 @@ def unrolled_step(steps=100):
         for _ in range(steps):  # unrolled loop line
             state = state + dt * velocity(state)
         return state
+
     simulate.__name__ = f"simulate_{steps}"
     return jax.jit(simulate), (jnp.array([1.0, 0.0]), 0.05)
 
 
 def scan_step(steps=100, width=64, layers=1):
     w = jnp.eye(width) * 0.9
+
     def run(x, w):
         def body(c, _):
             for _ in range(layers):
                 c = jnp.tanh(c @ w) + 0.1 * jnp.sin(c)
             return c, c.sum()
+
         c, ys = jax.lax.scan(body, x, None, length=steps)
         return c, ys
+
     return jax.jit(jax.value_and_grad(lambda x, w: run(x, w)[1].sum())), (jnp.ones(width), w)
 
 
 def conv_step(depth=4, ch=16, size=32):
     keys = jax.random.split(jax.random.PRNGKey(2), depth)
-    convs = [eqx.nn.Conv2d(3 if i == 0 else ch, ch, 3, padding=1, key=k) for i, k in enumerate(keys)]
+    convs = [
+        eqx.nn.Conv2d(3 if i == 0 else ch, ch, 3, padding=1, key=k) for i, k in enumerate(keys)
+    ]
     x = jnp.ones((8, 3, size, size))
+
     def loss(convs, x):
         def one(x):
             for c in convs:
                 x = jax.nn.relu(c(x))
             return x.mean()
+
         return jax.vmap(one)(x).mean()
+
     return eqx.filter_jit(eqx.filter_value_and_grad(loss)), (convs, x)

@@ -12,8 +12,13 @@ def spread(samples) -> dict:
     values = [float(v) for v in samples if v is not None]
     if not values:
         return {"median": None, "min": None, "max": None, "n": 0}
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values),
-            "median_ci95": median_ci(values)}
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "n": len(values),
+        "median_ci95": median_ci(values),
+    }
 
 
 def median_ci(values: list[float], level: float = 0.95) -> tuple[float, float] | None:
@@ -25,7 +30,7 @@ def median_ci(values: list[float], level: float = 0.95) -> tuple[float, float] |
     n = len(values)
     tail, j, cumulative = (1 - level) / 2, 0, 0.0
     while j < n:
-        cumulative += comb(n, j) / 2 ** n  # P(fewer than j + 1 samples below the median)
+        cumulative += comb(n, j) / 2**n  # P(fewer than j + 1 samples below the median)
         if cumulative > tail:
             break
         j += 1
@@ -69,5 +74,7 @@ def hot_spots(profiler: cProfile.Profile, n: int = 8) -> list[str]:
     for (filename, line, name), (_, calls, own, cumulative, _) in stats.stats.items():
         rows.append((own, cumulative, calls, f"{os.path.basename(filename)}:{line}({name})"))
     rows.sort(reverse=True)
-    return [f"{own:.3f} s own, {cum:.3f} s cumulative, {calls} calls: {where}"
-            for own, cum, calls, where in rows[:n]]
+    return [
+        f"{own:.3f} s own, {cum:.3f} s cumulative, {calls} calls: {where}"
+        for own, cum, calls, where in rows[:n]
+    ]

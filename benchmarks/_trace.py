@@ -24,8 +24,12 @@ import statistics
 import time
 
 # The probe's per-trace steps, timed separately: (owner, attribute) -> field.
-PARTS = {("decoder", "trace_record"): "signature_s", ("decoder", "plain_jit_record"): "signature_s",
-         ("probe_module", "graph_stats"): "graph_s", ("lifecycle", "on_trace"): "draft_s"}
+PARTS = {
+    ("decoder", "trace_record"): "signature_s",
+    ("decoder", "plain_jit_record"): "signature_s",
+    ("probe_module", "graph_stats"): "graph_s",
+    ("lifecycle", "on_trace"): "draft_s",
+}
 MODES = ("baseline", "recorded", "recorded_no_cost", "recorded_timed", "explain", "eqx_assert")
 
 
@@ -39,7 +43,9 @@ class _SelfTimer:
         from jaxtrace_nb._recording._decode import Decoder
 
         probe = session.probe
-        self.profiler = None  # a cProfile.Profile to run inside the probe's per-trace work, when set
+        self.profiler = (
+            None  # a cProfile.Profile to run inside the probe's per-trace work, when set
+        )
         self.records: list[dict] = []
         self.listener_s = 0.0
         self._current: dict | None = None
@@ -58,16 +64,20 @@ class _SelfTimer:
                     finish(time.perf_counter() - start)
                     if self.profiler is not None:
                         self.profiler.disable()
+
             return run
 
         def start_hook(frame):
-            rec = self._current = {"top": probe.internals.is_top_level(), "total_s": 0.0} | \
-                dict.fromkeys(PARTS.values(), 0.0)
+            rec = self._current = {
+                "top": probe.internals.is_top_level(),
+                "total_s": 0.0,
+            } | dict.fromkeys(PARTS.values(), 0.0)
             self.records.append(rec)
 
             def finish(seconds):
                 rec["total_s"] += seconds
                 self._current = None
+
             return timed(on_trace_start, finish)(frame)
 
         def end_hook(duration):
@@ -78,6 +88,7 @@ class _SelfTimer:
                     rec["total_s"] += seconds
                 self.listener_s -= seconds  # counted in the trace, not as listener time
                 self._current = None
+
             return timed(trace_end, finish)(duration)
 
         def timed_part(fn, field):
@@ -88,6 +99,7 @@ class _SelfTimer:
                 finally:
                     if self._current is not None:
                         self._current[field] += time.perf_counter() - start
+
             return part
 
         def timed_listener(fn):
@@ -97,18 +109,28 @@ class _SelfTimer:
                     return fn(*args, **kwargs)
                 finally:
                     self.listener_s += time.perf_counter() - start
+
             return listener
 
         owners = {"decoder": Decoder, "probe_module": _measure, "lifecycle": session.lifecycle}
         # (owner, name, original, shadow): the instances' attributes shadow their class's methods
-        self._shadows = [(probe, "_on_trace_start", None, start_hook), (probe, "_trace_end", None, end_hook),
-                         (listeners, "on_duration", None, timed_listener(on_duration)),
-                         (listeners, "on_event", None, timed_listener(on_event))]
+        self._shadows = [
+            (probe, "_on_trace_start", None, start_hook),
+            (probe, "_trace_end", None, end_hook),
+            (listeners, "on_duration", None, timed_listener(on_duration)),
+            (listeners, "on_event", None, timed_listener(on_event)),
+        ]
         for (owner, name), field in PARTS.items():
             target = owners[owner]
             original = getattr(target, name)
-            self._shadows.append((target, name, original if owner != "lifecycle" else None,
-                                  timed_part(original, field)))
+            self._shadows.append(
+                (
+                    target,
+                    name,
+                    original if owner != "lifecycle" else None,
+                    timed_part(original, field),
+                )
+            )
         self.on = False
 
     def switch(self, on: bool) -> None:
@@ -155,6 +177,7 @@ def _tree_workload(n_leaves: int, n_traces: int, trace_only: bool):
     def make():
         def step(params):
             return jax.tree.map(lambda a: a * 2.0, params)
+
         return step
 
     return make, inputs
@@ -171,6 +194,7 @@ def _module_workload(n_traces: int):
     def make():
         def forward(model, x):
             return jax.vmap(model)(x)
+
         return forward
 
     return make, inputs
@@ -191,6 +215,7 @@ def _helpers_workload(n_layers: int, n_traces: int):
             for w in weights:
                 x = jax.nn.relu(x @ w) * 0.5 + jax.numpy.tanh(x @ w)
             return x.sum()
+
         return model
 
     return make, inputs
@@ -198,32 +223,78 @@ def _helpers_workload(n_layers: int, n_traces: int):
 
 def workloads(quick: bool) -> list[dict]:
     """The workloads: name, leaves, traces per run, and how each call is made."""
-    # (how, leaves, traces per run, rounds): more rounds where a run is short and noise is large (the
-    # 10-leaf trace-only run lasts ~0.25 s, and its ratio moved 1.039 -> 1.055 between two 15-round runs).
+    # (how, leaves, traces per run, rounds): more rounds where a run is short and noise is large
+    # (the
+    # 10-leaf trace-only run lasts ~0.25 s, and its ratio moved 1.039 -> 1.055 between two 15-round
+    # runs).
     if quick:
-        plan = [("calls", 10, 6, 1), ("calls", 100, 3, 1), ("module", None, 4, 1),
-                ("trace", 10, 12, 1), ("trace", 100, 6, 1), ("trace", 1000, 3, 1), ("helpers", 20, 3, 1)]
+        plan = [
+            ("calls", 10, 6, 1),
+            ("calls", 100, 3, 1),
+            ("module", None, 4, 1),
+            ("trace", 10, 12, 1),
+            ("trace", 100, 6, 1),
+            ("trace", 1000, 3, 1),
+            ("helpers", 20, 3, 1),
+        ]
     else:
-        plan = [("calls", 10, 100, 7), ("calls", 1000, 12, 5), ("calls", 10000, 3, 3), ("module", None, 60, 5),
-                ("trace", 10, 300, 45), ("trace", 1000, 40, 9), ("trace", 10000, 4, 5), ("helpers", 120, 12, 7)]
+        plan = [
+            ("calls", 10, 100, 7),
+            ("calls", 1000, 12, 5),
+            ("calls", 10000, 3, 3),
+            ("module", None, 60, 5),
+            ("trace", 10, 300, 45),
+            ("trace", 1000, 40, 9),
+            ("trace", 10000, 4, 5),
+            ("helpers", 120, 12, 7),
+        ]
     out = []
     for how, leaves, traces, rounds in plan:
         if how == "helpers":
             make, inputs = _helpers_workload(leaves, traces)
-            out.append({"name": f"jax.jit(model).trace, {leaves} layers: hundreds of nested jnp helper traces "
-                                f"each, {traces} traces", "how": "trace", "jit": "jax", "leaves": leaves + 1,
-                        "traces": traces, "rounds": rounds, "make": make, "inputs": inputs})
+            out.append(
+                {
+                    "name": f"jax.jit(model).trace, {leaves} layers: hundreds of nested jnp helper traces "
+                    f"each, {traces} "
+                    "traces",
+                    "how": "trace",
+                    "jit": "jax",
+                    "leaves": leaves + 1,
+                    "traces": traces,
+                    "rounds": rounds,
+                    "make": make,
+                    "inputs": inputs,
+                }
+            )
         elif how == "module":
             make, inputs = _module_workload(traces)
-            out.append({"name": f"eqx.filter_jit MLP module (18 leaves), {traces} calls, new batch size each",
-                        "how": "calls", "jit": "equinox", "leaves": 18, "traces": traces, "rounds": rounds,
-                        "make": make, "inputs": inputs})
+            out.append(
+                {
+                    "name": f"eqx.filter_jit MLP module (18 leaves), {traces} calls, new batch size each",
+                    "how": "calls",
+                    "jit": "equinox",
+                    "leaves": 18,
+                    "traces": traces,
+                    "rounds": rounds,
+                    "make": make,
+                    "inputs": inputs,
+                }
+            )
         else:
             make, inputs = _tree_workload(leaves, traces, how == "trace")
             verb = "jax.jit(f).trace" if how == "trace" else "jax.jit call"
-            out.append({"name": f"{verb}, pytree of {leaves:,} leaves, {traces} traces", "how": how,
-                        "jit": "jax", "leaves": leaves, "traces": traces, "rounds": rounds, "make": make,
-                        "inputs": inputs})
+            out.append(
+                {
+                    "name": f"{verb}, pytree of {leaves:,} leaves, {traces} traces",
+                    "how": how,
+                    "jit": "jax",
+                    "leaves": leaves,
+                    "traces": traces,
+                    "rounds": rounds,
+                    "make": make,
+                    "inputs": inputs,
+                }
+            )
     return out
 
 
@@ -275,9 +346,14 @@ def _run(workload: dict, mode: str, inputs, ctx) -> dict:
         records, listener_s = ctx["timer"].take()
         if mode == "recorded_timed":
             top = [r for r in records if r["top"]]
-            out.update(recorded_top_traces=len(top), self_s=sum(r["total_s"] for r in records) + listener_s,
-                       listener_s=listener_s,
-                       per_trace=[{k: r[k] for k in ("total_s", *dict.fromkeys(PARTS.values()))} for r in top])
+            out.update(
+                recorded_top_traces=len(top),
+                self_s=sum(r["total_s"] for r in records) + listener_s,
+                listener_s=listener_s,
+                per_trace=[
+                    {k: r[k] for k in ("total_s", *dict.fromkeys(PARTS.values()))} for r in top
+                ],
+            )
         jt.reset()
     elif mode == "explain":
         out["log_bytes"] = len(stream.getvalue())
@@ -286,10 +362,10 @@ def _run(workload: dict, mode: str, inputs, ctx) -> dict:
 
 def worker(quick: bool) -> dict:
     """Every workload in every mode, its `rounds` times, modes rotated each round."""
+    from _stats import hot_spots
+
     import jaxtrace_nb as jt
     from jaxtrace_nb._recording._session import get_session
-
-    from _stats import hot_spots
 
     session = get_session()
     stream = io.StringIO()
@@ -298,8 +374,13 @@ def worker(quick: bool) -> dict:
     has_capture_cost = hasattr(session.probe, "capture_cost")
     modes = [m for m in MODES if m != "recorded_no_cost" or has_capture_cost]
     timer = _SelfTimer(session)
-    ctx = {"jt": jt, "session": session, "stream": stream, "has_capture_cost": has_capture_cost,
-           "timer": timer}
+    ctx = {
+        "jt": jt,
+        "session": session,
+        "stream": stream,
+        "has_capture_cost": has_capture_cost,
+        "timer": timer,
+    }
     plan = workloads(quick)
     for workload in plan:  # warm-up: every code path once, not counted
         for mode in modes:
@@ -308,10 +389,14 @@ def worker(quick: bool) -> dict:
     for workload in plan:
         runs = {m: [] for m in modes}
         for r in range(workload["rounds"]):
-            for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
+            for mode in modes[r % len(modes) :] + modes[: r % len(modes)]:
                 runs[mode].append(_run(workload, mode, workload["inputs"], ctx))
-        results.append({k: workload[k] for k in ("name", "how", "jit", "leaves", "traces", "rounds")} | {"runs": runs})
-    # Where our per-trace time goes, on the largest trace-only workload (profiled apart from the timings).
+        results.append(
+            {k: workload[k] for k in ("name", "how", "jit", "leaves", "traces", "rounds")}
+            | {"runs": runs}
+        )
+    # Where our per-trace time goes, on the largest trace-only workload (profiled apart from the
+    # timings).
     largest = max((w for w in plan if w["how"] == "trace"), key=lambda w: w["leaves"])
     ctx["timer"].profiler = cProfile.Profile()
     _run(largest, "recorded_timed", largest["inputs"], ctx)
@@ -319,14 +404,24 @@ def worker(quick: bool) -> dict:
     ctx["timer"].profiler = None
     logging.getLogger().removeHandler(handler)
     timer.switch(False)
-    return {"modes": modes, "capture_cost_available": has_capture_cost,
-            "workloads": results, "self_profile": profile}
+    return {
+        "modes": modes,
+        "capture_cost_available": has_capture_cost,
+        "workloads": results,
+        "self_profile": profile,
+    }
 
 
 def history_profile(per_trace_runs: list[list[tuple]]) -> dict:
     """Median self-time per trace by trace number bucket (2–8, 9–16, 17–half, last quarter)."""
     n = min(len(r) for r in per_trace_runs)
     by_index = [statistics.median(run[i]["total_s"] for run in per_trace_runs) for i in range(n)]
-    buckets = {"#2-8": (1, 8), "#9-16": (8, 16), f"#17-{n // 2}": (16, n // 2),
-               f"#{n - n // 4 + 1}-{n}": (n - n // 4, n)}
-    return {label: statistics.median(by_index[lo:hi]) for label, (lo, hi) in buckets.items() if hi > lo}
+    buckets = {
+        "#2-8": (1, 8),
+        "#9-16": (8, 16),
+        f"#17-{n // 2}": (16, n // 2),
+        f"#{n - n // 4 + 1}-{n}": (n - n // 4, n),
+    }
+    return {
+        label: statistics.median(by_index[lo:hi]) for label, (lo, hi) in buckets.items() if hi > lo
+    }

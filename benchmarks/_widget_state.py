@@ -15,17 +15,22 @@ import time
 
 def worker(quick: bool) -> dict:
     """Median-able samples of each step for a log of 10^4 events (10^3 in quick mode)."""
+    from _events import real_templates, synthetic
+
     from jaxtrace_nb._log._events import EventLog
     from jaxtrace_nb._views._report import Report
     from jaxtrace_nb._views._widget import TraceTable
 
-    from _events import real_templates, synthetic
-
     n = 1_000 if quick else 10_000
     repeats = 3 if quick else 5
     templates = real_templates()
-    samples: dict[str, list[float]] = {"build_and_follow_s": [], "live_update_s": [], "display_update_s": [],
-                                       "resort_s": [], "history_s": []}
+    samples: dict[str, list[float]] = {
+        "build_and_follow_s": [],
+        "live_update_s": [],
+        "display_update_s": [],
+        "resort_s": [],
+        "history_s": [],
+    }
     functions = 0
     for _ in range(repeats):
         log = EventLog(max_events=n + 10)

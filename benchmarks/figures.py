@@ -42,7 +42,9 @@ RESULTS = ROOT / "benchmarks" / "results"
 UNITS = ("s", "ms", "µs", "ns", "B", "KB", "KiB", "MB", "MiB", "GB", "GiB", "%")
 _NUMBER = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
 # A number not inside a version or a longer number, with its unit if one follows.
-_FIGURE = re.compile(rf"(?<![\w.,])({_NUMBER})(?!\.\d|\w|,\d)(?:\s?({'|'.join(map(re.escape, UNITS))})(?!\w))?")
+_FIGURE = re.compile(
+    rf"(?<![\w.,])({_NUMBER})(?!\.\d|\w|,\d)(?:\s?({'|'.join(map(re.escape, UNITS))})(?!\w))?"
+)
 _BOUND = re.compile(r"(?:≤|≥|<|>|\bunder|\bover|\bwithin|\bat most|\bat least)\s*$")
 _CITED = re.compile(r"benchmarks/results/([\w.\-]+\.(?:txt|json))")
 _HEADING = re.compile(r"^#{1,6} ")
@@ -54,7 +56,10 @@ _COMMAND = re.compile(r"command: python |^\$ python ", re.M)
 
 #: (document, phrase) -> why the numbers of that phrase are not measurements.
 NOT_MEASURED = {
-    ("docs/safety.md", "returns 10 MB"): "the size of a hostile input that tests/test_faults.py builds",
+    (
+        "docs/safety.md",
+        "returns 10 MB",
+    ): "the size of a hostile input that tests/test_faults.py builds",
 }
 
 
@@ -79,8 +84,12 @@ def _prose(line: str) -> str:
 
 
 def _not_measured(document: str, line: str) -> list[tuple[int, int]]:
-    return [(m.start(), m.end()) for (doc, phrase), _ in NOT_MEASURED.items() if doc == document
-            for m in re.finditer(re.escape(phrase), line)]
+    return [
+        (m.start(), m.end())
+        for (doc, phrase), _ in NOT_MEASURED.items()
+        if doc == document
+        for m in re.finditer(re.escape(phrase), line)
+    ]
 
 
 def figures_in(path: Path, root: Path = ROOT) -> list[tuple[int, str, str, tuple]]:
@@ -108,7 +117,9 @@ def figures_in(path: Path, root: Path = ROOT) -> list[tuple[int, str, str, tuple
         if in_fence or line.startswith(("    ", "\t")) or not line.strip():
             previous = ""
             continue
-        row_files = tuple(sorted(set(_CITED.findall(line)))) if line.lstrip().startswith("|") else ()
+        row_files = (
+            tuple(sorted(set(_CITED.findall(line)))) if line.lstrip().startswith("|") else ()
+        )
         if row_files:
             previous = ""
         prose = _prose(line)
@@ -118,9 +129,12 @@ def figures_in(path: Path, root: Path = ROOT) -> list[tuple[int, str, str, tuple
             decimals = len(value.split(".")[1]) if "." in value else 0
             if not (unit or decimals >= 3 or row_files):
                 continue
-            before = previous + " " + prose[:m.start()]
-            if _BOUND.search(before) or before.rfind("max(") > before.rfind(")") \
-                    or any(a <= m.start() < b for a, b in skip):
+            before = previous + " " + prose[: m.start()]
+            if (
+                _BOUND.search(before)
+                or before.rfind("max(") > before.rfind(")")
+                or any(a <= m.start() < b for a, b in skip)
+            ):
                 continue
             text = f"{value} {unit}" if unit else value
             found.append((number, text, value.replace(",", ""), row_files or sections[number - 1]))
@@ -168,8 +182,17 @@ def figures(root: Path = ROOT) -> list[Figure]:
                 else:
                     source = name
                     break
-            out.append(Figure(document, line, text, number, cited, source,
-                              "" if source else "; ".join(problems)))
+            out.append(
+                Figure(
+                    document,
+                    line,
+                    text,
+                    number,
+                    cited,
+                    source,
+                    "" if source else "; ".join(problems),
+                )
+            )
     return out
 
 

@@ -27,22 +27,28 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 PROGRAMS = 8
-STAGES = {"/jax/core/compile/jaxpr_trace_duration": "trace",
-          "/jax/core/compile/jaxpr_to_mlir_module_duration": "lowering",
-          "/jax/core/compile/backend_compile_duration": "XLA compile"}
+STAGES = {
+    "/jax/core/compile/jaxpr_trace_duration": "trace",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration": "lowering",
+    "/jax/core/compile/backend_compile_duration": "XLA compile",
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    parser.add_argument(
+        "--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+    )
     args = parser.parse_args()
+    import _cache
     import jax
     import jax.numpy as jnp
     from jax._src import monitoring
 
-    import _cache
-
-    params = [(jnp.full((_cache.WIDTH, _cache.WIDTH), 0.01), jnp.zeros(_cache.WIDTH)) for _ in range(_cache.LAYERS)]
+    params = [
+        (jnp.full((_cache.WIDTH, _cache.WIDTH), 0.01), jnp.zeros(_cache.WIDTH))
+        for _ in range(_cache.LAYERS)
+    ]
     x = jnp.ones((8, _cache.WIDTH))
     jax.block_until_ready(_cache._program(0.5)(params, x))  # JAX's own first-time work, not counted
     spans: list[tuple[str, float, float]] = []
@@ -75,20 +81,26 @@ def main() -> None:
         return (bisect.bisect(turns, b) - bisect.bisect(turns, a)) / ((b - a) * 1e3)
 
     alone = rate(alone_from, alone_to)
-    lines = [f"jax {jax.__version__}; {os.cpu_count()} cores; python {sys.version.split()[0]}; switch interval "
-             f"{sys.getswitchinterval() * 1e3:.1f} ms; load average {os.getloadavg()[0]:.2f}; commit "
-             f"{_commit()}",
-             f"counting thread alone: {alone:.0f} turns/ms",
-             f"{PROGRAMS} programs (16-layer MLP step, value and gradient), per stage: median span, and the counting "
-             "thread's rate in it / alone (min-max)"]
+    lines = [
+        f"jax {jax.__version__}; {os.cpu_count()} cores; python {sys.version.split()[0]}; switch interval "
+        f"{sys.getswitchinterval() * 1e3:.1f} ms; load average {os.getloadavg()[0]:.2f}; "
+        "commit "
+        f"{_commit()}",
+        f"counting thread alone: {alone:.0f} turns/ms",
+        f"{PROGRAMS} programs (16-layer MLP step, value and gradient), per stage: median "
+        "span, and the counting "
+        "thread's rate in it / alone (min-max)",
+    ]
     for stage in STAGES.values():
         mine = [(b - a, rate(a, b) / alone) for name, a, b in spans if name == stage]
         if not mine:
             continue
         ms = sorted(d for d, _ in mine)
         shares = sorted(r for _, r in mine)
-        lines.append(f"  {stage:12s} {ms[len(ms) // 2] * 1e3:7.1f} ms   {shares[len(shares) // 2]:.2f} "
-                     f"({shares[0]:.2f}-{shares[-1]:.2f}), {len(mine)} spans")
+        lines.append(
+            f"  {stage:12s} {ms[len(ms) // 2] * 1e3:7.1f} ms   {shares[len(shares) // 2]:.2f} "
+            f"({shares[0]:.2f}-{shares[-1]:.2f}), {len(mine)} spans"
+        )
     text = "\n".join(lines)
     print(text)
     os.makedirs(args.out, exist_ok=True)
@@ -100,8 +112,15 @@ def main() -> None:
 
 def _commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip() or "?"
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                cwd=os.path.dirname(os.path.abspath(__file__)),
+            ).stdout.strip()
+            or "?"
+        )
     except OSError:
         return "?"
 

@@ -65,9 +65,11 @@ TRACE_CALLEES = ("trace_to_jaxpr", "trace_to_jaxpr_nocache", "_create_pjit_jaxpr
 #: Module aliases through which those callees are called (besides a bare name).
 TRACE_MODULES = ("pe", "partial_eval", "pjit")
 #: Folders scanned, relative to the root holding the ``jax`` package.
-SCANNED = {"test_event": ("jax/_src/",),
-           "trace_to_jaxpr": ("jax/_src/", "jax/experimental/"),
-           "log_elapsed_time": ("jax/_src/", "jax/experimental/")}
+SCANNED = {
+    "test_event": ("jax/_src/",),
+    "trace_to_jaxpr": ("jax/_src/", "jax/experimental/"),
+    "log_elapsed_time": ("jax/_src/", "jax/experimental/"),
+}
 #: Names of functions or classes that build a DebugInfo from a ``traced_for`` literal.
 _DEBUG_INFO_BUILDERS = ("debug_info", "DebugInfo", "_debug_info", "tracing_debug_info")
 #: A file is parsed only if it has text that may be one of the calls listed (a fast filter).
@@ -95,11 +97,22 @@ def read_git(git_dir, rev: str) -> dict[str, str]:
     """Like :func:`read_tree`, for revision ``rev`` of a (bare) git repository."""
     git = ["git", f"--git-dir={git_dir}"]
     folders = sorted({f for fs in SCANNED.values() for f in fs})
-    names = subprocess.run([*git, "ls-tree", "-r", "-z", "--name-only", rev, "--", *folders],
-                           check=True, capture_output=True).stdout.decode().split("\0")
+    names = (
+        subprocess.run(
+            [*git, "ls-tree", "-r", "-z", "--name-only", rev, "--", *folders],
+            check=True,
+            capture_output=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     paths = ["jax/version.py", *sorted(n for n in names if n.endswith(".py"))]
-    batch = subprocess.run([*git, "cat-file", "--batch"], check=True, capture_output=True,
-                           input="".join(f"{rev}:{p}\n" for p in paths).encode()).stdout
+    batch = subprocess.run(
+        [*git, "cat-file", "--batch"],
+        check=True,
+        capture_output=True,
+        input="".join(f"{rev}:{p}\n" for p in paths).encode(),
+    ).stdout
     files, pos = {}, 0
     for path in paths:
         header_end = batch.index(b"\n", pos)
@@ -107,7 +120,7 @@ def read_git(git_dir, rev: str) -> dict[str, str]:
         if kind != "blob":
             raise ValueError(f"{rev}:{path} is a {kind}, not a file")
         start = header_end + 1
-        files[path] = batch[start:start + int(size)].decode("utf-8")
+        files[path] = batch[start : start + int(size)].decode("utf-8")
         pos = start + int(size) + 1
     return files
 
@@ -120,8 +133,12 @@ def _commit(git_dir, rev: str) -> str:
 def version_of(files: dict[str, str]) -> str:
     """The ``_version`` string assigned in ``jax/version.py``."""
     for node in ast.parse(files["jax/version.py"]).body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == "_version"):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id == "_version"
+        ):
             return ast.literal_eval(node.value)
     raise ValueError("jax/version.py assigns no _version")
 
@@ -192,8 +209,11 @@ def _locals(scope) -> list[str]:
         elif isinstance(node, ast.NamedExpr):
             bound.add(node.target.id)
     for node in _own_nodes(scope):
-        if (isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del))
-                and id(node) not in comp_targets):
+        if (
+            isinstance(node, ast.Name)
+            and isinstance(node.ctx, (ast.Store, ast.Del))
+            and id(node) not in comp_targets
+        ):
             bound.add(node.id)
     return sorted(bound - declared - set(_params(scope)))
 
@@ -266,13 +286,16 @@ def _kinds_of(expr, scope, scopes: _Scopes, depth: int = 0) -> set[str]:
     if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
         return {expr.value}
     if isinstance(expr, ast.IfExp):
-        return (_kinds_of(expr.body, scope, scopes, depth + 1)
-                | _kinds_of(expr.orelse, scope, scopes, depth + 1))
+        return _kinds_of(expr.body, scope, scopes, depth + 1) | _kinds_of(
+            expr.orelse, scope, scopes, depth + 1
+        )
     if isinstance(expr, ast.Call):
         _, name = _callee(expr)
         if name in _DEBUG_INFO_BUILDERS:  # debug_info("scan", ...), api_util.debug_info(...)
-            arg = next((k.value for k in expr.keywords if k.arg == "traced_for"),
-                       expr.args[0] if expr.args else None)
+            arg = next(
+                (k.value for k in expr.keywords if k.arg == "traced_for"),
+                expr.args[0] if expr.args else None,
+            )
             return _kinds_of(arg, scope, scopes, depth + 1)
         if isinstance(expr.func, ast.Attribute):  # dbg._replace(...), dbg.with_unknown_names()
             kw = next((k.value for k in expr.keywords if k.arg == "traced_for"), None)
@@ -300,10 +323,14 @@ def _kinds_of_assigned(name: str, scope, scopes: _Scopes, depth: int) -> set[str
     kinds = set()
     for node in _own_nodes(scope):
         if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
             kinds |= _kinds_of(node.value, scope, scopes, depth + 1)
-        elif (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-              and node.target.id == name):
+        elif (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and node.target.id == name
+        ):
             kinds |= _kinds_of(node.value, scope, scopes, depth + 1)
     return kinds
 
@@ -320,7 +347,9 @@ def _kinds_from_callers(fn, param: str, scopes: _Scopes, depth: int) -> set[str]
         arg = next((k.value for k in call.keywords if k.arg == param), None)
         if arg is None and param in positional:
             i = positional.index(param)
-            if i < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[:i + 1]):
+            if i < len(call.args) and not any(
+                isinstance(a, ast.Starred) for a in call.args[: i + 1]
+            ):
                 arg = call.args[i]
         kinds |= _kinds_of(arg, caller, scopes, depth)
     return kinds
@@ -331,10 +360,12 @@ def _kinds_from_callers(fn, param: str, scopes: _Scopes, depth: int) -> set[str]
 
 
 def _convention(call: ast.Call) -> dict:
-    return {"positional": sum(not isinstance(a, ast.Starred) for a in call.args),
-            "keywords": tuple(k.arg for k in call.keywords if k.arg is not None),
-            "star_args": any(isinstance(a, ast.Starred) for a in call.args),
-            "star_kwargs": any(k.arg is None for k in call.keywords)}
+    return {
+        "positional": sum(not isinstance(a, ast.Starred) for a in call.args),
+        "keywords": tuple(k.arg for k in call.keywords if k.arg is not None),
+        "star_args": any(isinstance(a, ast.Starred) for a in call.args),
+        "star_kwargs": any(k.arg is None for k in call.keywords),
+    }
 
 
 def _debug_arg(call: ast.Call, callee: str):
@@ -370,7 +401,8 @@ def extract(files: dict[str, str], *, lines: bool = False) -> dict[str, list[dic
         except SyntaxError as e:
             raise SyntaxError(
                 f"{path}:{e.lineno}: Python {sys.version.split()[0]} cannot parse this JAX source "
-                f"({e.msg}); run the extraction with the newest Python this JAX supports") from e
+                f"({e.msg}); run the extraction with the newest Python this JAX supports"
+            ) from e
         scopes = _Scopes()
         scopes.visit(tree)
         counters: dict[tuple, int] = {}
@@ -381,25 +413,36 @@ def extract(files: dict[str, str], *, lines: bool = False) -> dict[str, list[dic
                 kind, callee = "test_event", name
                 arg = call.args[0] if call.args else None
                 literal = isinstance(arg, ast.Constant) and isinstance(arg.value, str)
-                record = {"event": arg.value if literal else None,
-                          "event_expr": None if literal or arg is None else ast.unparse(arg)}
+                record = {
+                    "event": arg.value if literal else None,
+                    "event_expr": None if literal or arg is None else ast.unparse(arg),
+                }
                 if record["event"] in HOOKED_EVENTS:
                     record |= {"params": tuple(_params(scope)), "locals": tuple(_locals(scope))}
-            elif (name in TRACE_CALLEES and module in (None, *TRACE_MODULES)
-                  and _in_scope(path, "trace_to_jaxpr")):
+            elif (
+                name in TRACE_CALLEES
+                and module in (None, *TRACE_MODULES)
+                and _in_scope(path, "trace_to_jaxpr")
+            ):
                 kind, callee = "trace_to_jaxpr", name
                 dbg = _debug_arg(call, name)
                 kinds = _kinds_of(dbg, scope, scopes)
-                record = {"callee": ast.unparse(call.func), **_convention(call),
-                          "debug_info": None if dbg is None else ast.unparse(dbg),
-                          "traced_for": "|".join(sorted(kinds)) or None}
+                record = {
+                    "callee": ast.unparse(call.func),
+                    **_convention(call),
+                    "debug_info": None if dbg is None else ast.unparse(dbg),
+                    "traced_for": "|".join(sorted(kinds)) or None,
+                }
             elif name == "log_elapsed_time" and _in_scope(path, "log_elapsed_time"):
                 event = next((k.value for k in call.keywords if k.arg == "event"), None)
                 if event is None:
                     continue
                 kind, callee = "log_elapsed_time", name
-                record = {"event": ast.unparse(event), "params": tuple(_params(scope)),
-                          "locals": tuple(_locals(scope))}
+                record = {
+                    "event": ast.unparse(event),
+                    "params": tuple(_params(scope)),
+                    "locals": tuple(_locals(scope)),
+                }
             else:
                 continue
             index = counters.get((kind, qualname, callee), 0)
@@ -416,11 +459,17 @@ def extract(files: dict[str, str], *, lines: bool = False) -> dict[str, list[dic
 def site_key(kind: str, site: dict) -> tuple:
     """(file, function, index, convention) of a site: how the inventory names it."""
     if kind == "trace_to_jaxpr":
-        convention = (site["callee"], site["positional"], site["keywords"],
-                      site["star_args"], site["star_kwargs"])
+        convention = (
+            site["callee"],
+            site["positional"],
+            site["keywords"],
+            site["star_args"],
+            site["star_kwargs"],
+        )
     else:
-        convention = (site["event"] if kind == "log_elapsed_time"
-                      else site["event"] or site["event_expr"],)
+        convention = (
+            site["event"] if kind == "log_elapsed_time" else site["event"] or site["event_expr"],
+        )
     return (site["file"], site["function"], site["index"], *convention)
 
 
@@ -447,10 +496,14 @@ def compare(expected: dict, actual: dict) -> list[str]:
             problems.append(f"[{kind}] no longer exists: {describe(kind, exp[key])}")
         for key in sorted(exp.keys() & act.keys(), key=repr):
             if exp[key] != act[key]:
-                fields = sorted(f for f in exp[key].keys() | act[key].keys()
-                                if exp[key].get(f) != act[key].get(f))
-                changes = "; ".join(f"{f}: {exp[key].get(f)!r} -> {act[key].get(f)!r}"
-                                    for f in fields)
+                fields = sorted(
+                    f
+                    for f in exp[key].keys() | act[key].keys()
+                    if exp[key].get(f) != act[key].get(f)
+                )
+                changes = "; ".join(
+                    f"{f}: {exp[key].get(f)!r} -> {act[key].get(f)!r}" for f in fields
+                )
                 problems.append(f"[{kind}] changed: {describe(kind, exp[key])}: {changes}")
     return problems
 
@@ -474,7 +527,7 @@ def _render_site(site: dict, indent: str, width: int = 100) -> str:
         if len(indent) + len(line) + len(piece) > width and isinstance(value, tuple):
             head = f"{line}{key!r}: "
             body = pprint.pformat(value, width=width - len(indent) - len(head), compact=True)
-            tail = piece[len(f"{key!r}: {value!r}"):]  # "," or "}"
+            tail = piece[len(f"{key!r}: {value!r}") :]  # "," or "}"
             piece = body.replace("\n", "\n" + indent + " " * len(head)) + tail
             lines.append(head + piece)
             line = " "
@@ -487,22 +540,29 @@ def _render_site(site: dict, indent: str, width: int = 100) -> str:
 
 def render(inventory: dict[str, dict], sources: dict[str, str]) -> str:
     """The text of ``tests/jax_inventory_data.py``: one record per line, sorted."""
-    out = ['"""JAX call sites jaxtrace_nb depends on, per JAX version (generated; do not edit).',
-           "",
-           "Regenerate from the repository root with (see benchmarks/jax_inventory.py; JAX 0.11+",
-           "needs Python >= 3.12 to parse):",
-           "",
-           "    python3.12 -m benchmarks.jax_inventory --fresh --git-dir JAX_GIT_DIR --tags jax-v0.8.0 ... HEAD",
-           "    python -m benchmarks.jax_inventory --src DIR_HOLDING_THE_jax_PACKAGE",
-           "",
-           "Sources: " + ", ".join(f"{v} <- {sources.get(v, '?')}"
-                                   for v in sorted(inventory, key=_version_key)),
-           '"""',
-           "",
-           "SOURCES = " + pprint.pformat(dict(sorted(sources.items(), key=lambda kv: _version_key(kv[0]))),
-                                         width=100, sort_dicts=False),
-           "",
-           "INVENTORY = {"]
+    out = [
+        '"""JAX call sites jaxtrace_nb depends on, per JAX version (generated; do not edit).',
+        "",
+        "Regenerate from the repository root with (see benchmarks/jax_inventory.py; JAX 0.11+",
+        "needs Python >= 3.12 to parse):",
+        "",
+        "    python3.12 -m benchmarks.jax_inventory --fresh --git-dir JAX_GIT_DIR --tags "
+        "jax-v0.8.0 ... HEAD",
+        "    python -m benchmarks.jax_inventory --src DIR_HOLDING_THE_jax_PACKAGE",
+        "",
+        "Sources: "
+        + ", ".join(f"{v} <- {sources.get(v, '?')}" for v in sorted(inventory, key=_version_key)),
+        '"""',
+        "",
+        "SOURCES = "
+        + pprint.pformat(
+            dict(sorted(sources.items(), key=lambda kv: _version_key(kv[0]))),
+            width=100,
+            sort_dicts=False,
+        ),
+        "",
+        "INVENTORY = {",
+    ]
     for version in sorted(inventory, key=_version_key):
         out.append(f"    {version!r}: {{")
         for kind in KINDS:
@@ -528,10 +588,15 @@ def load_data(path=DATA_MODULE) -> tuple[dict, dict]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--git-dir", help="a JAX git directory (bare is fine)")
-    parser.add_argument("--tags", nargs="+", default=[],
-                        help="revisions to extract (with --git-dir)")
-    parser.add_argument("--src", action="append", default=[],
-                        help="a directory holding the jax package (repeatable)")
+    parser.add_argument(
+        "--tags", nargs="+", default=[], help="revisions to extract (with --git-dir)"
+    )
+    parser.add_argument(
+        "--src",
+        action="append",
+        default=[],
+        help="a directory holding the jax package (repeatable)",
+    )
     parser.add_argument("--out", default=str(DATA_MODULE), help="the data module to write")
     parser.add_argument("--fresh", action="store_true", help="drop versions already in --out")
     args = parser.parse_args(argv)
@@ -541,8 +606,10 @@ def main(argv=None) -> int:
         parser.error("nothing to extract: give --git-dir with --tags, or --src")
 
     inventory, sources = ({}, {}) if args.fresh else load_data(args.out)
-    trees = [(f"git {rev} ({_commit(args.git_dir, rev)})",
-              lambda rev=rev: read_git(args.git_dir, rev)) for rev in args.tags]
+    trees = [
+        (f"git {rev} ({_commit(args.git_dir, rev)})", lambda rev=rev: read_git(args.git_dir, rev))
+        for rev in args.tags
+    ]
     trees += [(f"src {pathlib.Path(s).name}", lambda s=s: read_tree(s)) for s in args.src]
     for label, read in trees:
         files = read()

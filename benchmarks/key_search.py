@@ -45,6 +45,7 @@ def _stream(kind: str, n: int):
     import jax.numpy as jnp
 
     if kind == "static":
+
         @functools.partial(jax.jit, static_argnums=1)
         def f(x, k):
             return x * 2
@@ -52,6 +53,7 @@ def _stream(kind: str, n: int):
         x = jnp.ones(3)
         return f, [(x, k) for k in range(n)]
     if kind == "shape":
+
         @jax.jit
         def g(x):
             return x * 2
@@ -64,8 +66,12 @@ def _stream(kind: str, n: int):
 
     inputs = []
     for k in range(n):  # leaf k % 16 grows by one at each of its turns: every key is new
-        tree = {f"w{i}": jax.ShapeDtypeStruct((1 + (k - i) // 16 + (i <= k % 16 and i <= k),), jnp.float32)
-                for i in range(16)}
+        tree = {
+            f"w{i}": jax.ShapeDtypeStruct(
+                (1 + (k - i) // 16 + (i <= k % 16 and i <= k),), jnp.float32
+            )
+            for i in range(16)
+        }
         inputs.append((tree,))
     return h, inputs
 
@@ -115,29 +121,54 @@ def worker(kind: str, mode: str, n: int) -> dict:
         jt.stop()
         assert jt.faults() == {}, jt.faults()
     tenth = max(1, len(diagnosis_s) // 10)
-    return {"stream_s": stream_s, "read_s": read_s, "total_s": stream_s + read_s, "traces": len(inputs),
-            "explained": stream.getvalue().count("TRACING CACHE MISS"), "causes": causes,
-            "diagnosis_first_tenth_s": statistics.fmean(diagnosis_s[:tenth]) if diagnosis_s else None,
-            "diagnosis_last_tenth_s": statistics.fmean(diagnosis_s[-tenth:]) if diagnosis_s else None}
+    return {
+        "stream_s": stream_s,
+        "read_s": read_s,
+        "total_s": stream_s + read_s,
+        "traces": len(inputs),
+        "explained": stream.getvalue().count("TRACING CACHE MISS"),
+        "causes": causes,
+        "diagnosis_first_tenth_s": statistics.fmean(diagnosis_s[:tenth]) if diagnosis_s else None,
+        "diagnosis_last_tenth_s": statistics.fmean(diagnosis_s[-tenth:]) if diagnosis_s else None,
+    }
 
 
 def _spawn(kind: str, mode: str, n: int) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--mode", mode, "--keys", str(n)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=HERE,
-                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        kind,
+        "--mode",
+        mode,
+        "--keys",
+        str(n),
+    ]
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        cwd=HERE,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_MARK)]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"{kind} {mode} exited {proc.returncode}: {proc.stderr[-3000:]}")
-    return json.loads(lines[-1][len(RESULT_MARK):])
+    return json.loads(lines[-1][len(RESULT_MARK) :])
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--worker", choices=STREAMS)
     parser.add_argument("--mode", choices=MODES)
     parser.add_argument("--keys", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--streams", default=",".join(STREAMS), help=f"comma-separated subset of {STREAMS}")
+    parser.add_argument(
+        "--streams", default=",".join(STREAMS), help=f"comma-separated subset of {STREAMS}"
+    )
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args()
     if args.worker:
@@ -145,38 +176,58 @@ def main() -> None:
         return
     import jax
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=HERE).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE
+    ).stdout.strip()
     streams = [kind for kind in args.streams.split(",") if kind]
     started = time.perf_counter()
     runs: dict = {kind: {mode: [] for mode in MODES} for kind in streams}
     for r in range(args.rounds):
         for kind in streams:
-            for mode in MODES[r % len(MODES):] + MODES[:r % len(MODES)]:  # rotated: noise hits every mode
+            for mode in (
+                MODES[r % len(MODES) :] + MODES[: r % len(MODES)]
+            ):  # rotated: noise hits every mode
                 runs[kind][mode].append(_spawn(kind, mode, args.keys))
-    lines = [f"jaxtrace_nb key search — {datetime.datetime.now().isoformat(timespec='seconds')}",
-             f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; python "
-             f"{platform.python_version()}; jax {jax.__version__}; commit {commit}; wall "
-             f"{time.perf_counter() - started:.0f} s",
-             f"command: python benchmarks/key_search.py --keys {args.keys} --rounds {args.rounds} --streams "
-             f"{','.join(streams)}", "",
-             "| stream | keys | baseline s | explain s | recorded s (stream + read) | recorded / baseline | "
-             "recorded / explain | diagnosis ms/trace, first tenth | last tenth | causes |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        f"jaxtrace_nb key search — {datetime.datetime.now().isoformat(timespec='seconds')}",
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
+        "python "
+        f"{platform.python_version()}; jax {jax.__version__}; commit {commit}; wall "
+        f"{time.perf_counter() - started:.0f} s",
+        f"command: python benchmarks/key_search.py --keys {args.keys} --rounds {args.rounds} "
+        "--streams "
+        f"{','.join(streams)}",
+        "",
+        "| stream | keys | baseline s | explain s | recorded s (stream + read) | recorded / "
+        "baseline | "
+        "recorded / explain | diagnosis ms/trace, first tenth | last tenth | causes |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     summary = {}
     for kind in streams:
-        med = {mode: statistics.median(run["total_s"] for run in runs[kind][mode]) for mode in MODES}
+        med = {
+            mode: statistics.median(run["total_s"] for run in runs[kind][mode]) for mode in MODES
+        }
         rec = runs[kind]["recorded"]
         stream_s = statistics.median(run["stream_s"] for run in rec)
         read_s = statistics.median(run["read_s"] for run in rec)
         first = statistics.median(run["diagnosis_first_tenth_s"] for run in rec) * 1e3
         last = statistics.median(run["diagnosis_last_tenth_s"] for run in rec) * 1e3
-        summary[kind] = {"median_total_s": med, "recorded_stream_s": stream_s, "recorded_read_s": read_s,
-                         "diagnosis_ms_first_tenth": first, "diagnosis_ms_last_tenth": last,
-                         "causes": rec[-1]["causes"], "explained": runs[kind]["explain"][-1]["explained"]}
-        lines.append(f"| {kind} | {args.keys} | {med['baseline']:.3f} | {med['explain']:.3f} | {med['recorded']:.3f} "
-                     f"({stream_s:.3f} + {read_s:.3f}) | {med['recorded'] / med['baseline']:.3f} | "
-                     f"{med['recorded'] / med['explain']:.3f} | {first:.3f} | {last:.3f} | {rec[-1]['causes']} |")
+        summary[kind] = {
+            "median_total_s": med,
+            "recorded_stream_s": stream_s,
+            "recorded_read_s": read_s,
+            "diagnosis_ms_first_tenth": first,
+            "diagnosis_ms_last_tenth": last,
+            "causes": rec[-1]["causes"],
+            "explained": runs[kind]["explain"][-1]["explained"],
+        }
+        lines.append(
+            f"| {kind} | {args.keys} | {med['baseline']:.3f} | {med['explain']:.3f} | {med['recorded']:.3f} "
+            f"({stream_s:.3f} + {read_s:.3f}) | {med['recorded'] / med['baseline']:.3f} | "
+            f"{med['recorded'] / med['explain']:.3f} | {first:.3f} | {last:.3f} | "
+            f"{rec[-1]['causes']} |"
+        )
     text = "\n".join(lines) + "\n"
     print(text)
     os.makedirs(args.out, exist_ok=True)
@@ -184,8 +235,17 @@ def main() -> None:
     with open(stem + ".txt", "w") as f:
         f.write(text)
     with open(stem + ".json", "w") as f:
-        json.dump({"keys": args.keys, "rounds": args.rounds, "commit": commit, "summary": summary, "runs": runs},
-                  f, indent=1)
+        json.dump(
+            {
+                "keys": args.keys,
+                "rounds": args.rounds,
+                "commit": commit,
+                "summary": summary,
+                "runs": runs,
+            },
+            f,
+            indent=1,
+        )
 
 
 if __name__ == "__main__":

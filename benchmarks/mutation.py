@@ -60,8 +60,14 @@ def _environment() -> dict:
 
 
 def _mutmut(arguments: list[str], max_children: int | None) -> None:
-    command = [sys.executable, "-m", "mutmut", "run", *(["--max-children", str(max_children)] if max_children else []),
-               *arguments]
+    command = [
+        sys.executable,
+        "-m",
+        "mutmut",
+        "run",
+        *(["--max-children", str(max_children)] if max_children else []),
+        *arguments,
+    ]
     done = subprocess.run(command, cwd=ROOT, env=_environment(), stdout=subprocess.DEVNULL)
     if done.returncode != 0:
         sys.exit(f"mutmut run exited with {done.returncode}")
@@ -80,18 +86,26 @@ def chosen(modules: list[str] | None, sample: dict[str, int], seed: int) -> list
         if modules and module not in modules:
             continue
         n = sample.get(module)
-        names += sorted(random.Random(f"{seed}:{module}").sample(mutants, min(n, len(mutants)))) if n else mutants
+        names += (
+            sorted(random.Random(f"{seed}:{module}").sample(mutants, min(n, len(mutants))))
+            if n
+            else mutants
+        )
     return names
 
 
-def run(modules: list[str] | None, sample: dict[str, int], seed: int, max_children: int | None) -> tuple:
+def run(
+    modules: list[str] | None, sample: dict[str, int], seed: int, max_children: int | None
+) -> tuple:
     """Run mutmut from scratch: generate every mutant and learn which tests reach which function
     (a run that tests one mutant), then test the chosen ones; (command, seconds, names)."""
     import shutil
 
     shutil.rmtree(ROOT / "mutants", ignore_errors=True)
     start = time.perf_counter()
-    _mutmut(["jaxtrace_nb._views._report.x_function_id__mutmut_1"], max_children)  # (mutmut wants one mutant)
+    _mutmut(
+        ["jaxtrace_nb._views._report.x_function_id__mutmut_1"], max_children
+    )  # (mutmut wants one mutant)
     names = chosen(modules, sample, seed)
     _mutmut(names, max_children)
     return ["mutmut", "run", f"<{len(names)} mutants>"], time.perf_counter() - start, names
@@ -155,7 +169,8 @@ def report(command: list[str], seconds: float | None, names: list[str], how: str
     reasons = _equivalent()
     lines = [
         f"jaxtrace_nb mutation testing — {datetime.datetime.now().isoformat(timespec='seconds')}",
-        f"command: python benchmarks/mutation.py {how} ({' '.join(command)}, with PYTEST_DISABLE_PLUGIN_AUTOLOAD=1)",
+        f"command: python benchmarks/mutation.py {how} ({' '.join(command)}, with "
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD=1)",
         f"commit {commit}{' + uncommitted changes to tracked files' if dirty else ''}; "
         f"mutmut {_mutmut_version()}; python {sys.version.split()[0]}"
         + (f"; wall {seconds:.0f} s" if seconds is not None else ""),
@@ -167,8 +182,10 @@ def report(command: list[str], seconds: float | None, names: list[str], how: str
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for module, c in sorted(by_module.items()):
-        lines.append(f"| {module} | {sum(c.values())} (of {total[module]}) | {c['killed']} | {c['survived']} | "
-                     f"{c['no tests']} | {c['timeout']} | {score(c)} |")
+        lines.append(
+            f"| {module} | {sum(c.values())} (of {total[module]}) | {c['killed']} | {c['survived']} | "
+            f"{c['no tests']} | {c['timeout']} | {score(c)} |"
+        )
     lines += ["", "Mutants not killed (mutmut's diff of the function: - original, + mutant):", ""]
     for name, s in sorted(status.items()):
         if s in NOT_KILLED:
@@ -181,15 +198,22 @@ def report(command: list[str], seconds: float | None, names: list[str], how: str
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--modules", help="comma-separated module names (e.g. _report,_rows): a shard")
-    parser.add_argument("--sample", default="",
-                        help="MODULE=N,...: run only N mutants of MODULE, drawn with --seed (default: all)")
+    parser.add_argument(
+        "--modules", help="comma-separated module names (e.g. _report,_rows): a shard"
+    )
+    parser.add_argument(
+        "--sample",
+        default="",
+        help="MODULE=N,...: run only N mutants of MODULE, drawn with --seed (default: all)",
+    )
     parser.add_argument("--seed", type=int, default=32)
     parser.add_argument("--max-children", type=int, help="mutmut workers (default: the CPU count)")
     parser.add_argument("--results-only", action="store_true", help="report the last run again")
     args = parser.parse_args(argv)
     modules = args.modules.split(",") if args.modules else None
-    sample = {m: int(n) for m, _, n in (part.partition("=") for part in args.sample.split(",") if part)}
+    sample = {
+        m: int(n) for m, _, n in (part.partition("=") for part in args.sample.split(",") if part)
+    }
     how = " ".join(argv)
     if args.results_only:
         names = chosen(modules, sample, args.seed)

@@ -80,8 +80,19 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-JAX_FILES = ["tests/api_test.py", "tests/checkify_test.py", "tests/lax_control_flow_test.py", "tests/shard_map_test.py"]
-GUARDED = ("jax", "jaxlib", "equinox", "optax", "flax")  # packages that must come from site-packages
+JAX_FILES = [
+    "tests/api_test.py",
+    "tests/checkify_test.py",
+    "tests/lax_control_flow_test.py",
+    "tests/shard_map_test.py",
+]
+GUARDED = (
+    "jax",
+    "jaxlib",
+    "equinox",
+    "optax",
+    "flax",
+)  # packages that must come from site-packages
 SUITE_ENV = {
     "jax": {"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_SKIP_SLOW_TESTS": "true"},
     "equinox": {},
@@ -94,10 +105,16 @@ def default_units(suite: str, src: str, per_file: bool) -> list[list[str]]:
     if suite == "jax":
         return [[f] for f in JAX_FILES]
     if suite == "equinox":
-        files = sorted(os.path.relpath(p, src) for p in glob.glob(os.path.join(src, "tests", "test_*.py")))
+        files = sorted(
+            os.path.relpath(p, src) for p in glob.glob(os.path.join(src, "tests", "test_*.py"))
+        )
         return [[f] for f in files] if per_file else [["tests"]]
-    pattern = ("optax", "**", "*_test.py") if suite == "optax" else ("tests", "nnx", "**", "*_test.py")
-    files = sorted(os.path.relpath(p, src) for p in glob.glob(os.path.join(src, *pattern), recursive=True))
+    pattern = (
+        ("optax", "**", "*_test.py") if suite == "optax" else ("tests", "nnx", "**", "*_test.py")
+    )
+    files = sorted(
+        os.path.relpath(p, src) for p in glob.glob(os.path.join(src, *pattern), recursive=True)
+    )
     return [[f] for f in files] if per_file else [files]
 
 
@@ -106,11 +123,32 @@ def run_pytest(suite, src, paths, record, args, logdir, tag) -> dict:
     out = os.path.join(logdir, f"{tag}.json")
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAXTRACE_")}
     path = [args.jaxtrace_path, REPO] if args.jaxtrace_path else [REPO]
-    env.update(SUITE_ENV[suite], JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join(path), PYTHONDONTWRITEBYTECODE="1",
-               JAXTRACE_PEER_OUT=out, JAXTRACE_PEER_SRC=src, JAXTRACE_PEER_RECORD="1" if record else "0",
-               JAXTRACE_PEER_EXPLAIN="1" if args.explain else "0")
-    cmd = [sys.executable, "-P", "-m", "pytest", "-p", "benchmarks._peer_plugin", "-p", "no:cacheprovider",
-           "--rootdir", src, "--import-mode=importlib", "-q", "--tb=short", *paths]
+    env.update(
+        SUITE_ENV[suite],
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=os.pathsep.join(path),
+        PYTHONDONTWRITEBYTECODE="1",
+        JAXTRACE_PEER_OUT=out,
+        JAXTRACE_PEER_SRC=src,
+        JAXTRACE_PEER_RECORD="1" if record else "0",
+        JAXTRACE_PEER_EXPLAIN="1" if args.explain else "0",
+    )
+    cmd = [
+        sys.executable,
+        "-P",
+        "-m",
+        "pytest",
+        "-p",
+        "benchmarks._peer_plugin",
+        "-p",
+        "no:cacheprovider",
+        "--rootdir",
+        src,
+        "--import-mode=importlib",
+        "-q",
+        "--tb=short",
+        *paths,
+    ]
     if args.k:
         cmd += ["-k", args.k]
     t0 = time.monotonic()
@@ -118,11 +156,15 @@ def run_pytest(suite, src, paths, record, args, logdir, tag) -> dict:
     with open(logfile, "w") as log:
         log.write(" ".join(cmd) + "\n\n")
         log.flush()
-        proc = subprocess.Popen(cmd, cwd=src, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=src, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         timed_out = False
         try:
             proc.wait(args.timeout)
-        except subprocess.TimeoutExpired:  # SIGINT lets pytest finish the session and write its JSON
+        except (
+            subprocess.TimeoutExpired
+        ):  # SIGINT lets pytest finish the session and write its JSON
             timed_out = True
             os.killpg(proc.pid, signal.SIGINT)
             try:
@@ -134,8 +176,13 @@ def run_pytest(suite, src, paths, record, args, logdir, tag) -> dict:
     if os.path.exists(out):
         with open(out) as f:
             result = json.load(f)
-    result.update(wall_s=round(time.monotonic() - t0, 1), returncode=proc.returncode, timed_out=timed_out,
-                  log=logfile, command=" ".join(cmd))
+    result.update(
+        wall_s=round(time.monotonic() - t0, 1),
+        returncode=proc.returncode,
+        timed_out=timed_out,
+        log=logfile,
+        command=" ".join(cmd),
+    )
     return result
 
 
@@ -147,12 +194,29 @@ def failure_kind(text: str) -> str:
 def compare(runs: dict) -> dict:
     base, rec = runs["baseline"]["outcomes"], runs["recorded"]["outcomes"]
     base2 = runs.get("baseline2", {}).get("outcomes")
-    flaky = {n for n in set(base) | set(base2) if base.get(n, {}).get("outcome") != base2.get(n, {}).get("outcome")} \
-        if base2 is not None else set()
-    files = collections.defaultdict(lambda: {"tests": 0, "identical": 0, "differ": [],
-                                             "without": collections.Counter(), "with": collections.Counter()})
+    flaky = (
+        {
+            n
+            for n in set(base) | set(base2)
+            if base.get(n, {}).get("outcome") != base2.get(n, {}).get("outcome")
+        }
+        if base2 is not None
+        else set()
+    )
+    files = collections.defaultdict(
+        lambda: {
+            "tests": 0,
+            "identical": 0,
+            "differ": [],
+            "without": collections.Counter(),
+            "with": collections.Counter(),
+        }
+    )
     for node in sorted(set(base) | set(rec)):
-        b, r = base.get(node, {}).get("outcome", "missing"), rec.get(node, {}).get("outcome", "missing")
+        b, r = (
+            base.get(node, {}).get("outcome", "missing"),
+            rec.get(node, {}).get("outcome", "missing"),
+        )
         f = files[node.split("::")[0]]
         f["tests"] += 1
         f["without"][b] += 1
@@ -161,8 +225,16 @@ def compare(runs: dict) -> dict:
             f["identical"] += 1
         else:
             why = rec.get(node) if r != "passed" else base.get(node)
-            f["differ"].append({"nodeid": node, "without": b, "with": r, "flaky": node in flaky,
-                                "crash": (why or {}).get("crash", ""), "text": (why or {}).get("text", "")})
+            f["differ"].append(
+                {
+                    "nodeid": node,
+                    "without": b,
+                    "with": r,
+                    "flaky": node in flaky,
+                    "crash": (why or {}).get("crash", ""),
+                    "text": (why or {}).get("text", ""),
+                }
+            )
     return {"files": dict(files), "flaky": sorted(flaky)}
 
 
@@ -175,8 +247,10 @@ def report(units: list[dict]) -> str:
     for u in units:
         runs = u["runs"]
         rr = runs["recorded"]
-        walls = ", ".join(f"{k} {v['wall_s']} s (exit {v['returncode']}{', TIMED OUT' if v['timed_out'] else ''})"
-                          for k, v in runs.items())
+        walls = ", ".join(
+            f"{k} {v['wall_s']} s (exit {v['returncode']}{', TIMED OUT' if v['timed_out'] else ''})"
+            for k, v in runs.items()
+        )
         where = " ".join(u["paths"]) if len(u["paths"]) < 4 else f"{len(u['paths'])} files"
         lines.append(f"== {u['suite']}: {where}")
         lines.append(f"   wall: {walls}")
@@ -187,79 +261,149 @@ def report(units: list[dict]) -> str:
                 lines.append(f"   NO RESULT from the {k} run (exit {v['returncode']}), {v['log']}:")
                 lines += [f"     {t[:300]}" for t in tail]
         files = rr.get("module_files", {})
-        lines.append("   imported from: " + ", ".join(f"{m} {os.path.dirname(f)}" for m, f in files.items() if f))
+        lines.append(
+            "   imported from: "
+            + ", ".join(f"{m} {os.path.dirname(f)}" for m, f in files.items() if f)
+        )
         mods = {k: v.get("checkout_modules", []) for k, v in runs.items()}
-        bad = sorted({m for ms in mods.values() for m in ms if m.split(".")[0] in GUARDED and not m.endswith("_test")})
-        lines.append("   modules imported from the checkout: " + " / ".join(str(len(m)) for m in mods.values())
-                     + (f"; NOT TEST MODULES: {bad}" if bad else " (test files and their helpers only)"))
-        lines.append(f"   events recorded {rr['events']}, dropped {rr['dropped']}, faults {rr['faults']}")
+        bad = sorted(
+            {
+                m
+                for ms in mods.values()
+                for m in ms
+                if m.split(".")[0] in GUARDED and not m.endswith("_test")
+            }
+        )
+        lines.append(
+            "   modules imported from the checkout: "
+            + " / ".join(str(len(m)) for m in mods.values())
+            + (f"; NOT TEST MODULES: {bad}" if bad else " (test files and their helpers only)")
+        )
+        lines.append(
+            f"   events recorded {rr['events']}, dropped {rr['dropped']}, faults {rr['faults']}"
+        )
         if rr.get("causes"):
-            lines.append("   causes recorded (internal included): "
-                         + ", ".join(f"{cause} {n}" for cause, n in sorted(rr["causes"].items())))
-        lines += [f"     {e['cause']}: {e['function']} #{e['trace_number']} (internal={e['internal']}): "
-                  f"{(e['explanation'] or '')[:200]}" for e in rr.get("unknown_events") or ()]
+            lines.append(
+                "   causes recorded (internal included): "
+                + ", ".join(f"{cause} {n}" for cause, n in sorted(rr["causes"].items()))
+            )
+        lines += [
+            f"     {e['cause']}: {e['function']} #{e['trace_number']} (internal={e['internal']}): "
+            f"{(e['explanation'] or '')[:200]}"
+            for e in rr.get("unknown_events") or ()
+        ]
         for name, f in u["compare"]["files"].items():
             total += f["tests"]
             differ += len(f["differ"])
-            secs = " / ".join(f"{v['file_seconds'].get(name, 0):.0f}" for v in runs.values() if "file_seconds" in v)
-            lines.append(f"   {name}: {f['tests']} tests, {f['identical']} identical, {len(f['differ'])} differ"
-                         f"   [without: {fmt_counts(f['without'])} | with: {fmt_counts(f['with'])}]"
-                         + (f"  tests' seconds: {secs}" if secs else ""))
+            secs = " / ".join(
+                f"{v['file_seconds'].get(name, 0):.0f}"
+                for v in runs.values()
+                if "file_seconds" in v
+            )
+            lines.append(
+                f"   {name}: {f['tests']} tests, {f['identical']} identical, {len(f['differ'])} differ"
+                f"   [without: {fmt_counts(f['without'])} | with: {fmt_counts(f['with'])}]"
+                + (f"  tests' seconds: {secs}" if secs else "")
+            )
             for d in f["differ"]:
                 flaky_differ += d["flaky"]
-                if "missing" in (d["without"], d["with"]) and any(v.get("no_result") for v in runs.values()):
+                if "missing" in (d["without"], d["with"]) and any(
+                    v.get("no_result") for v in runs.values()
+                ):
                     continue  # a whole run failed; said above
                 kinds[failure_kind(d["crash"] or d["text"])] += 1
                 msg = (d["crash"] or d["text"]).strip().replace("\n", " ⏎ ")[:300]
-                lines.append(f"     {d['nodeid']}: {d['without']} -> {d['with']}{' [flaky]' if d['flaky'] else ''}"
-                             f"\n         {msg}")
+                lines.append(
+                    f"     {d['nodeid']}: {d['without']} -> {d['with']}{' [flaky]' if d['flaky'] else ''}"
+                    f"\n         {msg}"
+                )
         if u["compare"]["flaky"]:
-            lines.append(f"   flaky without recording ({len(u['compare']['flaky'])}): {', '.join(u['compare']['flaky'])}")
+            lines.append(
+                f"   flaky without recording ({len(u['compare']['flaky'])}): {', '.join(u['compare']['flaky'])}"
+            )
     lines.append("\nsummary (wall seconds per run)")
     lines.append(f"  {'unit':44} {'tests':>6} {'differ':>6} {'events':>7} {'faults':>6}  wall")
     for u in units:
         rr, n = u["runs"]["recorded"], [f for f in u["compare"]["files"].values()]
         where = u["paths"][0] + (f" (+{len(u['paths']) - 1})" if len(u["paths"]) > 1 else "")
         walls = " / ".join(f"{v['wall_s']:.0f}" for v in u["runs"].values())
-        lines.append(f"  {u['suite'] + ' ' + where:44} {sum(f['tests'] for f in n):6d} "
-                     f"{sum(len(f['differ']) for f in n):6d} {rr['events'] if rr['events'] is not None else '-':>7} "
-                     f"{sum((rr['faults'] or {}).values()):6d}  {walls} ({'/'.join(u['runs'])})")
+        lines.append(
+            f"  {u['suite'] + ' ' + where:44} {sum(f['tests'] for f in n):6d} "
+            f"{sum(len(f['differ']) for f in n):6d} "
+            f"{rr['events'] if rr['events'] is not None else '-':>7} "
+            f"{sum((rr['faults'] or {}).values()):6d}  {walls} ({'/'.join(u['runs'])})"
+        )
     if kinds:
         lines.append("\nfailure kinds among the differences:")
         lines += [f"  {n:5d}  {k}" for k, n in kinds.most_common()]
-    lines.append(f"\n{total} tests, {differ} differ" + (f" ({flaky_differ} of them flaky without recording)" if flaky_differ else ""))
+    lines.append(
+        f"\n{total} tests, {differ} differ"
+        + (f" ({flaky_differ} of them flaky without recording)" if flaky_differ else "")
+    )
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n", 1)[1],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--jax-src")
     p.add_argument("--equinox-src")
     p.add_argument("--optax-src")
     p.add_argument("--flax-src")
     p.add_argument("--only", choices=list(SUITE_ENV))
-    p.add_argument("--files", nargs="+", help="test files relative to the checkout (one suite only)")
+    p.add_argument(
+        "--files", nargs="+", help="test files relative to the checkout (one suite only)"
+    )
     p.add_argument("-k", help="pytest -k expression, passed to every run")
-    p.add_argument("--timeout", type=float, default=3600, help="seconds per run (default 3600); then SIGINT")
-    p.add_argument("--per-file", action="store_true", help="one session per test file for equinox and optax too")
-    p.add_argument("--repeat-baseline", action="store_true", help="run the unrecorded session twice to find flaky tests")
+    p.add_argument(
+        "--timeout", type=float, default=3600, help="seconds per run (default 3600); then SIGINT"
+    )
+    p.add_argument(
+        "--per-file",
+        action="store_true",
+        help="one session per test file for equinox and optax too",
+    )
+    p.add_argument(
+        "--repeat-baseline",
+        action="store_true",
+        help="run the unrecorded session twice to find flaky tests",
+    )
     p.add_argument("--out", help="write the report here, and a JSON beside it")
-    p.add_argument("--report", nargs="+", metavar="JSON", help="run nothing; merge earlier --out JSON files into one report")
-    p.add_argument("--explain", action="store_true",
-                   help="instead: one recorded run with jax_explain_cache_misses on; report, for every miss JAX "
-                        "explains, whether jaxtrace_nb's cause is of JAX's category")
-    p.add_argument("--jaxtrace-path", help="import jaxtrace_nb from this folder instead of this repository "
-                   "(e.g. an export of another commit: git archive HEAD jaxtrace_nb | tar -x -C DIR)")
+    p.add_argument(
+        "--report",
+        nargs="+",
+        metavar="JSON",
+        help="run nothing; merge earlier --out JSON files into one report",
+    )
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="instead: one recorded run with jax_explain_cache_misses on; report, for every miss JAX "
+        "explains, whether jaxtrace_nb's cause is of JAX's category",
+    )
+    p.add_argument(
+        "--jaxtrace-path",
+        help="import jaxtrace_nb from this folder instead of this repository "
+        "(e.g. an export of another commit: git archive HEAD jaxtrace_nb | tar -x -C "
+        "DIR)",
+    )
     args = p.parse_args(argv)
     if args.report:
         units = [u for path in args.report for u in json.load(open(path))]
         return finish(units, args.out)
 
-    srcs = {s: os.path.realpath(getattr(args, f"{s}_src")) for s in SUITE_ENV
-            if getattr(args, f"{s}_src") and args.only in (None, s)}
+    srcs = {
+        s: os.path.realpath(getattr(args, f"{s}_src"))
+        for s in SUITE_ENV
+        if getattr(args, f"{s}_src") and args.only in (None, s)
+    }
     if not srcs:
-        p.error("give at least one --jax-src / --equinox-src / --optax-src / --flax-src (matching --only)")
+        p.error(
+            "give at least one --jax-src / --equinox-src / --optax-src / --flax-src (matching --only)"
+        )
     if args.files and len(srcs) != 1:
         p.error("--files needs exactly one suite (use --only)")
     logdir = args.out + ".logs" if args.out else tempfile.mkdtemp(prefix="peer_suites_")
@@ -268,17 +412,25 @@ def main(argv=None) -> int:
 
     units = []
     for suite, src in srcs.items():
-        for paths in [[f] for f in args.files] if args.files else default_units(suite, src, args.per_file):
+        for paths in (
+            [[f] for f in args.files] if args.files else default_units(suite, src, args.per_file)
+        ):
             unit = {"suite": suite, "src": src, "paths": paths, "runs": {}}
             stem = f"{suite}-{len(units):02d}-" + re.sub(r"\W+", "_", os.path.basename(paths[0]))
-            modes = [("baseline", False), ("recorded", True)] + ([("baseline2", False)] if args.repeat_baseline else [])
+            modes = [("baseline", False), ("recorded", True)] + (
+                [("baseline2", False)] if args.repeat_baseline else []
+            )
             if args.explain:
                 modes = [("explained", True)]
             for mode, record in modes:
                 r = run_pytest(suite, src, paths, record, args, logdir, f"{stem}-{mode}")
                 unit["runs"][mode] = r
-                print(f"{suite} {paths[0]}{' …' if len(paths) > 1 else ''} {mode}: {len(r['outcomes'])} tests, "
-                      f"{r['wall_s']} s, exit {r['returncode']}", file=sys.stderr, flush=True)
+                print(
+                    f"{suite} {paths[0]}{' …' if len(paths) > 1 else ''} {mode}: {len(r['outcomes'])} tests, "
+                    f"{r['wall_s']} s, exit {r['returncode']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             units.append(unit)
     return explain_report(units, args.out) if args.explain else finish(units, args.out)
 
@@ -290,17 +442,28 @@ def explain_report(units: list[dict], out: str | None) -> int:
         r = u["runs"]["explained"]
         bad = r.get("disagree") or []
         disagree += len(bad)
-        lines.append(f"== {u['suite']}: {' '.join(u['paths'])}: {len(r['outcomes'])} tests, "
-                     f"{r.get('events')} events, JAX explained {r.get('explained')} miss(es), "
-                     f"{len(bad)} disagree, faults {r.get('faults')}")
-        lines += [f"     {function} #{number}: ours {cause}, JAX: {category}" for function, number, cause, category in bad]
+        lines.append(
+            f"== {u['suite']}: {' '.join(u['paths'])}: {len(r['outcomes'])} tests, "
+            f"{r.get('events')} events, JAX explained {r.get('explained')} miss(es), "
+            f"{len(bad)} disagree, faults {r.get('faults')}"
+        )
+        lines += [
+            f"     {function} #{number}: ours {cause}, JAX: {category}"
+            for function, number, cause, category in bad
+        ]
         if r.get("causes"):
-            lines.append("     causes recorded (internal included): "
-                         + ", ".join(f"{cause} {n}" for cause, n in r["causes"].items()))
-        lines += [f"     unknown: {e['function']} #{e['trace_number']} (internal={e['internal']}): {e['explanation'][:200]}"
-                  for e in r.get("unknown_events") or ()]
-    lines.append(f"{sum(u['runs']['explained'].get('explained') or 0 for u in units)} explained misses, "
-                 f"{disagree} disagree")
+            lines.append(
+                "     causes recorded (internal included): "
+                + ", ".join(f"{cause} {n}" for cause, n in r["causes"].items())
+            )
+        lines += [
+            f"     unknown: {e['function']} #{e['trace_number']} (internal={e['internal']}): {e['explanation'][:200]}"
+            for e in r.get("unknown_events") or ()
+        ]
+    lines.append(
+        f"{sum(u['runs']['explained'].get('explained') or 0 for u in units)} explained misses, "
+        f"{disagree} disagree"
+    )
     text = header() + "\n" + "\n".join(lines)
     print(text)
     if out:
@@ -319,19 +482,31 @@ def header() -> str:
         except PackageNotFoundError:
             return "-"
 
-    pkgs = ", ".join(f"{p} {v(p)}" for p in ("jax", "jaxlib", "equinox", "optax", "chex", "flax", "pytest"))
-    return (f"$ python -m benchmarks.peer_suites {' '.join(sys.argv[1:])}\n"
-            f"jaxtrace_nb commit: {commit()}\n"
-            f"python {sys.version.split()[0]} ({sys.executable}); {pkgs}; {os.cpu_count()} cores\n")
+    pkgs = ", ".join(
+        f"{p} {v(p)}" for p in ("jax", "jaxlib", "equinox", "optax", "chex", "flax", "pytest")
+    )
+    return (
+        f"$ python -m benchmarks.peer_suites {' '.join(sys.argv[1:])}\n"
+        f"jaxtrace_nb commit: {commit()}\n"
+        f"python {sys.version.split()[0]} ({sys.executable}); {pkgs}; {os.cpu_count()} cores\n"
+    )
 
 
 def commit() -> str:
     """This repository's commit, with "+ changes" when the package differs from it."""
     try:
-        head = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "jaxtrace_nb"], capture_output=True,
-                               text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", REPO, "status", "--porcelain", "--", "jaxtrace_nb"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except Exception:
         return "unknown"
     return head + (" + uncommitted changes to jaxtrace_nb" if dirty else "")
@@ -347,7 +522,13 @@ def finish(units: list[dict], out: str | None) -> int:
             f.write(text + "\n")
         with open(os.path.splitext(out)[0] + ".json", "w") as f:
             json.dump(units, f, indent=1, default=dict)
-    differ = [d for u in units for f in u["compare"]["files"].values() for d in f["differ"] if not d["flaky"]]
+    differ = [
+        d
+        for u in units
+        for f in u["compare"]["files"].values()
+        for d in f["differ"]
+        if not d["flaky"]
+    ]
     return 1 if differ else 0
 
 

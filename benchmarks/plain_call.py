@@ -36,7 +36,10 @@ def main() -> None:
 
     probe = get_session().probe
     shared = {f"w{i:05d}": jax.ShapeDtypeStruct((4,), jnp.float32) for i in range(1, args.leaves)}
-    inputs = [({"w00000": jax.ShapeDtypeStruct((k + 1,), jnp.float32), **shared},) for k in range(args.traces)]
+    inputs = [
+        ({"w00000": jax.ShapeDtypeStruct((k + 1,), jnp.float32), **shared},)
+        for k in range(args.traces)
+    ]
     own = {mode: [] for mode in MODES}
     current = [None]
     on_trace_start, trace_end = probe._on_trace_start, probe._trace_end
@@ -53,6 +56,7 @@ def main() -> None:
                         own[current[0]].append(seconds)
                     elif own[current[0]]:
                         own[current[0]][-1] += seconds
+
         return run
 
     probe._on_trace_start = timed(on_trace_start, True)  # shadowed before `start` installs them
@@ -89,15 +93,20 @@ def main() -> None:
         values.clear()
     per_trace = {mode: [] for mode in MODES}
     for r in range(args.rounds):
-        for mode in MODES[r % 3:] + MODES[:r % 3]:
+        for mode in MODES[r % 3 :] + MODES[: r % 3]:
             per_trace[mode].append(run(mode))
     base = statistics.median(per_trace["not recorded"])
-    print(f"jax {jax.__version__}; jax.jit(f).trace, dict of {args.leaves} leaves, {args.traces} traces, "
-          f"{args.rounds} rounds")
+    print(
+        f"jax {jax.__version__}; jax.jit(f).trace, dict of {args.leaves} leaves, {args.traces} traces, "
+        f"{args.rounds} rounds"
+    )
     for mode in MODES:
         ratios = sorted(t / b for t, b in zip(per_trace[mode], per_trace["not recorded"]))
-        line = (f"  {mode:22s} {statistics.median(per_trace[mode]) * 1e3:.3f} ms per trace, "
-                f"ratio {statistics.median(per_trace[mode]) / base:.3f} (per round {ratios[0]:.3f}–{ratios[-1]:.3f})")
+        line = (
+            f"  {mode:22s} {statistics.median(per_trace[mode]) * 1e3:.3f} ms per trace, "
+            f"ratio {statistics.median(per_trace[mode]) / base:.3f} (per round "
+            f"{ratios[0]:.3f}–{ratios[-1]:.3f})"
+        )
         if own[mode]:
             line += f", our own work {statistics.median(own[mode]) * 1e3:.3f} ms per trace (median)"
         print(line)

@@ -40,7 +40,10 @@ def _module_name(path: pathlib.Path) -> str:
 
 
 def _sources() -> dict[str, tuple[pathlib.Path, ast.Module]]:
-    return {_module_name(p): (p, ast.parse(p.read_text(encoding="utf-8"))) for p in sorted(PACKAGE.rglob("*.py"))}
+    return {
+        _module_name(p): (p, ast.parse(p.read_text(encoding="utf-8")))
+        for p in sorted(PACKAGE.rglob("*.py"))
+    }
 
 
 def _vocabulary() -> set[str]:
@@ -51,12 +54,23 @@ def _vocabulary() -> set[str]:
 
 
 def _classes(trees) -> set[str]:
-    return {node.name for _, tree in trees.values() for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+    return {
+        node.name
+        for _, tree in trees.values()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+    }
 
 
 def _callee(node: ast.Call) -> str | None:
     func = node.func
-    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+    return (
+        func.id
+        if isinstance(func, ast.Name)
+        else func.attr
+        if isinstance(func, ast.Attribute)
+        else None
+    )
 
 
 def positional_records(trees, classes: set[str], least: int = 4) -> collections.Counter:
@@ -68,9 +82,15 @@ def positional_records(trees, classes: set[str], least: int = 4) -> collections.
             callee = _callee(node)
             if callee in classes and len(node.args) >= least:
                 found[name] += 1
-            elif (callee == "__new__" and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
-                  and node.func.value.id == "tuple" and len(node.args) == 2 and isinstance(node.args[1], ast.Tuple)
-                  and len(node.args[1].elts) >= least):
+            elif (
+                callee == "__new__"
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "tuple"
+                and len(node.args) == 2
+                and isinstance(node.args[1], ast.Tuple)
+                and len(node.args[1].elts) >= least
+            ):
                 found[name] += 1
     return found
 
@@ -108,7 +128,8 @@ def string_comparisons(trees, vocabulary: set[str]) -> collections.Counter:
     for name, (_, tree) in trees.items():
         for node in ast.walk(tree):
             if isinstance(node, ast.Compare) and all(
-                    isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops):
+                isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn)) for op in node.ops
+            ):
                 strings = [s for side in [node.left, *node.comparators] for s in _strings(side)]
                 if strings and any(s in vocabulary for s in strings):
                     found[name] += 1
@@ -126,7 +147,7 @@ def imports(trees) -> dict[str, set[str]]:
         targets = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level:
-                base = package[:len(package) - (node.level - 1)]
+                base = package[: len(package) - (node.level - 1)]
                 module = ".".join(base + ([node.module] if node.module else []))
                 for alias in node.names:
                     sub = f"{module}.{alias.name}" if module else alias.name
@@ -134,14 +155,18 @@ def imports(trees) -> dict[str, set[str]]:
             elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("jaxtrace_nb"):
                 targets.add(node.module.removeprefix("jaxtrace_nb").lstrip(".") or "__init__")
             elif isinstance(node, ast.Import):
-                targets |= {a.name.removeprefix("jaxtrace_nb.") for a in node.names
-                            if a.name.startswith("jaxtrace_nb.")}
+                targets |= {
+                    a.name.removeprefix("jaxtrace_nb.")
+                    for a in node.names
+                    if a.name.startswith("jaxtrace_nb.")
+                }
         graph[name] = {t for t in targets if t in trees and t != name}
     return graph
 
 
 def longest_chain(graph: dict[str, set[str]]) -> list[str]:
     """The longest path of imports (the graph has no cycle: tests/test_imports.py)."""
+
     @functools.lru_cache(maxsize=None)
     def chain(module: str) -> tuple[str, ...]:
         below = [chain(t) for t in graph[module]]
@@ -174,11 +199,13 @@ def report() -> str:
 
     lines = [
         f"modules: {len(trees)}",
-        f"records built by position (>= 4 positional arguments): {sum(records.values())}  [{top(records)}]",
+        f"records built by position (>= 4 positional arguments): {sum(records.values())}  "
+        f"[{top(records)}]",
         f"records built by position (>= 6 positional arguments): {sum(records6.values())}",
         f"integer subscripts other than [0] and [-1]: {sum(deep.values())}  [{top(deep)}]",
         f"integer subscripts [0] and [-1]: {sum(ends.values())}",
-        f"string comparisons of a cause or a kind: {sum(compared.values())} in {len(compared)} modules  "
+        f"string comparisons of a cause or a kind: {sum(compared.values())} in {len(compared)} "
+        "modules  "
         f"[{top(compared)}]",
         "modules per folder: " + ", ".join(f"{f} {n}" for f, n in sorted(folders.items())),
         f"longest import chain: {len(chain)} modules: {' -> '.join(chain)}",
@@ -196,10 +223,18 @@ def main() -> None:
     if args.out:
         import subprocess
 
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip() or "?"
-        dirty = subprocess.run(["git", "status", "--porcelain", "jaxtrace_nb"], cwd=ROOT, capture_output=True,
-                               text=True).stdout.strip()
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+            ).stdout.strip()
+            or "?"
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "jaxtrace_nb"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         header = f"# python benchmarks/structure.py, package at commit {commit}{' (modified)' if dirty else ''}\n"
         pathlib.Path(args.out).write_text(header + text + "\n", encoding="utf-8")
 

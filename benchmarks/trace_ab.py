@@ -23,9 +23,11 @@ import time
 
 def _process(leaves: int, traces: int, rounds: int) -> dict:
     import jax
+    from _trace import (
+        _tree_workload,
+    )  # the trace section's workload (this script's folder is on sys.path)
 
     import jaxtrace_nb as jt
-    from _trace import _tree_workload  # the trace section's workload (this script's folder is on sys.path)
 
     make, inputs = _tree_workload(leaves, traces, trace_only=True)
 
@@ -46,11 +48,17 @@ def _process(leaves: int, traces: int, rounds: int) -> dict:
     run(False), run(True)  # warm-up
     times = {False: [], True: []}
     for r in range(rounds):
-        for recorded in ((False, True) if r % 2 == 0 else (True, False)):
+        for recorded in (False, True) if r % 2 == 0 else (True, False):
             times[recorded].append(run(recorded))
     base, rec = statistics.median(times[False]), statistics.median(times[True])
-    return {"python": sys.version.split()[0], "jax": jax.__version__, "base_s": base, "recorded_s": rec,
-            "ratio": rec / base, "min_ratio": min(times[True]) / min(times[False])}
+    return {
+        "python": sys.version.split()[0],
+        "jax": jax.__version__,
+        "base_s": base,
+        "recorded_s": rec,
+        "ratio": rec / base,
+        "min_ratio": min(times[True]) / min(times[False]),
+    }
 
 
 def main() -> None:
@@ -64,14 +72,31 @@ def main() -> None:
     if args.worker:
         print(json.dumps(_process(args.leaves, args.traces, args.rounds)))
         return
-    command = [sys.executable, __file__, "--worker", "--leaves", str(args.leaves), "--traces", str(args.traces),
-               "--rounds", str(args.rounds)]
+    command = [
+        sys.executable,
+        __file__,
+        "--worker",
+        "--leaves",
+        str(args.leaves),
+        "--traces",
+        str(args.traces),
+        "--rounds",
+        str(args.rounds),
+    ]
     for i in range(args.processes):
-        out = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
-        print(f"process {i + 1} (Python {out['python']}, JAX {out['jax']}): not recorded "
-              f"{out['base_s'] * 1e6:.1f} µs, recorded {out['recorded_s'] * 1e6:.1f} µs per trace; "
-              f"added {(out['recorded_s'] - out['base_s']) * 1e6:+.1f} µs, ratio {out['ratio']:.3f} "
-              f"(min-to-min {out['min_ratio']:.3f})", flush=True)
+        out = json.loads(
+            subprocess.run(command, check=True, capture_output=True, text=True).stdout.splitlines()[
+                -1
+            ]
+        )
+        print(
+            f"process {i + 1} (Python {out['python']}, JAX {out['jax']}): not recorded "
+            f"{out['base_s'] * 1e6:.1f} µs, recorded {out['recorded_s'] * 1e6:.1f} µs per trace; "
+            f"added {(out['recorded_s'] - out['base_s']) * 1e6:+.1f} µs, ratio "
+            f"{out['ratio']:.3f} "
+            f"(min-to-min {out['min_ratio']:.3f})",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -59,13 +59,19 @@ def masked(text: str) -> str:
 
 def _env(home: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
-    env.update(JAX_PLATFORMS="cpu", HOME=home, IPYTHONDIR=os.path.join(home, "ipython"),
-               PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    env.update(
+        JAX_PLATFORMS="cpu",
+        HOME=home,
+        IPYTHONDIR=os.path.join(home, "ipython"),
+        PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    )
     return env
 
 
 def _run(args: list[str], cwd: str) -> subprocess.CompletedProcess:
-    done = subprocess.run(args, cwd=cwd, env=_env(cwd), capture_output=True, text=True, timeout=TIMEOUT_S)
+    done = subprocess.run(
+        args, cwd=cwd, env=_env(cwd), capture_output=True, text=True, timeout=TIMEOUT_S
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}")
     return done
@@ -74,30 +80,59 @@ def _run(args: list[str], cwd: str) -> subprocess.CompletedProcess:
 def ipython_demo(readme: str, at: int, cwd: str) -> str:
     program = _PROGRAM.findall(readme[:at])[-1]
     Path(cwd, "demo.ipy").write_text(program, encoding="utf-8")
-    return _run([sys.executable, "-m", "IPython", "--ext=jaxtrace_nb", "--no-banner", "demo.ipy"], cwd).stdout
+    return _run(
+        [sys.executable, "-m", "IPython", "--ext=jaxtrace_nb", "--no-banner", "demo.ipy"], cwd
+    ).stdout
 
 
 def run(readme: str, at: int, cwd: str) -> str:
-    Path(cwd, "train.py").write_text((REPO / "docs" / "samples" / "train.py").read_text(encoding="utf-8"))
+    Path(cwd, "train.py").write_text(
+        (REPO / "docs" / "samples" / "train.py").read_text(encoding="utf-8")
+    )
     command = ["-m", "jaxtrace_nb", "run", "--persist", "traces.jsonl", "train.py"]
     done = _run([sys.executable, *command], cwd)
     return f"$ python {' '.join(command)}\n{done.stdout}{done.stderr}"
 
 
 def distributed(text: str, at: int, cwd: str) -> str:
-    Path(cwd, "dist_step.py").write_text((REPO / "tests" / "programs" / "dist_step.py").read_text(encoding="utf-8"))
+    Path(cwd, "dist_step.py").write_text(
+        (REPO / "tests" / "programs" / "dist_step.py").read_text(encoding="utf-8")
+    )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    commands = [["-m", "jaxtrace_nb", "run", "--persist", f"p{i}.jsonl", "dist_step.py", str(i), "2", str(port)]
-                for i in range(2)]
-    processes = [subprocess.Popen([sys.executable, *command], cwd=cwd, env=_env(cwd), stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for command in commands]
+    commands = [
+        [
+            "-m",
+            "jaxtrace_nb",
+            "run",
+            "--persist",
+            f"p{i}.jsonl",
+            "dist_step.py",
+            str(i),
+            "2",
+            str(port),
+        ]
+        for i in range(2)
+    ]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, *command],
+            cwd=cwd,
+            env=_env(cwd),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for command in commands
+    ]
     try:
         for i, process in enumerate(processes):
             _, err = process.communicate(timeout=TIMEOUT_S)
             if process.returncode != 0:
-                raise RuntimeError(f"process {i} of dist_step.py exited {process.returncode}:\n{err[-3000:]}")
+                raise RuntimeError(
+                    f"process {i} of dist_step.py exited {process.returncode}:\n{err[-3000:]}"
+                )
     finally:
         for process in processes:
             if process.poll() is None:
@@ -108,11 +143,15 @@ def distributed(text: str, at: int, cwd: str) -> str:
     start = lines.index("Differs across processes:")
     end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
     shown = [" ".join(["$ python", *c]).replace(str(port), "$PORT") for c in commands]
-    return "\n".join([shown[0] + " &", shown[1], f"$ python {' '.join(report)}", *lines[:end]]) + "\n"
+    return (
+        "\n".join([shown[0] + " &", shown[1], f"$ python {' '.join(report)}", *lines[:end]]) + "\n"
+    )
 
 
 def cache_notebook(readme: str, at: int, cwd: str) -> str:
-    notebook = json.loads((REPO / "notebooks" / "10_persistent_cache.ipynb").read_text(encoding="utf-8"))
+    notebook = json.loads(
+        (REPO / "notebooks" / "10_persistent_cache.ipynb").read_text(encoding="utf-8")
+    )
     for cell in notebook["cells"]:
         for output in cell.get("outputs", []):
             text = "".join(output.get("data", {}).get("text/plain", ""))
@@ -120,7 +159,7 @@ def cache_notebook(readme: str, at: int, cwd: str) -> str:
                 lines = text.splitlines()
                 start = next(i for i, line in enumerate(lines) if line.startswith("  In["))
                 end = next(i for i, line in enumerate(lines) if line.lstrip().startswith("hint: "))
-                return "\n".join(lines[start:end + 1]) + "\n"
+                return "\n".join(lines[start : end + 1]) + "\n"
     raise LookupError("notebook 10 shows no persistent cache miss")
 
 
@@ -131,31 +170,54 @@ def _pytest_session() -> str:
         test = Path(cwd, "test_train.py")
         source = (REPO / "docs" / "samples" / "test_train.py").read_text(encoding="utf-8")
         test.write_text(source, encoding="utf-8")
-        command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--jaxtrace-baseline=compiles.json"]
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--jaxtrace-baseline=compiles.json",
+        ]
         _run([*command, "--jaxtrace-baseline-update", test.name], cwd)
         test.write_text(source.replace("(32, 32, 32)", "(32, 32, 32, 17)"), encoding="utf-8")
         env = dict(_env(cwd), GITHUB_ACTIONS="true")
-        done = subprocess.run([*command, test.name], cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=TIMEOUT_S)
+        done = subprocess.run(
+            [*command, test.name],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
         if done.returncode != 1:
-            raise RuntimeError(f"pytest over its budget exited {done.returncode}, not 1:\n{done.stdout[-3000:]}")
+            raise RuntimeError(
+                f"pytest over its budget exited {done.returncode}, not 1:\n{done.stdout[-3000:]}"
+            )
         return done.stdout.replace(os.path.realpath(cwd), SHOWN_FOLDER).replace(cwd, SHOWN_FOLDER)
 
 
 def pytest_baseline(text: str, at: int, cwd: str) -> str:
-    lines = [line for line in _pytest_session().splitlines() if not re.fullmatch(r"\s*\^+\s*", line)]
+    lines = [
+        line for line in _pytest_session().splitlines() if not re.fullmatch(r"\s*\^+\s*", line)
+    ]
     start = next(i for i, line in enumerate(lines) if line.startswith(">"))
     end = next(i for i, line in enumerate(lines) if line.endswith(": RetraceError") and i > start)
-    return "\n".join(lines[start:end + 1]) + "\n"
+    return "\n".join(lines[start : end + 1]) + "\n"
 
 
 def github_annotation(text: str, at: int, cwd: str) -> str:
     line = next(line for line in _pytest_session().splitlines() if line.startswith("::error "))
-    return line[:line.index("`: ", line.index(" cause: ")) + 3] + "…\n"
+    return line[: line.index("`: ", line.index(" cause: ")) + 3] + "…\n"
 
 
-SAMPLES = {"ipython-demo": ipython_demo, "run": run, "distributed": distributed, "cache-notebook": cache_notebook,
-           "pytest-baseline": pytest_baseline, "github-annotation": github_annotation}
+SAMPLES = {
+    "ipython-demo": ipython_demo,
+    "run": run,
+    "distributed": distributed,
+    "cache-notebook": cache_notebook,
+    "pytest-baseline": pytest_baseline,
+    "github-annotation": github_annotation,
+}
 
 
 def produce(text: str) -> dict[str, tuple[str, str]]:
@@ -177,11 +239,18 @@ def main(argv: list[str]) -> int:
             for name, (said, now) in found.items():
                 if masked(said) != masked(now):
                     stale.append(name)
-                    print(f"{document.name} sample {name!r} differs from a run:\n--- {document.name}\n{said}--- run\n"
-                          f"{now}", file=sys.stderr)
+                    print(
+                        f"{document.name} sample {name!r} differs from a run:\n--- {document.name}\n{said}--- run\n"
+                        f"{now}",
+                        file=sys.stderr,
+                    )
             continue
-        document.write_text(_MARKER.sub(lambda m: f"<!-- sample: {m.group(1)} -->\n```text\n{found[m.group(1)][1]}```",
-                                        text), encoding="utf-8")
+        document.write_text(
+            _MARKER.sub(
+                lambda m: f"<!-- sample: {m.group(1)} -->\n```text\n{found[m.group(1)][1]}```", text
+            ),
+            encoding="utf-8",
+        )
         print(f"{document.name}: {len(found)} sample(s) written: {', '.join(found)}")
     return 1 if stale else 0
 

@@ -17,16 +17,34 @@ from __future__ import annotations
 
 import os
 
+from ._integrations._watch import RetraceError, Watch
 from ._recording._jax_internals import SUPPORTED_JAX
 from ._recording._session import JaxtraceWarning, get_session
-from ._integrations._watch import RetraceError, Watch
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "JaxtraceWarning", "RetraceError", "SUPPORTED_JAX", "Watch", "dropped", "faults", "load",
-    "load_ipython_extension", "log", "reset", "start", "stop", "summary", "unload_ipython_extension", "watch",
-    "report", "show", "compile_profile", "plot_timeline", "export", "shape_census",
+    "JaxtraceWarning",
+    "RetraceError",
+    "SUPPORTED_JAX",
+    "Watch",
+    "dropped",
+    "faults",
+    "load",
+    "load_ipython_extension",
+    "log",
+    "reset",
+    "start",
+    "stop",
+    "summary",
+    "unload_ipython_extension",
+    "watch",
+    "report",
+    "show",
+    "compile_profile",
+    "plot_timeline",
+    "export",
+    "shape_census",
 ]
 
 
@@ -64,8 +82,8 @@ def load(paths):
         jt.load(["p0.jsonl", "p1.jsonl"]).groupby("process")["compile_s"].sum()
         jt.load("/data/jax_cache").groupby("name").size()   # keys per computation, across runs
     """
-    from ._views._frames import events_frame
     from ._log._persist import load_events
+    from ._views._frames import events_frame
 
     if isinstance(paths, (str, os.PathLike)):
         from ._cache._cache_index import find
@@ -132,7 +150,9 @@ def summary(*, internal: bool = False, by: str = "total_s"):
         events = [e for e in events if not e.internal]
     df = summary_frame(events)
     if by != "total_s":
-        df = df.sort_values(by, ascending=False, kind="stable", na_position="last").reset_index(drop=True)
+        df = df.sort_values(by, ascending=False, kind="stable", na_position="last").reset_index(
+            drop=True
+        )
     return df
 
 
@@ -178,7 +198,9 @@ def report(path, events=None, *, internal: bool = False) -> str:
     from ._views._standalone import write_report
 
     if events is None:
-        return write_report(path, get_session().log.events(), internal=internal, title="jaxtrace_nb session")
+        return write_report(
+            path, get_session().log.events(), internal=internal, title="jaxtrace_nb session"
+        )
     return write_report(path, events, internal=internal)
 
 
@@ -228,8 +250,16 @@ def compile_profile(fn=None, *, events=None, internal: bool = False):
     return profile_frame(_events(events, internal), fn, internal=internal)
 
 
-def shape_census(fn=None, *, sizes=None, max_padding: float = 0.15, events=None, internal: bool = False,
-                 full: bool = False, alternatives: int = 3):
+def shape_census(
+    fn=None,
+    *,
+    sizes=None,
+    max_padding: float = 0.15,
+    events=None,
+    internal: bool = False,
+    full: bool = False,
+    alternatives: int = 3,
+):
     """For every leaf that retraced on `shape`: the shapes seen, their compiles and seconds, and
     how padding its varying dimensions would have compiled fewer times. A DataFrame, per leaf:
     the suggestion first (``suggested``), then at most `alternatives` other schemes (the best
@@ -259,8 +289,13 @@ def shape_census(fn=None, *, sizes=None, max_padding: float = 0.15, events=None,
     from ._views._census import CENSUS_FRAME_COLUMNS, census, census_rows
     from ._views._where import matches
 
-    found = [c for c in census(_events(events, internal), sizes=sizes, max_padding=max_padding, internal=True)
-             if matches(c.function, fn)]
+    found = [
+        c
+        for c in census(
+            _events(events, internal), sizes=sizes, max_padding=max_padding, internal=True
+        )
+        if matches(c.function, fn)
+    ]
     rows = census_rows(found, None if full else alternatives, max_padding)
     return pd.DataFrame(rows, columns=list(CENSUS_FRAME_COLUMNS))
 
@@ -280,8 +315,10 @@ def plot_timeline(*, events=None, internal: bool = False, ax=None):
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise ImportError("jt.plot_timeline() needs matplotlib (pip install matplotlib); the live table "
-                          "and jt.report() draw the timeline without it") from None
+        raise ImportError(
+            "jt.plot_timeline() needs matplotlib (pip install matplotlib); the live table "
+            "and jt.report() draw the timeline without it"
+        ) from None
     return plot(timeline(_events(events, internal), internal=internal), ax=ax)
 
 

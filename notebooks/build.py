@@ -52,8 +52,12 @@ def execute(nb, cwd: Path, env: dict[str, str]):
     from nbclient import NotebookClient
 
     client = NotebookClient(
-        nb, timeout=CELL_TIMEOUT_S, startup_timeout=120, kernel_name="python3",
-        resources={"metadata": {"path": str(cwd)}}, record_timing=False,
+        nb,
+        timeout=CELL_TIMEOUT_S,
+        startup_timeout=120,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(cwd)}},
+        record_timing=False,
     )
     client.execute(env=env)
     return nb
@@ -82,8 +86,11 @@ def main(argv: list[str]) -> int:
         nb = nbformat.read(path, as_version=4)
         execute(nb, NOTEBOOKS_DIR, env)
         nbformat.write(tidy(nb), path)
-        print(f"{path.name}: executed in {time.perf_counter() - start:.1f} s, "
-              f"{path.stat().st_size / 1000:.0f} kB", flush=True)
+        print(
+            f"{path.name}: executed in {time.perf_counter() - start:.1f} s, "
+            f"{path.stat().st_size / 1000:.0f} kB",
+            flush=True,
+        )
     return 0
 
 

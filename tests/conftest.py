@@ -53,13 +53,18 @@ def pytest_runtest_call(item):
         return result
     broken = jt.faults().get("invariant", 0) - invariant_before
     if broken > 0 and item.get_closest_marker("breaks_invariant") is None:
-        pytest.fail(f"{broken} diagnosis(es) that JAX's own comparison does not back (jt.faults()['invariant'])",
-                    pytrace=False)
+        pytest.fail(
+            f"{broken} diagnosis(es) that JAX's own comparison does not back (jt.faults()['invariant'])",
+            pytrace=False,
+        )
     if item.get_closest_marker("allows_unknown") is not None:
         return result
     unknown = [e for e in jt.get_session().log.events() if e.cause == "unknown"]
     if unknown:
         e = unknown[0]
-        pytest.fail(f"{len(unknown)} trace(s) with cause 'unknown', first {e.function!r} #{e.trace_number}: "
-                    f"{e.explanation}", pytrace=False)
+        pytest.fail(
+            f"{len(unknown)} trace(s) with cause 'unknown', first {e.function!r} #{e.trace_number}: "
+            f"{e.explanation}",
+            pytrace=False,
+        )
     return result

@@ -12,8 +12,25 @@ import jaxtrace_nb as jt_module
 from jaxtrace_nb._log._events import COLUMNS, Event
 from jaxtrace_nb._recording._session import get_session
 
-CONTRACT = ["time", "cell", "function", "location", "kind", "internal", "nested", "trace_number", "cause",
-            "leaf", "before", "after", "explanation", "hint", "trace_s", "lower_s", "compile_s"]
+CONTRACT = [
+    "time",
+    "cell",
+    "function",
+    "location",
+    "kind",
+    "internal",
+    "nested",
+    "trace_number",
+    "cause",
+    "leaf",
+    "before",
+    "after",
+    "explanation",
+    "hint",
+    "trace_s",
+    "lower_s",
+    "compile_s",
+]
 
 
 def _retracing():
@@ -35,7 +52,13 @@ def test_columns_and_dtypes(jt):
     for col in ("trace_s", "lower_s", "compile_s"):
         assert df[col].dtype == "float64"
     assert isinstance(df["cause"].dtype, pd.CategoricalDtype)
-    assert set(df["cause"].cat.categories) >= {"first", "shape", "static", "structure", "new_function"}
+    assert set(df["cause"].cat.categories) >= {
+        "first",
+        "shape",
+        "static",
+        "structure",
+        "new_function",
+    }
 
 
 def test_summary_one_row_per_function(jt):
@@ -43,7 +66,12 @@ def test_summary_one_row_per_function(jt):
     s = jt.summary()
     assert len(s) == 1
     row = s.iloc[0]
-    assert (row["traces"], row["compiles"], row["last_cause"], row["last_leaf"]) == (2, 2, "shape", "x")
+    assert (row["traces"], row["compiles"], row["last_cause"], row["last_leaf"]) == (
+        2,
+        2,
+        "shape",
+        "x",
+    )
     assert row["total_s"] == pytest.approx(row["trace_s"] + row["lower_s"] + row["compile_s"])
 
 
@@ -78,6 +106,7 @@ def test_max_traces_guard_names_leaf(jt):
 def test_log_cap_and_dropped(jt):
     get_session().log.set_max_events(5)
     try:
+
         @jax.jit
         def h(x):
             return x
@@ -137,15 +166,27 @@ def test_start_stop_idempotent_and_restores_jax():
 
     hooked = detect().layout.hook_module  # partial_eval (JAX >= 0.9) or util (0.8)
     traced = getattr(hooked, "trace_to_jaxpr", None) or pjit._create_pjit_jaxpr
-    before = (hooked.test_event, traced, list(mon._event_duration_secs_listeners), list(mon._event_listeners))
+    before = (
+        hooked.test_event,
+        traced,
+        list(mon._event_duration_secs_listeners),
+        list(mon._event_listeners),
+    )
     for _ in range(3):
         jt_module.start()
         jt_module.start()
         assert hooked.test_event is not before[0]  # the one rebound name
-        assert (getattr(hooked, "trace_to_jaxpr", None) or pjit._create_pjit_jaxpr) is before[1]  # never wrapped
+        assert (getattr(hooked, "trace_to_jaxpr", None) or pjit._create_pjit_jaxpr) is before[
+            1
+        ]  # never wrapped
         jt_module.stop()
         jt_module.stop()
-    after = (hooked.test_event, traced, list(mon._event_duration_secs_listeners), list(mon._event_listeners))
+    after = (
+        hooked.test_event,
+        traced,
+        list(mon._event_duration_secs_listeners),
+        list(mon._event_listeners),
+    )
     assert after == before
 
 
@@ -182,6 +223,6 @@ def test_start_adds_its_own_listeners_and_stop_removes_only_those():
     added = [[f for f in now if f not in then] for now, then in zip(during, before)]
     assert added[0] and added[1], "start registers a duration and an event listener of its own"
     assert all(f.__module__.startswith("jaxtrace_nb") for f in added[0] + added[1]), added
-    assert during[0][:len(before[0])] == before[0] and during[1][:len(before[1])] == before[1]
+    assert during[0][: len(before[0])] == before[0] and during[1][: len(before[1])] == before[1]
     assert after == before, "stop removes its own listeners and nothing else"
     assert foreign_duration in after[0] and foreign_event in after[1]

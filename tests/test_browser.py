@@ -16,7 +16,6 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
 from _lab import CONTRAST, chromium_page, jupyterlab, open_notebook, run_all
 
 REPO = Path(__file__).resolve().parent.parent
@@ -25,9 +24,19 @@ IMG = "<img src=x onerror=alert(1)>"
 SCRIPT = "</script><script>window.__pwned=1</script>"
 EVIL_NAME = "evil<img src=x onerror=window.__pwned=1>"
 # Every text of the table, and the lowest contrast ratio it may have (WCAG AA: 4.5 for text).
-READABLE = {".jtnb-headline": 4.5, "th": 4.5, "tr.jtnb-row td": 4.5, "tr.jtnb-selected td": 4.5,
-            "tr.jtnb-selected code": 4.5, ".jtnb-why-line": 4.5, ".jtnb-count": 4.5, "tr.jtnb-group td": 4.5,
-            ".jtnb-hint": 4.5, ".jtnb-note": 4.5, "tr.jtnb-event td": 4.5}
+READABLE = {
+    ".jtnb-headline": 4.5,
+    "th": 4.5,
+    "tr.jtnb-row td": 4.5,
+    "tr.jtnb-selected td": 4.5,
+    "tr.jtnb-selected code": 4.5,
+    ".jtnb-why-line": 4.5,
+    ".jtnb-count": 4.5,
+    "tr.jtnb-group td": 4.5,
+    ".jtnb-hint": 4.5,
+    ".jtnb-note": 4.5,
+    "tr.jtnb-event td": 4.5,
+}
 
 CELLS = [
     "%load_ext jaxtrace_nb\nimport jax, jax.numpy as jnp\nfrom functools import partial",
@@ -36,12 +45,17 @@ CELLS = [
     "%%tracewatch\nfor n in (1, 2, 3):\n    step(jnp.ones(n), tag='a')\n"
     f"step(jnp.ones(3), tag={IMG!r})\nstep(jnp.ones(3), tag={SCRIPT!r})\nevil(1.0)",
     # 10,000 events of 500 functions, to time the first page
-    "import datetime, json, time\nstarted = time.time()\nfrom jaxtrace_nb._log._events import Event\n"
-    "from jaxtrace_nb._views._report import Report\nfrom jaxtrace_nb._views._widget import TraceTable\n"
-    "events = [Event(time=datetime.datetime.now(), cell=4, function=f'fn_{i % 500}', location=f'model.py:{i % 500}',\n"
+    "import datetime, json, time\nstarted = time.time()\nfrom jaxtrace_nb._log._events import "
+    "Event\n"
+    "from jaxtrace_nb._views._report import Report\nfrom jaxtrace_nb._views._widget import "
+    "TraceTable\n"
+    "events = [Event(time=datetime.datetime.now(), cell=4, function=f'fn_{i % 500}', "
+    "location=f'model.py:{i % 500}',\n"
     "                kind='trace', internal=False, nested=False, trace_number=i // 500 + 1,\n"
-    "                cause='first' if i < 500 else 'shape', leaf=None if i < 500 else 'x', before='f32[1]',\n"
-    "                after='f32[2]', explanation='`x` changed shape.', hint='', trace_s=0.001, lower_s=0.001,\n"
+    "                cause='first' if i < 500 else 'shape', leaf=None if i < 500 else 'x', "
+    "before='f32[1]',\n"
+    "                after='f32[2]', explanation='`x` changed shape.', hint='', trace_s=0.001, "
+    "lower_s=0.001,\n"
     "                compile_s=0.01 * (i % 7), eqns_total=i % 300, key=f'k{i % 500}', seq=i)\n"
     "          for i in range(10_000)]\n"
     "table = TraceTable(Report(events, 'synthetic: 10,000 events'))\n"
@@ -74,7 +88,11 @@ def _folders_and_notebook(tmp_path, cells):
     root.mkdir()
     home.mkdir()
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3 (ipykernel)",
+        "language": "python",
+    }
     return root, home, nb
 
 
@@ -92,7 +110,9 @@ def _assert_readable(root, theme: str):
     print(f"\n{theme}: lowest contrast ratio per element: {json.dumps(ratios)}")
     low = {s: r for s, r in ratios.items() if r is not None and r < READABLE[s]}
     assert not low, f"{theme}: text below its contrast ratio: {low}"
-    assert all(ratios[s] is not None for s in ("tr.jtnb-selected td", ".jtnb-hint", ".jtnb-why-line")), ratios
+    assert all(
+        ratios[s] is not None for s in ("tr.jtnb-selected td", ".jtnb-hint", ".jtnb-why-line")
+    ), ratios
 
 
 @pytest.mark.browser
@@ -119,7 +139,8 @@ def test_sort_filter_group_and_history_in_jupyterlab(tmp_path):
         # the why without a click: the latest group, its count, before → after, where, and the hint
         why = step.locator("td.jtnb-c-why")
         expect(why.locator(".jtnb-why-line")).to_have_text(
-            f"×2 static at tag: 'a' → {IMG!r}, {IMG!r} → {SCRIPT!r} · first called at In[3]:3")
+            f"×2 static at tag: 'a' → {IMG!r}, {IMG!r} → {SCRIPT!r} · first called at In[3]:3"
+        )
         expect(why.locator(".jtnb-hint code").first).to_have_text("tag")  # backticks became <code>
         expect(step.locator("button.jtnb-open")).to_be_visible()  # clicking is offered
         expect(table.locator(".jtnb-offer")).to_contain_text("click a function for its history")
@@ -137,8 +158,14 @@ def test_sort_filter_group_and_history_in_jupyterlab(tmp_path):
         assert _names(table) == ["step", EVIL_NAME]
 
         # filter: by cause, by leaf, by cell, by name
-        for words, expected in (("static", ["step"]), ("shape", ["step"]), ("tag", ["step"]),
-                                ("In[3]", ["step", EVIL_NAME]), ("EVIL", [EVIL_NAME]), ("static evil", [])):
+        for words, expected in (
+            ("static", ["step"]),
+            ("shape", ["step"]),
+            ("tag", ["step"]),
+            ("In[3]", ["step", EVIL_NAME]),
+            ("EVIL", [EVIL_NAME]),
+            ("static evil", []),
+        ):
             table.locator(".jtnb-filter").fill(words)
             expect(table.locator("tr.jtnb-row")).to_have_count(len(expected))
             assert _names(table) == expected, words
@@ -151,8 +178,12 @@ def test_sort_filter_group_and_history_in_jupyterlab(tmp_path):
         expect(groups).to_have_count(3)
         expect(groups.nth(1).locator("td.jtnb-c-cause")).to_have_text("shape")
         expect(groups.nth(1).locator("td.jtnb-c-count")).to_have_text("2")
-        expect(groups.nth(1).locator("td.jtnb-c-change")).to_have_text("f32[1] → f32[2], f32[2] → f32[3]")
-        expect(groups.nth(2).locator("td.jtnb-c-change")).to_have_text(f"'a' → {IMG!r}, {IMG!r} → {SCRIPT!r}")
+        expect(groups.nth(1).locator("td.jtnb-c-change")).to_have_text(
+            "f32[1] → f32[2], f32[2] → f32[3]"
+        )
+        expect(groups.nth(2).locator("td.jtnb-c-change")).to_have_text(
+            f"'a' → {IMG!r}, {IMG!r} → {SCRIPT!r}"
+        )
         expect(table.locator("tr.jtnb-event")).to_have_count(0)
         groups.nth(2).click()
         events = table.locator("tr.jtnb-event")
@@ -162,10 +193,15 @@ def test_sort_filter_group_and_history_in_jupyterlab(tmp_path):
         _assert_readable(table.element_handle(), "JupyterLab Light")
         _no_script_ran(page, dialogs)
 
-        # where and when: the history's equations per line and shape census, the timeline (a mark per compile)
+        # where and when: the history's equations per line and shape census, the timeline (a mark
+        # per compile)
         expect(table.locator(".jtnb-history .jtnb-profile-table tr")).to_have_count(1)
-        expect(table.locator(".jtnb-history .jtnb-census-line")).to_contain_text("`x` dim 0: 3 size(s): 1, 2, 3")
-        expect(table.locator(".jtnb-timeline-box summary")).to_contain_text("timeline: 6 compile(s) of 2 function(s)")
+        expect(table.locator(".jtnb-history .jtnb-census-line")).to_contain_text(
+            "`x` dim 0: 3 size(s): 1, 2, 3"
+        )
+        expect(table.locator(".jtnb-timeline-box summary")).to_contain_text(
+            "timeline: 6 compile(s) of 2 function(s)"
+        )
         expect(table.locator("svg.jtnb-timeline")).to_have_count(0)  # drawn when opened
         table.locator(".jtnb-timeline-box summary").click()
         expect(table.locator("svg.jtnb-timeline .jtnb-mark")).to_have_count(6)
@@ -173,18 +209,26 @@ def test_sort_filter_group_and_history_in_jupyterlab(tmp_path):
         _no_script_ran(page, dialogs)
 
         table.locator(".jtnb-export-variable").click()
-        expect(table.locator(".jtnb-status")).to_have_text("trace_df = DataFrame of 6 event(s) of 2 function(s)")
+        expect(table.locator(".jtnb-status")).to_have_text(
+            "trace_df = DataFrame of 6 event(s) of 2 function(s)"
+        )
 
         big = page.locator(".jtnb-widget").filter(has_text="synthetic: 10,000 events")
         expect(big.locator("tr.jtnb-row")).to_have_count(50)
         expect(big.locator(".jtnb-range")).to_have_text("1–50 of 500")
         timing = page.evaluate("window.__jtnb").pop()
         assert timing["headline"].startswith("synthetic: 10,000 events")
-        kernel = json.loads(page.locator(".jp-OutputArea-output").filter(has_text='"built"').inner_text())
-        print(f"\n10,000 events / 500 functions, first page in the browser: {timing['at'] - 1000 * kernel['built']:.0f} ms "
-              f"after the kernel built the table ({timing['ms']:.0f} ms after its output appeared, view's own "
-              f"drawing {timing['render_ms']:.1f} ms); {timing['at'] - 1000 * kernel['started']:.0f} ms from the "
-              f"cell's start, building 10,000 events included")
+        kernel = json.loads(
+            page.locator(".jp-OutputArea-output").filter(has_text='"built"').inner_text()
+        )
+        print(
+            f"\n10,000 events / 500 functions, first page in the browser: {timing['at'] - 1000 * kernel['built']:.0f} ms "
+            f"after the kernel built the table ({timing['ms']:.0f} ms after its output appeared, "
+            "view's own "
+            f"drawing {timing['render_ms']:.1f} ms); "
+            f"{timing['at'] - 1000 * kernel['started']:.0f} ms from the "
+            f"cell's start, building 10,000 events included"
+        )
         big.locator(".jtnb-next").click()
         expect(big.locator(".jtnb-range")).to_have_text("51–100 of 500")
         _no_script_ran(page, dialogs)
@@ -213,14 +257,18 @@ def test_tour_shows_the_why_readably_in_light_and_dark(tmp_path, theme):
     root, home = _tour(tmp_path)
     with jupyterlab(root, home, theme=theme) as url, chromium_page(home) as (page, external):
         open_notebook(page, url, "00_tour.ipynb")
-        assert page.evaluate("document.body.dataset.jpThemeLight") == ("true" if "Light" in theme else "false")
+        assert page.evaluate("document.body.dataset.jpThemeLight") == (
+            "true" if "Light" in theme else "false"
+        )
         run_all(page)
         table = page.locator(".jtnb-widget").filter(has_text="%%tracewatch (cell 4)")
         expect(table.locator(".jtnb-live")).to_have_text("")
         row = table.locator("tr.jtnb-row").filter(has_text="train_step")
         expect(row.locator("td.jtnb-c-traces")).to_have_text("5")
         line = row.locator(".jtnb-why-line")
-        expect(line).to_contain_text("×4 static at i: 0 → 1, 1 → 2, …, 3 → 4 · first called at In[4]:2")
+        expect(line).to_contain_text(
+            "×4 static at i: 0 → 1, 1 → 2, …, 3 → 4 · first called at In[4]:2"
+        )
         expect(row.locator(".jtnb-hint")).to_contain_text("treats a Python int as static")
         row.click()
         table.locator(".jtnb-history tr.jtnb-group").filter(has_text="static").click()
@@ -242,7 +290,9 @@ def test_headless_executed_notebook_opens_with_its_table(tmp_path):
 
     expect.set_options(timeout=30_000)
     root, home, nb = _folders_and_notebook(tmp_path, CELLS[:3])
-    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(root)}}).execute()
+    NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(root)}}
+    ).execute()
     nbformat.write(nb, root / "executed.ipynb")
 
     with jupyterlab(root, home) as url, chromium_page(home) as (page, external):
@@ -266,11 +316,18 @@ def test_nbconvert_html_offline_shows_the_static_table(tmp_path):
 
     expect.set_options(timeout=30_000)
     root, home, nb = _folders_and_notebook(tmp_path, CELLS[:3])
-    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(root)}}).execute()
+    NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(root)}}
+    ).execute()
     assert "widgets" in nb.metadata
     nbformat.write(nb, root / "executed.ipynb")
-    subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "executed.ipynb"], cwd=root,
-                   check=True, capture_output=True, env=dict(os.environ, HOME=str(home)))
+    subprocess.run(
+        [sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "executed.ipynb"],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        env=dict(os.environ, HOME=str(home)),
+    )
 
     with chromium_page(home) as (page, external):
         dialogs = []
@@ -278,19 +335,28 @@ def test_nbconvert_html_offline_shows_the_static_table(tmp_path):
         page.goto((root / "executed.html").as_uri())
         static = page.locator(".jtnb-static")
         expect(static).to_be_visible()
-        expect(static.locator(".jtnb-headline")).to_contain_text("%%tracewatch (cell 3): 6 trace(s)")
+        expect(static.locator(".jtnb-headline")).to_contain_text(
+            "%%tracewatch (cell 3): 6 trace(s)"
+        )
         expect(static.locator("table.jtnb-groups")).to_contain_text("f32[1] → f32[2]")
         expect(static.locator("table.jtnb-summary td.jtnb-c-function").first).to_be_visible()
-        # nbconvert right-aligns and wraps every cell of rendered HTML: ours stay text left, numbers right, unwrapped
+        # nbconvert right-aligns and wraps every cell of rendered HTML: ours stay text left, numbers
+        # right, unwrapped
         for table in ("jtnb-summary", "jtnb-groups"):
             cells = static.locator(f"table.{table} tbody tr").first.evaluate(
                 "row => Array.from(row.cells, c => [c.className, getComputedStyle(c).textAlign, "
-                "getComputedStyle(c).whiteSpace])")
+                "getComputedStyle(c).whiteSpace])"
+            )
             for css, align, space in cells:
                 number = "jtnb-n" in css.split()
-                assert (align, number and space) == ("right" if number else "left", number and "nowrap"), cells
+                assert (align, number and space) == (
+                    "right" if number else "left",
+                    number and "nowrap",
+                ), cells
         _no_script_ran(page, dialogs)
-        assert any("cdn" in u or "unpkg" in u for u in external), external  # the widget manager it could not load
+        assert any("cdn" in u or "unpkg" in u for u in external), (
+            external
+        )  # the widget manager it could not load
 
 
 @pytest.mark.browser
@@ -310,7 +376,9 @@ def test_self_contained_report_offline(tmp_path, jt):
     step = jax.jit(lambda x: x * 2)
     for n in (1, 2, 3):
         step(jnp.ones(n))
-    jnp.full((3, 1237), 7, jnp.int16)  # an eager op of a shape no other test uses: JAX's internal helpers trace
+    jnp.full(
+        (3, 1237), 7, jnp.int16
+    )  # an eager op of a shape no other test uses: JAX's internal helpers trace
     evil(1.0, tag=IMG)
     evil(1.0, tag=SCRIPT)
     path = jt.report(tmp_path / "report.html")
@@ -346,11 +414,14 @@ def test_self_contained_report_offline(tmp_path, jt):
         table.locator(".jtnb-toggle input").check()
         expect(table.locator("tr.jtnb-row.jtnb-internal").first).to_be_visible()
         expect(table.locator(".jtnb-headline")).not_to_contain_text("hidden")
-        # the timeline, a mark per compile of the shown functions (3 of step, 2 of evil), and the census
+        # the timeline, a mark per compile of the shown functions (3 of step, 2 of evil), and the
+        # census
         timeline = page.locator(".jtnb-where svg.jtnb-timeline")
         expect(timeline).to_be_visible()
         expect(timeline.locator(".jtnb-mark")).to_have_count(5)
-        expect(page.locator(".jtnb-where .jtnb-census")).to_contain_text("`x` dim 0: 3 size(s): 1, 2, 3")
+        expect(page.locator(".jtnb-where .jtnb-census")).to_contain_text(
+            "`x` dim 0: 3 size(s): 1, 2, 3"
+        )
         expect(page.locator(".jtnb-where .jtnb-profile-table").first).to_be_visible()
         page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
         _no_script_ran(page, dialogs)
@@ -359,7 +430,8 @@ def test_self_contained_report_offline(tmp_path, jt):
     assert not re.search(r"(src|href)\s*=\s*['\"]?(https?:)?//", text)
 
 
-# For `element_handle.evaluate(NUMBERS_WHOLE)`: every number in the why cells under the element drawn
+# For `element_handle.evaluate(NUMBERS_WHOLE)`: every number in the why cells under the element
+# drawn
 # on one line, and no line-break opportunity (<wbr>) inside one: [{text, lines, wbr_inside}].
 NUMBERS_WHOLE = """(root) => {
   const out = [];
@@ -391,8 +463,10 @@ LAYOUT_CELLS = [
     "%load_ext jaxtrace_nb\nimport equinox as eqx, jax, jax.numpy as jnp",
     "@jax.jit\ndef two(x, mask):\n    return x.sum() + mask.sum()\n\n"
     "@eqx.filter_jit\ndef train_with_a_long_name(w, lr):\n    return w * lr",
-    "%%tracewatch\ntwo(jnp.ones(2), jnp.ones(2))\ntwo(jnp.ones(3), jnp.ones(2, jnp.int32))\nw = jnp.ones(2)\n"
-    "for lr in (0.0375, 0.0412578125, 0.0451171875, 0.04962890625):\n    w = train_with_a_long_name(w, lr)",
+    "%%tracewatch\ntwo(jnp.ones(2), jnp.ones(2))\ntwo(jnp.ones(3), jnp.ones(2, jnp.int32))\nw = "
+    "jnp.ones(2)\n"
+    "for lr in (0.0375, 0.0412578125, 0.0451171875, 0.04962890625):\n    w = "
+    "train_with_a_long_name(w, lr)",
 ]
 
 
@@ -411,28 +485,41 @@ def test_table_fits_1280_px_with_the_file_browser_open(tmp_path):
         page.on("console", lambda m: console.append(m.text))
         page.set_viewport_size({"width": 1280, "height": 900})
         open_notebook(page, url, "layout.ipynb")
-        expect(page.locator(".jp-FileBrowser")).to_be_visible()  # JupyterLab's default: the file browser open
+        expect(
+            page.locator(".jp-FileBrowser")
+        ).to_be_visible()  # JupyterLab's default: the file browser open
         run_all(page)
         table = page.locator(".jtnb-widget").filter(has_text="%%tracewatch")
         expect(table.locator(".jtnb-live")).to_have_text("")
         expect(table.locator("tr.jtnb-row")).to_have_count(2)
         train = table.locator("tr.jtnb-row").filter(has_text="train_with_a_long_name")
-        expect(train.locator(".jtnb-why-line")).to_contain_text("×3 static at lr: 0.0375 → 0.0413, 0.0413 → 0.0451")
+        expect(train.locator(".jtnb-why-line")).to_contain_text(
+            "×3 static at lr: 0.0375 → 0.0413, 0.0413 → 0.0451"
+        )
 
         size = table.evaluate("""(w) => { const s = w.querySelector('.jtnb-scroll');
             const panel = w.closest('.jp-NotebookPanel').getBoundingClientRect();
             return {scroll: s.scrollWidth, room: s.clientWidth, right: w.querySelector('table').getBoundingClientRect().right,
                     panel: panel.right, widget: w.getBoundingClientRect().width}; }""")
         print(f"\n1,280 px, file browser open: {size}")
-        assert size["widget"] < 1000 and size["scroll"] <= size["room"] + 1 and size["right"] <= size["panel"], size
+        assert (
+            size["widget"] < 1000
+            and size["scroll"] <= size["room"] + 1
+            and size["right"] <= size["panel"]
+        ), size
         for name in ("trace_s", "lower_s", "eqns_total", "last_cause", "last_leaf"):  # gave way
             expect(table.locator(f"th[data-column={name}]")).to_be_hidden()
         for name in ("function", "why", "traces", "compiles", "compile_s", "total_s", "location"):
             expect(table.locator(f"th[data-column={name}]")).to_be_visible()
         why = train.locator("td.jtnb-c-why").element_handle()
-        lines = why.evaluate("(td) => { const r = document.createRange(); r.selectNodeContents(td);"
-                             " return new Set([...r.getClientRects()].map((x) => Math.round(x.top))).size; }")
-        assert lines > 2, lines  # the why wraps (its line and its hint), it does not widen the table
+        lines = why.evaluate(
+            "(td) => { const r = document.createRange(); r.selectNodeContents(td);"
+            " return new Set([...r.getClientRects()].map((x) => "
+            "Math.round(x.top))).size; }"
+        )
+        assert lines > 2, (
+            lines
+        )  # the why wraps (its line and its hint), it does not widen the table
         numbers = table.element_handle().evaluate(NUMBERS_WHOLE)
         assert {n["text"] for n in numbers} >= {"0.0375", "0.0413", "0.0496"}, numbers
         assert [n for n in numbers if n["lines"] != 1 or n["wbr_inside"]] == [], numbers
@@ -442,14 +529,20 @@ def test_table_fits_1280_px_with_the_file_browser_open(tmp_path):
         # the filter matches a leaf named only under "Also changed" (the retrace's leaf is `x`)
         two = table.locator("tr.jtnb-row").filter(has_text="two")
         expect(two.locator(".jtnb-why-line")).to_contain_text("shape at x")
-        for words, expected in (("mask", ["two"]), ("lr", ["train_with_a_long_name"]), ("mask lr", [])):
+        for words, expected in (
+            ("mask", ["two"]),
+            ("lr", ["train_with_a_long_name"]),
+            ("mask lr", []),
+        ):
             table.locator(".jtnb-filter").fill(words)
             expect(table.locator("tr.jtnb-row td.jtnb-c-function code")).to_have_text(expected)
-        assert [m for m in console if "anywidget" in m.lower() or "deprecat" in m.lower()] == [], console
+        assert [m for m in console if "anywidget" in m.lower() or "deprecat" in m.lower()] == [], (
+            console
+        )
         assert external == []
 
 
-_PYTEST_SUITE = '''
+_PYTEST_SUITE = """
 import jax
 import jax.numpy as jnp
 import pytest
@@ -468,7 +561,7 @@ def test_one():
 @pytest.mark.parametrize("n", [5])
 def test_two(n):
     step(jnp.ones(n), jnp.ones(2))
-'''
+"""
 
 
 @pytest.mark.browser
@@ -481,11 +574,27 @@ def test_pytest_report_shows_and_filters_by_test(tmp_path):
     suite = tmp_path / "suite"
     suite.mkdir()
     (suite / "test_steps.py").write_text(_PYTEST_SUITE)
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join(
-        p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p))
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-                           "--jaxtrace-report=report.html"], cwd=suite, env=env, capture_output=True, text=True,
-                          timeout=300)
+    env = dict(
+        os.environ,
+        JAX_PLATFORMS="cpu",
+        PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--jaxtrace-report=report.html",
+        ],
+        cwd=suite,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     home = tmp_path / "home"
     home.mkdir()
@@ -493,8 +602,13 @@ def test_pytest_report_shows_and_filters_by_test(tmp_path):
         page.goto((suite / "report.html").as_uri())
         table = page.locator(".jtnb-widget")
         expect(table.locator("tr.jtnb-row")).to_have_count(1)
-        for words, count in (("test_steps.py::test_one", 1), ("test_three", 0), ("test_two[5]", 1), ("dtype", 0),
-                             ("mask", 1)):
+        for words, count in (
+            ("test_steps.py::test_one", 1),
+            ("test_three", 0),
+            ("test_two[5]", 1),
+            ("dtype", 0),
+            ("mask", 1),
+        ):
             table.locator(".jtnb-filter").fill(words)
             expect(table.locator("tr.jtnb-row")).to_have_count(count)
         table.locator(".jtnb-filter").fill("")
@@ -503,14 +617,17 @@ def test_pytest_report_shows_and_filters_by_test(tmp_path):
         expect(table.locator(".jtnb-history th.jtnb-c-tests")).to_have_text("test")
         expect(table.locator(".jtnb-history th.jtnb-c-cells")).to_have_count(0)  # no notebook here
         shape = groups.filter(has_text="shape")
-        expect(shape.locator("td.jtnb-c-tests")).to_have_text("▸ 2 event(s) test_steps.py::test_one, "
-                                                              "test_steps.py::test_two[5]")
+        expect(shape.locator("td.jtnb-c-tests")).to_have_text(
+            "▸ 2 event(s) test_steps.py::test_one, test_steps.py::test_two[5]"
+        )
         shape.click()
         events = table.locator("tr.jtnb-event")
         expect(events).to_have_count(2)
         expect(events.nth(0).locator("td.jtnb-c-test")).to_have_text("test_steps.py::test_one")
         expect(events.nth(1).locator("td.jtnb-c-test")).to_have_text("test_steps.py::test_two[5]")
-        expect(events.nth(0).locator("td.jtnb-c-explanation")).to_contain_text("Also changed: mask (dtype)")
+        expect(events.nth(0).locator("td.jtnb-c-explanation")).to_contain_text(
+            "Also changed: mask (dtype)"
+        )
         assert external == []
 
 
@@ -527,29 +644,59 @@ def _layout_events(functions: int) -> list:
     from jaxtrace_nb._log._events import Event
 
     t0 = datetime.datetime(2026, 11, 28, 12, 0, 0)
-    rows = [(_LONG_NAME, "first", None, None, None, 2.0), (_LONG_NAME, "shape", "batch", "f32[32,3]", "f32[17,3]", 0.3),
-            (_LONG_NAME, "shape", "batch", "f32[17,3]", "f32[9,3]", 0.2),
-            ("evaluate", "first", None, None, None, 0.4), ("evaluate", "dtype", "mask", "f32[2]", "i32[2]", 0.5),
-            ("evaluate", "structure", "opt_state[0].trace.b", "f32[2]", "None", 0.3),
-            ("loss_and_grad_of_the_model_over_a_batch", "first", None, None, None, 0.1),
-            ("loss_and_grad_of_the_model_over_a_batch", "static", "config.learning_rate_schedule_name",
-             "'cosine_with_warmup_and_decay'", "'linear_with_warmup'", 0.2)]
+    rows = [
+        (_LONG_NAME, "first", None, None, None, 2.0),
+        (_LONG_NAME, "shape", "batch", "f32[32,3]", "f32[17,3]", 0.3),
+        (_LONG_NAME, "shape", "batch", "f32[17,3]", "f32[9,3]", 0.2),
+        ("evaluate", "first", None, None, None, 0.4),
+        ("evaluate", "dtype", "mask", "f32[2]", "i32[2]", 0.5),
+        ("evaluate", "structure", "opt_state[0].trace.b", "f32[2]", "None", 0.3),
+        ("loss_and_grad_of_the_model_over_a_batch", "first", None, None, None, 0.1),
+        (
+            "loss_and_grad_of_the_model_over_a_batch",
+            "static",
+            "config.learning_rate_schedule_name",
+            "'cosine_with_warmup_and_decay'",
+            "'linear_with_warmup'",
+            0.2,
+        ),
+    ]
     names = list(dict.fromkeys(r[0] for r in rows))[:functions]
     events = []
     for i, (fn, cause, leaf, before, after, seconds) in enumerate(r for r in rows if r[0] in names):
         n = sum(1 for e in events if e.function == fn) + 1
         where = f"{_LONG_DIR}/{fn.rsplit('.', 1)[-1]}_module.py"
-        events.append(Event(
-            time=t0 + datetime.timedelta(seconds=0.7 * i), function=fn, location=f"{where}:{10 + i}", kind="trace",
-            internal=False, nested=False, trace_number=n, cause=cause, leaf=leaf, before=before, after=after,
-            explanation="First trace of this function." if cause == "first" else f"`{leaf}` changed {cause}: "
-            f"{before} → {after}.", hint="" if cause == "first" else f"Give `{leaf}` one {cause} every call.",
-            trace_s=0.05 * seconds, lower_s=0.05 * seconds, compile_s=0.9 * seconds, eqns_total=40 + i,
-            call_site=f"{where}:{100 + i}", key=f"k::{fn}", seq=i))
+        events.append(
+            Event(
+                time=t0 + datetime.timedelta(seconds=0.7 * i),
+                function=fn,
+                location=f"{where}:{10 + i}",
+                kind="trace",
+                internal=False,
+                nested=False,
+                trace_number=n,
+                cause=cause,
+                leaf=leaf,
+                before=before,
+                after=after,
+                explanation="First trace of this function."
+                if cause == "first"
+                else f"`{leaf}` changed {cause}: {before} → {after}.",
+                hint="" if cause == "first" else f"Give `{leaf}` one {cause} every call.",
+                trace_s=0.05 * seconds,
+                lower_s=0.05 * seconds,
+                compile_s=0.9 * seconds,
+                eqns_total=40 + i,
+                call_site=f"{where}:{100 + i}",
+                key=f"k::{fn}",
+                seq=i,
+            )
+        )
     return events
 
 
-# For `page.evaluate(LAYOUT)`: what runs past the page or out of its cell, text cells' alignment, and
+# For `page.evaluate(LAYOUT)`: what runs past the page or out of its cell, text cells' alignment,
+# and
 # the timeline's texts that meet another text or a mark.
 LAYOUT = """() => {
   const doc = document.documentElement, page = doc.clientWidth;
@@ -609,12 +756,16 @@ def test_report_and_timeline_fit_the_page(tmp_path, width):
             expect(table.locator("tr.jtnb-event")).not_to_have_count(0)
             expect(page.locator("svg.jtnb-timeline")).to_be_visible()
             layout = page.evaluate(LAYOUT)
-            print(f"\n{width} px, {n} function(s): column widths {layout['widths']}, "
-                  f"page {layout['scroll']} of {layout['page']} px")
+            print(
+                f"\n{width} px, {n} function(s): column widths {layout['widths']}, "
+                f"page {layout['scroll']} of {layout['page']} px"
+            )
             page.screenshot(path=str(tmp_path / f"report-{n}-{width}.png"), full_page=True)
             assert layout["scroll"] <= layout["page"], layout
             assert (layout["past"], layout["spilled"], layout["misaligned"]) == ([], [], []), layout
             assert layout["texts"] >= 3 * n + 3 and layout["collisions"] == [], layout
             if width == 1920:  # room for every column
-                assert {"trace_s", "lower_s", "last_cause", "last_leaf", "location"} <= set(layout["widths"]), layout
+                assert {"trace_s", "lower_s", "last_cause", "last_leaf", "location"} <= set(
+                    layout["widths"]
+                ), layout
         assert external == []

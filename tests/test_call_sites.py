@@ -43,11 +43,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _support import error, inventory_tool, outcome, run_program, without_and_with_recording
 from jax import lax
+from jax_inventory_data import INVENTORY
 
 import jaxtrace_nb as jt
-from _support import error, inventory_tool, outcome, run_program, without_and_with_recording
-from jax_inventory_data import INVENTORY
 
 JAX_ROOT = pathlib.Path(jax.__file__).resolve().parent.parent
 
@@ -74,9 +74,11 @@ def inventory_sites() -> list[dict]:
 
 # --- The reach probe ---------------------------------------------------------------------
 
-_TRACE_FUNCTIONS = {("jax/_src/interpreters/partial_eval.py", "trace_to_jaxpr"),
-                    ("jax/_src/interpreters/partial_eval.py", "trace_to_jaxpr_nocache"),
-                    ("jax/_src/pjit.py", "_create_pjit_jaxpr")}
+_TRACE_FUNCTIONS = {
+    ("jax/_src/interpreters/partial_eval.py", "trace_to_jaxpr"),
+    ("jax/_src/interpreters/partial_eval.py", "trace_to_jaxpr_nocache"),
+    ("jax/_src/pjit.py", "_create_pjit_jaxpr"),
+}
 _CACHE_WRAPPER_FILES = {"jax/_src/linear_util.py", "jax/_src/util.py"}  # Python cache wrappers
 
 
@@ -102,8 +104,9 @@ def reached_sites(program_fn) -> tuple[set[str], list[str]]:
         while caller is not None and _relative(caller.f_code.co_filename) in _CACHE_WRAPPER_FILES:
             caller = caller.f_back
         if caller is not None:
-            calls.append((_relative(caller.f_code.co_filename), caller.f_lineno,
-                          caller.f_code.co_name))
+            calls.append(
+                (_relative(caller.f_code.co_filename), caller.f_lineno, caller.f_code.co_name)
+            )
 
     previous = sys.getprofile()
     sys.setprofile(profile)
@@ -113,8 +116,9 @@ def reached_sites(program_fn) -> tuple[set[str], list[str]]:
         sys.setprofile(previous)
     reached, unmapped = set(), []
     for file, line, name in calls:
-        match = [s for s in live_sites()
-                 if s["file"] == file and s["lines"][0] <= line <= s["lines"][1]]
+        match = [
+            s for s in live_sites() if s["file"] == file and s["lines"][0] <= line <= s["lines"][1]
+        ]
         if match:
             reached.add(site_id(match[0]))
         else:
@@ -123,6 +127,7 @@ def reached_sites(program_fn) -> tuple[set[str], list[str]]:
 
 
 # --- Programs ------------------------------------------------------------------------------
+
 
 class Program:
     def __init__(self, fn, sites, needs):
@@ -156,9 +161,11 @@ PROGRAMS: dict[str, Program] = {}
 def program(*sites: str, needs: tuple[str, ...] = ()):
     """Register a program written to reach `sites`; `needs`: public APIs it uses that some
     JAX versions lack (module path + attribute, or a config flag as ``jax.config.jax_…``)."""
+
     def register(fn):
         PROGRAMS[fn.__name__] = Program(fn, sites, needs)
         return fn
+
     return register
 
 
@@ -173,8 +180,9 @@ def raising(r, label: str, thunk) -> None:
     try:
         value = thunk()
     except Exception as e:  # noqa: BLE001 - the outcome is what we compare
-        frames = tuple((pathlib.Path(f.filename).name, f.name)
-                       for f in traceback.extract_tb(e.__traceback__))
+        frames = tuple(
+            (pathlib.Path(f.filename).name, f.name) for f in traceback.extract_tb(e.__traceback__)
+        )
         r.steps.append((label, (*error(e), frames)))
     else:
         r.steps.append((label, ("did not raise", outcome(value))))
@@ -316,8 +324,7 @@ def cond_branches(r):
     r.step("cond", lambda: lax.cond(X[0] > 0, true_fun, false_fun, X))
     r.step("jit(cond)", lambda: jax.jit(lambda x: lax.cond(x[0] > 0, true_fun, false_fun, x))(X))
     r.step("vmap(cond)", lambda: jax.vmap(lambda x: lax.cond(x > 0, true_fun, false_fun, x))(X))
-    raising(r, "mismatched branches",
-           lambda: lax.cond(X[0] > 0, true_fun, lambda x: x.sum(), X))
+    raising(r, "mismatched branches", lambda: lax.cond(X[0] > 0, true_fun, lambda x: x.sum(), X))
 
 
 @program(f"{CONDITIONALS}::_switch_internal#0")
@@ -327,15 +334,19 @@ def switch_branches(r):
             r.body(f"branch{k}")
             depth(r, f"branch{k}")
             return x * k
+
         return fn
 
     r.step("switch", lambda: lax.switch(1, [branch(0), branch(1), branch(2)], X))
-    r.step("jit(switch)", lambda: jax.jit(
-        lambda i, x: lax.switch(i, [branch(0), branch(1)], x))(1, X))
+    r.step(
+        "jit(switch)", lambda: jax.jit(lambda i, x: lax.switch(i, [branch(0), branch(1)], x))(1, X)
+    )
 
 
-@program("jax/_src/lax/control_flow/common.py::_make_closed_jaxpr#0",
-         f"{CONDITIONALS}::_transpose_jaxpr_fancy#0")
+@program(
+    "jax/_src/lax/control_flow/common.py::_make_closed_jaxpr#0",
+    f"{CONDITIONALS}::_transpose_jaxpr_fancy#0",
+)
 def grad_of_cond(r):
     def loss(x):
         r.body("loss")
@@ -365,8 +376,9 @@ def scan_under_transformations(r):
     def failing_step(c, x):
         raise ValueError(f"user error at carry {c.aval.str_short()}")
 
-    raising(r, "user error in body",
-            lambda: jax.grad(lambda xs: lax.scan(failing_step, 0.0, xs)[0])(X))
+    raising(
+        r, "user error in body", lambda: jax.grad(lambda xs: lax.scan(failing_step, 0.0, xs)[0])(X)
+    )
 
 
 @program(f"{LOOPS}::scan_nocarry#0", needs=("jax.config.jax_scan3",))
@@ -380,8 +392,9 @@ def scan3_flag(r):
         r.step("scan3", lambda: lax.scan(step, 0.0, X))
 
 
-@program(f"{LOOPS}::while_loop.<locals>._create_jaxpr#0",
-         f"{LOOPS}::while_loop.<locals>._create_jaxpr#1")
+@program(
+    f"{LOOPS}::while_loop.<locals>._create_jaxpr#0", f"{LOOPS}::while_loop.<locals>._create_jaxpr#1"
+)
 def while_and_fori(r):
     def cond(c):
         r.body("cond")
@@ -429,8 +442,11 @@ def scan_with_a_ref(r):
     r.step("jit(scan+ref)", lambda: jax.jit(f)(X))
 
 
-@program(f"{LOOPS}::_while_partial_discharge_rule#0",
-         f"{LOOPS}::_while_partial_discharge_rule#1", needs=("jax.new_ref",))
+@program(
+    f"{LOOPS}::_while_partial_discharge_rule#0",
+    f"{LOOPS}::_while_partial_discharge_rule#1",
+    needs=("jax.new_ref",),
+)
 def while_with_a_ref(r):
     def f(x):
         acc = jax.new_ref(jnp.zeros(()))
@@ -449,8 +465,11 @@ def while_with_a_ref(r):
     r.step("jit(while+ref)", lambda: jax.jit(f)(X))
 
 
-@program(f"{LOOPS}::_scan_partial_eval_custom#0", f"{REMAT}::_trace_to_jaxpr#0",
-         f"{REMAT}::_transpose_jaxpr#0")
+@program(
+    f"{LOOPS}::_scan_partial_eval_custom#0",
+    f"{REMAT}::_trace_to_jaxpr#0",
+    f"{REMAT}::_transpose_jaxpr#0",
+)
 def remat_of_scan(r):
     def step(c, x):
         r.body("step")
@@ -462,10 +481,14 @@ def remat_of_scan(r):
 
     for name in ("nothing_saveable", "dots_saveable", "everything_saveable"):
         policy = getattr(jax.checkpoint_policies, name)
-        r.step(f"grad(checkpoint(scan), {name})",
-               lambda policy=policy: jax.grad(jax.checkpoint(loss, policy=policy))(X))
-    r.step("scan(checkpoint(body))", lambda: jax.grad(
-        lambda xs: lax.scan(jax.checkpoint(step), 1.0, xs)[0])(X))
+        r.step(
+            f"grad(checkpoint(scan), {name})",
+            lambda policy=policy: jax.grad(jax.checkpoint(loss, policy=policy))(X),
+        )
+    r.step(
+        "scan(checkpoint(body))",
+        lambda: jax.grad(lambda xs: lax.scan(jax.checkpoint(step), 1.0, xs)[0])(X),
+    )
 
 
 @program(f"{REMAT}::_remat3#0", needs=("jax.config.jax_remat3",))
@@ -479,9 +502,12 @@ def remat3_flag(r):
         r.step("grad(checkpoint)", lambda: jax.grad(jax.checkpoint(f))(X))
 
 
-@program(f"{CHECKIFY}::checkify.<locals>.checked_fun#0",
-         f"{CHECKIFY}::checkify_while_body_jaxpr#0", f"{CHECKIFY}::jaxpr_to_checkify_jaxpr#0",
-         needs=("jax.experimental.checkify.checkify",))
+@program(
+    f"{CHECKIFY}::checkify.<locals>.checked_fun#0",
+    f"{CHECKIFY}::checkify_while_body_jaxpr#0",
+    f"{CHECKIFY}::jaxpr_to_checkify_jaxpr#0",
+    needs=("jax.experimental.checkify.checkify",),
+)
 def checkify_of_while_loop(r):
     from jax.experimental import checkify
 
@@ -498,8 +524,11 @@ def checkify_of_while_loop(r):
     raising(r, "throw", lambda: checked(X - 10)[0].throw())
 
 
-@program(f"{CHECKIFY}::shard_map_error_check#0", f"{SHARD_MAP}::_shard_map_staging#0",
-         needs=("jax.shard_map", "jax.experimental.checkify.checkify"))
+@program(
+    f"{CHECKIFY}::shard_map_error_check#0",
+    f"{SHARD_MAP}::_shard_map_staging#0",
+    needs=("jax.shard_map", "jax.experimental.checkify.checkify"),
+)
 def checkify_of_shard_map(r):
     from jax.experimental import checkify
 
@@ -511,8 +540,11 @@ def checkify_of_shard_map(r):
     r.step("checkify(shard_map)", lambda: checkify.checkify(_sharded(f))(X)[1])
 
 
-@program(f"{SHARD_MAP}::_shard_map_staging#0",
-         f"{SHARD_MAP}::_promote_scalar_residuals_jaxpr#0", needs=("jax.shard_map",))
+@program(
+    f"{SHARD_MAP}::_shard_map_staging#0",
+    f"{SHARD_MAP}::_promote_scalar_residuals_jaxpr#0",
+    needs=("jax.shard_map",),
+)
 def jit_grad_shard_map(r):
     def f(x):
         r.body("f")
@@ -524,16 +556,17 @@ def jit_grad_shard_map(r):
     r.step("vjp(shard_map)", lambda: jax.vjp(_sharded(f), X)[1](X))
 
 
-@program(f"{SHARD_MAP}::_add_reshapes#0", f"{SHARD_MAP}::_add_reshapes#1",
-         needs=("jax.shard_map",))
+@program(f"{SHARD_MAP}::_add_reshapes#0", f"{SHARD_MAP}::_add_reshapes#1", needs=("jax.shard_map",))
 def remat_of_shard_map(r):
     def f(x):
         r.body("f")
         return jnp.sin(jnp.sin(x.sum())) * x
 
     policy = jax.checkpoint_policies.everything_saveable
-    r.step("grad(checkpoint(shard_map))", lambda: jax.grad(
-        lambda x: jax.checkpoint(_sharded(f), policy=policy)(x).sum())(X))
+    r.step(
+        "grad(checkpoint(shard_map))",
+        lambda: jax.grad(lambda x: jax.checkpoint(_sharded(f), policy=policy)(x).sum())(X),
+    )
 
 
 @program(f"{SOLVES}::custom_root#0", f"{SOLVES}::custom_root#1", f"{SOLVES}::custom_root#2")
@@ -544,14 +577,18 @@ def custom_root_under_grad(r):
         return y0 - g(y0) / 2
 
     def sqrt(a):
-        return lax.custom_root(lambda y: y ** 2 - a, 1.0, solve, lambda g, y: y / 2)
+        return lax.custom_root(lambda y: y**2 - a, 1.0, solve, lambda g, y: y / 2)
 
     r.step("root", lambda: sqrt(2.0))
     r.step("grad(root)", lambda: jax.grad(sqrt)(2.0))
 
 
-@program(f"{SOLVES}::custom_linear_solve#0", f"{SOLVES}::custom_linear_solve#1",
-         f"{SOLVES}::custom_linear_solve#2", f"{SOLVES}::custom_linear_solve#3")
+@program(
+    f"{SOLVES}::custom_linear_solve#0",
+    f"{SOLVES}::custom_linear_solve#1",
+    f"{SOLVES}::custom_linear_solve#2",
+    f"{SOLVES}::custom_linear_solve#3",
+)
 def custom_linear_solve_under_grad(r):
     a = np.array([[2.0, 1.0], [1.0, 3.0]], np.float32)
     b = np.array([1.0, 2.0], np.float32)
@@ -568,10 +605,18 @@ def custom_linear_solve_under_grad(r):
         return jnp.linalg.solve(a.T, rhs)
 
     r.step("solve", lambda: lax.custom_linear_solve(matvec, b, solve, transpose_solve))
-    r.step("grad(solve)", lambda: jax.grad(
-        lambda b: lax.custom_linear_solve(matvec, b, solve, transpose_solve).sum())(b))
-    r.step("grad(symmetric)", lambda: jax.grad(
-        lambda b: lax.custom_linear_solve(matvec, b, solve, symmetric=True).sum())(b))
+    r.step(
+        "grad(solve)",
+        lambda: jax.grad(
+            lambda b: lax.custom_linear_solve(matvec, b, solve, transpose_solve).sum()
+        )(b),
+    )
+    r.step(
+        "grad(symmetric)",
+        lambda: jax.grad(lambda b: lax.custom_linear_solve(matvec, b, solve, symmetric=True).sum())(
+            b
+        ),
+    )
 
 
 @program("jax/_src/lax/lax.py::_variadic_reduction_jaxpr#0")
@@ -586,8 +631,10 @@ def reductions_with_custom_computations(r):
         return jnp.where(pick, a[0], b[0]), jnp.where(pick, a[1], b[1])
 
     r.step("reduce", lambda: lax.reduce(X, np.float32(0), add, (0,)))
-    r.step("variadic reduce", lambda: lax.reduce(
-        (X, jnp.arange(6)), (np.float32(-np.inf), 0), argmax, (0,)))
+    r.step(
+        "variadic reduce",
+        lambda: lax.reduce((X, jnp.arange(6)), (np.float32(-np.inf), 0), argmax, (0,)),
+    )
 
 
 @program("jax/_src/lax/lax.py::_reduction_jaxpr#0")
@@ -634,9 +681,11 @@ def associative_scan_and_custom_derivatives(r):
     r.step("linearize", lambda: jax.linearize(lambda x: softplus(x) * 2, X)[1](X))
 
 
-@program("jax/experimental/scheduling_groups.py::_xla_metadata_call.<locals>.wrapped#0",
-         "jax/_src/xla_metadata.py::_xla_metadata_call.<locals>.wrapped#0",
-         needs=("jax.experimental.scheduling_groups.xla_metadata_call",))
+@program(
+    "jax/experimental/scheduling_groups.py::_xla_metadata_call.<locals>.wrapped#0",
+    "jax/_src/xla_metadata.py::_xla_metadata_call.<locals>.wrapped#0",
+    needs=("jax.experimental.scheduling_groups.xla_metadata_call",),
+)
 def xla_metadata_call(r):
     from jax.experimental import scheduling_groups
 
@@ -646,18 +695,17 @@ def xla_metadata_call(r):
         return x * 2
 
     r.step("xla_metadata_call", lambda: scheduling_groups.xla_metadata_call(f, tag="t")(X))
-    r.step("jit(scheduling_group)", lambda: jax.jit(
-        scheduling_groups.scheduling_group("g")(f))(X))
+    r.step("jit(scheduling_group)", lambda: jax.jit(scheduling_groups.scheduling_group("g")(f))(X))
 
 
 #: Call sites no public API reaches, each with its reason (keep this short and honest).
 UNREACHABLE = {
-    f"{REMAT}::custom_remat.<locals>.call#0":
-        "jax._src.ad_checkpoint.custom_remat is exported nowhere (no public API calls it)",
+    f"{REMAT}::custom_remat.<locals>.call#0": "jax._src.ad_checkpoint.custom_remat is exported nowhere (no public API calls it)",
 }
 
 
 # --- Tests ---------------------------------------------------------------------------------
+
 
 def _skip_if_missing(prog: Program) -> None:
     missing = prog.missing_api()
@@ -669,6 +717,7 @@ def _with_base_depth(fn):
     def run(r):
         r.base_depth = len(inspect.stack())
         fn(r)
+
     return run
 
 
@@ -682,8 +731,9 @@ def test_program_reaches_its_call_sites(name):
         pytest.skip(f"none of {sorted(prog.sites)} exists in JAX {jax.__version__}")
     reached, unmapped = reached_sites(_with_base_depth(prog.fn))
     assert not unmapped, f"trace calls from sites missing in the extraction: {unmapped}"
-    assert targets <= reached, (f"{name} did not reach {sorted(targets - reached)}; "
-                                f"it reached {sorted(reached)}")
+    assert targets <= reached, (
+        f"{name} did not reach {sorted(targets - reached)}; it reached {sorted(reached)}"
+    )
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
@@ -692,12 +742,16 @@ def test_program_is_the_same_with_recording(name):
     _skip_if_missing(prog)
     faults_before = jt.faults()
     (without, _), (with_, r), events = without_and_with_recording(
-        lambda: run_program(_with_base_depth(prog.fn)))
+        lambda: run_program(_with_base_depth(prog.fn))
+    )
     (steps_without, warned_without, bodies_without, caches_without) = without
     (steps_with, warned_with, bodies_with, caches_with) = with_
     assert [label for label, _ in steps_with] == [label for label, _ in steps_without]
-    differing = [f"{label!r}: without recording {a!r:.300}, with {b!r:.300}"
-                 for (label, a), (_, b) in zip(steps_without, steps_with) if a != b]
+    differing = [
+        f"{label!r}: without recording {a!r:.300}, with {b!r:.300}"
+        for (label, a), (_, b) in zip(steps_without, steps_with)
+        if a != b
+    ]
     assert not differing, f"{len(differing)} step(s) differ:\n" + "\n".join(differing)
     assert warned_with == warned_without
     assert bodies_with == bodies_without
@@ -707,11 +761,18 @@ def test_program_is_the_same_with_recording(name):
     for fn_name in r.jitted:  # recording is on: each run of a registered jit body is one trace
         recorded = traces[traces["function"].str.split(".").str[-1] == fn_name]
         assert len(recorded) == r.bodies.get(fn_name, 0), (fn_name, recorded[["function", "cause"]])
-    # Each trace a one-line lambda step started is called from that lambda's line (read from its source).
-    checked = [(label, line, row.function, row.call_site) for label, line, seqs in r.calls if line is not None
-               for row in traces[traces["seq"].isin(seqs)].itertuples()]
+    # Each trace a one-line lambda step started is called from that lambda's line (read from its
+    # source).
+    checked = [
+        (label, line, row.function, row.call_site)
+        for label, line, seqs in r.calls
+        if line is not None
+        for row in traces[traces["seq"].isin(seqs)].itertuples()
+    ]
     assert not [c for c in checked if c[3] != c[1]], checked
-    assert len(checked) >= sum(r.bodies.get(name, 0) for name in r.jitted)  # a registered jit's traces are checked
+    assert len(checked) >= sum(
+        r.bodies.get(name, 0) for name in r.jitted
+    )  # a registered jit's traces are checked
 
 
 @pytest.mark.parametrize("site", [site_id(s) for s in inventory_sites()])
@@ -719,7 +780,8 @@ def test_every_call_site_has_a_program(site):
     programs = [n for n, p in PROGRAMS.items() if site in p.sites]
     assert programs or site in UNREACHABLE, (
         f"no program reaches {site} (JAX {jax.__version__}): add one to tests/test_call_sites.py "
-        f"with @program({site!r}), or list it in UNREACHABLE with the reason")
+        f"with @program({site!r}), or list it in UNREACHABLE with the reason"
+    )
 
 
 def test_unreachable_sites_are_real_few_and_unclaimed():
@@ -731,6 +793,7 @@ def test_unreachable_sites_are_real_few_and_unclaimed():
 
 
 # --- Stack depth, as JAX's TracebackTest counts it ----------------------------------------
+
 
 def _depths(make):
     """len(inspect.stack()) inside the traced function, relative to the caller, per run."""
@@ -747,6 +810,7 @@ def _depths(make):
 
 def _filter_jit(body):
     import equinox as eqx
+
     return eqx.filter_jit(body)
 
 
@@ -754,10 +818,11 @@ DEPTH_CASES = {
     "jit": jax.jit,
     "grad": lambda body: jax.grad(lambda x: body(x).sum()),
     "vmap": jax.vmap,
-    "scan": lambda body: (lambda xs: lax.scan(lambda c, x: (c, body(x)), 0.0, xs)[1]),
+    "scan": lambda body: lambda xs: lax.scan(lambda c, x: (c, body(x)), 0.0, xs)[1],
     "eqx.filter_jit": _filter_jit,
-    "jit(grad(scan))": lambda body: jax.jit(jax.grad(
-        lambda xs: lax.scan(lambda c, x: (c + body(x), None), 0.0, xs)[0])),
+    "jit(grad(scan))": lambda body: jax.jit(
+        jax.grad(lambda xs: lax.scan(lambda c, x: (c + body(x), None), 0.0, xs)[0])
+    ),
 }
 
 

@@ -8,7 +8,6 @@ import jax
 import jax.numpy as jnp
 import optax
 import pytest
-
 from _support import rows
 
 
@@ -21,11 +20,16 @@ def test_case1_decorator_order_does_not_hide_retraces(jt, order):
         g = chex.assert_max_traces(eqx.filter_jit(f), n=5)
     else:
         g = eqx.filter_jit(chex.assert_max_traces(f, n=5))
-    with pytest.raises(jt.RetraceError, match=r"f .*traced 2 times.*shape at `x`: f32\[2\] → f32\[3\]"):
+    with pytest.raises(
+        jt.RetraceError, match=r"f .*traced 2 times.*shape at `x`: f32\[2\] → f32\[3\]"
+    ):
         with jt.watch(max_traces=1):
             g(jnp.ones(2))
             g(jnp.ones(3))
-    assert [r[1:] for r in rows(jt)] == [("first", None, None, None), ("shape", "x", "f32[2]", "f32[3]")]
+    assert [r[1:] for r in rows(jt)] == [
+        ("first", None, None, None),
+        ("shape", "x", "f32[2]", "f32[3]"),
+    ]
 
 
 class Model(eqx.Module):
@@ -80,8 +84,10 @@ def test_case3_optimizer_state_changes_structure(jt):
     for _ in range(3):
         model, opt_state = step_fn(model, opt_state, jnp.ones(2))
     got = rows(jt, "test_case3_optimizer_state_changes_structure.<locals>.step_fn")
-    assert [r[1:] for r in got] == [("first", None, None, None),
-                                    ("structure", "opt_state[0].trace.b", "f32[2]", "None")]
+    assert [r[1:] for r in got] == [
+        ("first", None, None, None),
+        ("structure", "opt_state[0].trace.b", "f32[2]", "None"),
+    ]
     assert "optim.init" in jt.log(internal=False)["hint"].iloc[-1]
 
 
@@ -103,7 +109,9 @@ def test_case4_compile_seconds_and_the_second_compile(jt):
     first = df.iloc[0]
     recorded = first["trace_s"] + first["lower_s"] + first["compile_s"]
     assert 0 < recorded <= wall  # seconds recorded are JAX's own, within the call's
-    assert first["trace_s"] > 0 and first["lower_s"] > 0 and first["compile_s"] > 0  # each stage timed
+    assert (
+        first["trace_s"] > 0 and first["lower_s"] > 0 and first["compile_s"] > 0
+    )  # each stage timed
     summary = jt.summary()
     assert summary.loc[0, "traces"] == 2 and summary.loc[0, "compiles"] == 2
 

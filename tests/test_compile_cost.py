@@ -10,13 +10,17 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxtrace_nb._recording._cost import count_equations, find_unrolled
 from jaxtrace_nb._keys._records import Unrolled
+from jaxtrace_nb._recording._cost import count_equations, find_unrolled
 
 
 def test_find_unrolled_on_plain_sequences():
-    assert find_unrolled(["dot_general", "tanh", "add"] * 200 + ["reduce_sum"]) == Unrolled(200, 3, 0)
-    assert find_unrolled(["mul"] * 5 + ["dot", "add", "dot", "add", "tanh"] * 40) == Unrolled(40, 5, 5)
+    assert find_unrolled(["dot_general", "tanh", "add"] * 200 + ["reduce_sum"]) == Unrolled(
+        200, 3, 0
+    )
+    assert find_unrolled(["mul"] * 5 + ["dot", "add", "dot", "add", "tanh"] * 40) == Unrolled(
+        40, 5, 5
+    )
     assert find_unrolled(["dot", "tanh"] * 15) is None  # too few repetitions for a loop
     assert find_unrolled(["a", "b", "c", "d"] * 3) is None
     assert find_unrolled([]) is None
@@ -47,13 +51,19 @@ def test_find_unrolled_finds_the_longest_repetition_of_generated_programs(seed):
     rng = random.Random(seed)
     alphabet = ["dot", "add", "tanh", "mul", "exp", "sub"]
     block = [rng.choice(alphabet) for _ in range(rng.randint(1, 5))]
-    names = ([rng.choice(alphabet) for _ in range(rng.randint(0, 30))] + block * rng.randint(10, 60)
-             + [rng.choice(alphabet) for _ in range(rng.randint(0, 30))])
+    names = (
+        [rng.choice(alphabet) for _ in range(rng.randint(0, 30))]
+        + block * rng.randint(10, 60)
+        + [rng.choice(alphabet) for _ in range(rng.randint(0, 30))]
+    )
     found, expected = find_unrolled(names), _longest_block(names)
     assert (found is None) == (expected is None)
     if found is not None:
         assert found.equations == expected.equations
-        assert names[found.start:found.start + found.equations] == names[found.start:found.start + found.period] * found.repeats
+        assert (
+            names[found.start : found.start + found.equations]
+            == names[found.start : found.start + found.period] * found.repeats
+        )
 
 
 def _every_equation(jaxpr) -> int:
@@ -79,12 +89,16 @@ def test_equation_count_reaches_every_sub_jaxpr():
     def program(x):
         x = jax.jit(lambda y: jnp.sin(y) * 2)(x)
         x = jax.lax.cond(x.sum() > 0, jnp.cos, lambda y: jax.jit(jnp.tanh)(y) + 1, x)
-        x, _ = jax.lax.scan(lambda c, _: (jax.checkpoint(lambda z: soft(z) * c)(c), None), x, None, length=3)
+        x, _ = jax.lax.scan(
+            lambda c, _: (jax.checkpoint(lambda z: soft(z) * c)(c), None), x, None, length=3
+        )
         x = jax.lax.while_loop(lambda c: c.sum() < 10, lambda c: c + jax.vmap(jnp.exp)(c), x)
         return jax.grad(lambda y: soft(y).sum())(x)
 
     jaxpr = jax.make_jaxpr(program)(jnp.ones(3)).jaxpr
-    for _ in range(2):  # the second time from the per-primitive memory of which parameters hold jaxprs
+    for _ in range(
+        2
+    ):  # the second time from the per-primitive memory of which parameters hold jaxprs
         assert count_equations(jaxpr, {}) == _every_equation(jaxpr) > len(jaxpr.eqns) + 10
 
 
@@ -127,14 +141,20 @@ def _library_programs():
         return jnp.sum(nnx.merge(graph, w)(v) ** 2)
 
     return {
-        "switch": lambda v: jax.lax.switch(1, [jnp.sin, jnp.cos, lambda u: jax.jit(jnp.tanh)(u)], v),
+        "switch": lambda v: jax.lax.switch(
+            1, [jnp.sin, jnp.cos, lambda u: jax.jit(jnp.tanh)(u)], v
+        ),
         "fori_loop": lambda v: jax.lax.fori_loop(0, 3, lambda i, c: c * jnp.sin(c) + i, v),
         "map": lambda v: jax.lax.map(lambda u: jax.lax.cond(u > 0.5, jnp.sin, jnp.cos, u), v),
         "associative_scan": lambda v: jax.lax.associative_scan(jnp.add, v),
         "custom_vjp_grad": lambda v: jax.grad(lambda u: jnp.sum(clip_grad(u) ** 2))(v),
-        "remat_scan": lambda v: jax.lax.scan(jax.checkpoint(lambda c, u: (c + jnp.sin(u), c)), 0.0, v),
+        "remat_scan": lambda v: jax.lax.scan(
+            jax.checkpoint(lambda c, u: (c + jnp.sin(u), c)), 0.0, v
+        ),
         "vmap_while": jax.vmap(lambda u: jax.lax.while_loop(lambda c: c < 2, lambda c: c * 1.5, u)),
-        "jvp_of_cond": lambda v: jax.jvp(lambda u: jax.lax.cond(u.sum() > 0, jnp.exp, jnp.log1p, u), (v,), (v,)),
+        "jvp_of_cond": lambda v: jax.jvp(
+            lambda u: jax.lax.cond(u.sum() > 0, jnp.exp, jnp.log1p, u), (v,), (v,)
+        ),
         "equinox_optax_step": lambda v: equinox_step(params, state, v),
         "flax_nnx_grad": lambda v: jax.grad(flax_loss)(weights, v),
     }, x
@@ -145,7 +165,9 @@ def _profiled_equations(jaxpr) -> int:
     `eqns_total` from them instead of counting again)."""
     from jaxtrace_nb._recording._lineprof import LineProfiler
 
-    return sum(own for _, own, _ in LineProfiler(lambda f: False, lambda f, n: f"{f}:{n}").profile(jaxpr))
+    return sum(
+        own for _, own, _ in LineProfiler(lambda f: False, lambda f, n: f"{f}:{n}").profile(jaxpr)
+    )
 
 
 def test_equation_count_agrees_with_jaxs_own_sub_jaxprs():
@@ -157,7 +179,9 @@ def test_equation_count_agrees_with_jaxs_own_sub_jaxprs():
     for _ in range(2):
         for name, program in programs.items():
             jaxpr = jax.make_jaxpr(program)(x).jaxpr
-            assert count_equations(jaxpr, {}) == _jax_equations(jaxpr) == _profiled_equations(jaxpr), name
+            assert (
+                count_equations(jaxpr, {}) == _jax_equations(jaxpr) == _profiled_equations(jaxpr)
+            ), name
 
 
 _KIND_BY_EQUATION = textwrap.dedent("""
@@ -188,8 +212,14 @@ def test_a_sequence_parameter_is_read_in_every_equation():
     """Equinox's filter primitives (lineax's ``linear_solve``) hold a jaxpr in their ``static``
     tuple in some equations only: a first equation without one must not make the primitive
     plain for the rest of the process (a fresh one, so that it is seen first here)."""
-    out = subprocess.run([sys.executable, "-c", _KIND_BY_EQUATION], capture_output=True, text=True, timeout=300,
-                         check=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", _KIND_BY_EQUATION],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    ).stdout.split()
     (matrix_ours, matrix_jax, function_ours, function_jax) = map(int, out)
     assert matrix_ours == matrix_jax and function_ours == function_jax > matrix_jax
 
@@ -204,11 +234,15 @@ def test_every_optional_jaxpr_parameter_of_jax_is_named_so():
     def members(annotation):  # the types of a union: `A | B`, Optional[A], Union[A, B]
         if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
             return members(annotation.left) + members(annotation.right)
-        if isinstance(annotation, ast.Subscript) and ast.unparse(annotation.value).split(".")[-1] in ("Optional",
-                                                                                                      "Union"):
+        if isinstance(annotation, ast.Subscript) and ast.unparse(annotation.value).split(".")[
+            -1
+        ] in ("Optional", "Union"):
             inner = annotation.slice
-            return [t for e in (inner.elts if isinstance(inner, ast.Tuple) else [inner]) for t in members(e)] + \
-                (["None"] if ast.unparse(annotation.value).endswith("Optional") else [])
+            return [
+                t
+                for e in (inner.elts if isinstance(inner, ast.Tuple) else [inner])
+                for t in members(e)
+            ] + (["None"] if ast.unparse(annotation.value).endswith("Optional") else [])
         return [ast.unparse(annotation).split(".")[-1]]
 
     optional, files = [], 0
@@ -222,7 +256,10 @@ def test_every_optional_jaxpr_parameter_of_jax_is_named_so():
                 types = members(arg.annotation) if arg.annotation is not None else []
                 if "None" in types and {"Jaxpr", "ClosedJaxpr"} & set(types):
                     optional.append((arg.arg, f"{path.name}:{node.lineno}"))
-    assert files > 100 and optional, (files, optional)  # the scan saw JAX, and found Pallas's pallas_jaxpr
+    assert files > 100 and optional, (
+        files,
+        optional,
+    )  # the scan saw JAX, and found Pallas's pallas_jaxpr
     assert [(name, where) for name, where in optional if "jaxpr" not in name] == []
 
 
@@ -269,7 +306,9 @@ def _probe():
 
 
 def test_compile_cost_columns_and_summary(jt, monkeypatch):
-    monkeypatch.setattr(_probe(), "xla_cost_share", float("inf"))  # XLA's figures read at every compile
+    monkeypatch.setattr(
+        _probe(), "xla_cost_share", float("inf")
+    )  # XLA's figures read at every compile
     x = jnp.ones((16, 16))
     jax.jit(_unrolled)(x)
     row = jt.log(internal=False).iloc[0]
@@ -324,8 +363,14 @@ def test_persistent_cache_hit_is_marked(tmp_path):
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     runs = []
     for _ in range(2):
-        out = subprocess.run([sys.executable, "-c", _CHILD, str(tmp_path / "cache")], env=env,
-                             capture_output=True, text=True, timeout=120, check=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", _CHILD, str(tmp_path / "cache")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
         lines = out.strip().splitlines()
         runs.append((json.loads(lines[-2]), json.loads(lines[-1])))
     (first, first_summary), (second, second_summary) = runs
@@ -352,7 +397,11 @@ def test_xla_figures_are_read_only_where_their_predicted_cost_fits_the_share(jt,
     monkeypatch.setattr(probe.measurer, "_xla_reads", XlaReads(prior=(costly, free)))
     jax.jit(lambda p: jax.tree.map(lambda a: a * 4, p))(params)
     bytes_only = jt.log(internal=False).iloc[-1]
-    assert pd_isna(bytes_only["flops"]) and bytes_only["arg_bytes"] == 8 * 2 * 4 and bytes_only["out_bytes"] > 0
+    assert (
+        pd_isna(bytes_only["flops"])
+        and bytes_only["arg_bytes"] == 8 * 2 * 4
+        and bytes_only["out_bytes"] > 0
+    )
 
 
 _UNTRACED_COMPILE = textwrap.dedent("""
@@ -373,9 +422,22 @@ _UNTRACED_COMPILE = textwrap.dedent("""
 def test_a_compile_without_a_recorded_trace_is_read_when_the_share_has_no_bound():
     """Its program's size is unknown (the trace was a hit of JAX's tracing cache): no prediction
     bounds the read, so it is read only with ``xla_cost_share = inf`` (as the README says)."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    runs = [subprocess.run([sys.executable, "-c", _UNTRACED_COMPILE, share], capture_output=True, text=True,
-                           timeout=300, check=True, env=env).stdout.split() for share in ("0.005", "inf")]
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+    }
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", _UNTRACED_COMPILE, share],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=True,
+            env=env,
+        ).stdout.split()
+        for share in ("0.005", "inf")
+    ]
     (bounded, unbounded) = runs
     assert bounded == ["compile", "None", "None"]
     assert unbounded[:2] == ["compile", str(16 * 4)] and float(unbounded[2]) >= 0
@@ -393,7 +455,11 @@ class _Executable:
 
     def get_compiled_memory_stats(self):
         self.clock[0] += self.bytes_s
-        return type("Stats", (), {"argument_size_in_bytes": 1, "output_size_in_bytes": 2, "temp_size_in_bytes": 3})
+        return type(
+            "Stats",
+            (),
+            {"argument_size_in_bytes": 1, "output_size_in_bytes": 2, "temp_size_in_bytes": 3},
+        )
 
 
 def test_xla_reads_predict_each_figure_from_a_fixed_and_a_per_equation_cost():
@@ -401,13 +467,22 @@ def test_xla_reads_predict_each_figure_from_a_fixed_and_a_per_equation_cost():
 
     clock = [0.0]
     reads = _cost.XlaReads(clock=lambda: clock[0])
-    for points, (fixed, rate) in zip(_cost.XLA_READ_PRIOR, reads.lines):  # near the prior's two reads
-        # (the bytes' line through them would be negative at no equation: through the origin instead)
-        assert all(0.99 * t <= fixed + rate * n <= 1.5 * t for n, t in points) and fixed >= 0 and rate > 0
+    for points, (fixed, rate) in zip(
+        _cost.XLA_READ_PRIOR, reads.lines
+    ):  # near the prior's two reads
+        # (the bytes' line through them would be negative at no equation: through the origin
+        # instead)
+        assert (
+            all(0.99 * t <= fixed + rate * n <= 1.5 * t for n, t in points)
+            and fixed >= 0
+            and rate > 0
+        )
     line = ((10, 1.0e-3 + 10e-6), (1000, 1.0e-3 + 1000e-6))  # 1 ms fixed, 1 µs an equation
     reads = _cost.XlaReads(prior=(line, line), clock=lambda: clock[0])
     assert reads.lines[0] == (pytest.approx(1e-3), pytest.approx(1e-6))
-    assert reads.plan(100, budget_s=2.3e-3) == (True, True) and reads.plan(100, budget_s=2.1e-3) == (True, False)
+    assert reads.plan(100, budget_s=2.3e-3) == (True, True) and reads.plan(
+        100, budget_s=2.1e-3
+    ) == (True, False)
     assert reads.plan(100, budget_s=1.0e-3) == (False, False)
     # many small programs whose reads cost 1.2 ms each (eager operations, one equation each): their
     # cost goes to the fixed part, not to every equation of a large program (which 1.2 ms an
@@ -441,15 +516,20 @@ def test_may_read_is_false_only_where_no_larger_program_could_be_read(seed):
 
     rng = random.Random(seed)
     for _ in range(200):
-        reads = _cost.XlaReads(prior=tuple(((10, rng.uniform(0, 2e-3)), (1000, rng.uniform(0, 8e-3)))
-                                           for _figure in range(2)))
+        reads = _cost.XlaReads(
+            prior=tuple(
+                ((10, rng.uniform(0, 2e-3)), (1000, rng.uniform(0, 8e-3))) for _figure in range(2)
+            )
+        )
         if rng.random() < 0.2:
             reads.lines = [(rng.uniform(0, 2e-3), rng.uniform(-2e-7, 5e-6)) for _figure in range(2)]
         budget = rng.choice([0.0, rng.uniform(0, 5e-3), float("inf")])
         at_least = rng.randrange(0, 3000)
         if not reads.may_read(at_least, budget):
             assert budget != float("inf") and all(rate >= 0 for _, rate in reads.lines)
-            assert not any(any(reads.plan(n, budget)) for n in range(at_least, at_least + 20_000, 97))
+            assert not any(
+                any(reads.plan(n, budget)) for n in range(at_least, at_least + 20_000, 97)
+            )
         elif budget != float("inf") and all(rate >= 0 for _, rate in reads.lines):
             assert any(reads.plan(at_least, budget))
     falling = _cost.XlaReads()

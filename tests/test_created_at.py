@@ -24,10 +24,12 @@ from jaxtrace_nb._views._report import Report
 from jaxtrace_nb._views._text import render_text
 
 with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)  # Flax 0.12.0 reads `jax.array_ref`, deprecated in JAX 0.8
+    warnings.simplefilter(
+        "ignore", DeprecationWarning
+    )  # Flax 0.12.0 reads `jax.array_ref`, deprecated in JAX 0.8
     from flax import nnx  # noqa: F401  (imported here, once: the script below imports it again)
 
-SCRIPT = '''
+SCRIPT = """
 import functools
 
 import equinox as eqx
@@ -64,7 +66,7 @@ for n in range(2):
 for n in range(2):
     m = nnx.jit(functools.partial(scale, 7.0))  # nnx
     m(jnp.ones(7))
-'''
+"""
 
 
 def _at(path, marker: str) -> str:
@@ -88,12 +90,16 @@ def test_a_jit_re_created_in_a_loop_names_the_line_that_creates_it(script):
     assert f["cause"].tolist() == ["first", "new_function", "new_function"]
     assert f["created_at"].tolist() == [None, _at(path, "created"), _at(path, "created")]
     assert f["call_site"].tolist() == [_at(path, "called")] * 3
-    assert (f"A new function object (re-created at {_at(path, 'created')}, where `f` is assigned): JAX caches "
-            "traces per object" in f["explanation"].iloc[1])
+    assert (
+        f"A new function object (re-created at {_at(path, 'created')}, where `f` is assigned): JAX caches "
+        "traces per object" in f["explanation"].iloc[1]
+    )
     short = short_path(path)
     text = render_text(Report([e for e in w.records if e.call_site == _at(path, "called")], "t"))
-    assert f"· first called at {short}:{_at(path, 'called').rsplit(':')[1]} · created at {short}:" \
-           f"{_at(path, 'created').rsplit(':')[1]}" in text, text
+    assert (
+        f"· first called at {short}:{_at(path, 'called').rsplit(':')[1]} · created at {short}:"
+        f"{_at(path, 'created').rsplit(':')[1]}" in text
+    ), text
 
 
 def test_made_where_it_is_called_names_no_other_line(script):
@@ -106,27 +112,35 @@ def test_made_where_it_is_called_names_no_other_line(script):
 def test_passed_to_a_function_and_assigned_on_two_lines(script):
     path, w, rows = script
     helper = rows[rows["call_site"] == _at(path, "inside a helper")]
-    assert helper["created_at"].tolist() == [_at(path, "assigned here")] * 2  # (the module's variable `g`)
+    assert (
+        helper["created_at"].tolist() == [_at(path, "assigned here")] * 2
+    )  # (the module's variable `g`)
     both = f"{_at(path, 'or here')}, {_at(path, 'or there')}"
     h = rows[rows["created_at"] == both]
     assert len(h) == 2 and "re-created where `h` is assigned: " in h["explanation"].iloc[0]
     last = [e for e in w.records if e.created_at == both][-1:]
     short = short_path(path)
-    assert (f"created at {short}:{_at(path, 'or here').rsplit(':')[1]} or "
-            f"{short}:{_at(path, 'or there').rsplit(':')[1]}") in render_text(Report(last, "t"))
+    assert (
+        f"created at {short}:{_at(path, 'or here').rsplit(':')[1]} or "
+        f"{short}:{_at(path, 'or there').rsplit(':')[1]}"
+    ) in render_text(Report(last, "t"))
 
 
 def test_equinox_and_nnx_wrappers(script):
     path, _, rows = script
     for marker in ("equinox", "nnx"):
-        assert (rows["created_at"] == _at(path, marker)).sum() == 1, marker  # the re-created one; the first: none
+        assert (rows["created_at"] == _at(path, marker)).sum() == 1, (
+            marker
+        )  # the re-created one; the first: none
 
 
 def scale(a, x):
     return x * a
 
 
-@pytest.mark.skipif(sys.version_info >= (3, 13), reason="from 3.13 a function's variables are read (PEP 667)")
+@pytest.mark.skipif(
+    sys.version_info >= (3, 13), reason="from 3.13 a function's variables are read (PEP 667)"
+)
 def test_a_functions_variables_are_not_read_before_python_3_13(jt):
     """Reading a running function's `f_locals` before 3.13 would keep its values alive: not done, and
     the row says no more than JAX's terms allow."""
@@ -164,9 +178,12 @@ class _Touchy:
 
 def test_no_code_of_the_users_objects_runs(jt, tmp_path):
     path = tmp_path / "touchy.py"
-    path.write_text(f"import functools, jax, jax.numpy as jnp\nfrom {__name__} import _Touchy, scale\n"
-                    "touchy = _Touchy()\nfor n in range(2):\n    k = jax.jit(functools.partial(scale, 9.0))\n"
-                    "    k(jnp.ones(8))\n")
+    path.write_text(
+        f"import functools, jax, jax.numpy as jnp\nfrom {__name__} import _Touchy, scale\n"
+        "touchy = _Touchy()\nfor n in range(2):\n    k = "
+        "jax.jit(functools.partial(scale, 9.0))\n"
+        "    k(jnp.ones(8))\n"
+    )
     with jt.watch() as w:
         runpy.run_path(str(path))
     assert _Touchy.touched == 0

@@ -7,10 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from _support import rows
 from IPython.core.displaypub import CapturingDisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
-
-from _support import rows
 
 
 def test_trace_context_change(jt):

@@ -95,7 +95,12 @@ def test_vmap_of_jit_new_batch_size_is_a_compile_with_its_cause(jt):
     first_compile, second = mine.iloc[1], mine.iloc[2]
     assert "traced before recording" not in first_compile.explanation
     assert "ahead-of-time" not in first_compile.explanation
-    assert (second.cause, second.leaf, second.before, second.after) == ("shape", "x", "f32[4,3]", "f32[5,3]")
+    assert (second.cause, second.leaf, second.before, second.after) == (
+        "shape",
+        "x",
+        "f32[4,3]",
+        "f32[5,3]",
+    )
     assert "vmap" in second.explanation
 
 
@@ -122,7 +127,11 @@ def test_optional_argument_of_plain_jit_gets_no_optax_hint(jt):
     f(jnp.ones(2), None)
     e = last(jt, ".f")
     assert (e.cause, e.leaf, e.before, e.after) == ("structure", "bias", "f32[2]", "None")
-    assert "optax" not in e.hint.lower() and "equinox" not in e.hint.lower() and "optim.init" not in e.hint
+    assert (
+        "optax" not in e.hint.lower()
+        and "equinox" not in e.hint.lower()
+        and "optim.init" not in e.hint
+    )
 
 
 def test_equinox_static_field_hint_names_the_field_mechanism(jt):
@@ -150,7 +159,11 @@ def test_bool_that_drives_python_control_flow_is_expected_per_value(jt):
     f(jnp.ones(2), True)
     e = last(jt, ".f")
     assert (e.cause, e.leaf, e.before, e.after) == ("static", "inference", "False", "True")
-    assert "once for each distinct value" in e.hint and "expected" in e.hint and "jnp.asarray" not in e.hint
+    assert (
+        "once for each distinct value" in e.hint
+        and "expected" in e.hint
+        and "jnp.asarray" not in e.hint
+    )
 
 
 def test_dtype_change_deep_in_optimizer_state_points_at_init(jt):
@@ -167,7 +180,9 @@ def test_dtype_change_deep_in_optimizer_state_points_at_init(jt):
     step(params, state16)
     e = last(jt, ".step")
     assert e.cause == "dtype" and e.leaf.startswith("opt_state[0].mu") and e.leaf.endswith("['w']")
-    assert "init" in e.hint and "jnp.asarray(opt_state" not in e.hint and "ScaleByAdamState" in e.hint
+    assert (
+        "init" in e.hint and "jnp.asarray(opt_state" not in e.hint and "ScaleByAdamState" in e.hint
+    )
 
 
 def test_device_in_trace_context_is_named_like_the_user_knows_it(jt):
@@ -197,7 +212,12 @@ def test_list_instead_of_array_is_one_change_at_the_argument(jt):
     take(jnp.arange(4.0), jnp.array([0, 1]))
     take(jnp.arange(4.0), [0, 1])
     e = last(jt, ".take")
-    assert (e.cause, e.leaf, e.before, e.after) == ("structure", "indices", "i32[2]", "list of 2 Python ints")
+    assert (e.cause, e.leaf, e.before, e.after) == (
+        "structure",
+        "indices",
+        "i32[2]",
+        "list of 2 Python ints",
+    )
     assert "Also changed" not in e.explanation
 
 

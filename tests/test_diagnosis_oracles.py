@@ -14,12 +14,18 @@ import dataclasses
 import jax
 import pytest
 
-from jaxtrace_nb._diagnosis._diagnose import Diagnosis, InvariantError, checked, diagnose, diagnose_compile
-from jaxtrace_nb._keys._jax_tree import handle
-from jaxtrace_nb._keys._signature import Signature, array_leaf, node_leaf, static_leaf
 from jaxtrace_nb._core._values import summarize_static
 from jaxtrace_nb._core._vocabulary import LoweringKind
 from jaxtrace_nb._core._witness import Witness
+from jaxtrace_nb._diagnosis._diagnose import (
+    Diagnosis,
+    InvariantError,
+    checked,
+    diagnose,
+    diagnose_compile,
+)
+from jaxtrace_nb._keys._jax_tree import handle
+from jaxtrace_nb._keys._signature import Signature, array_leaf, node_leaf, static_leaf
 
 PARTS = (("function", 1), ("inputs", 2), ("debug info", 3))
 
@@ -80,10 +86,15 @@ class _Holder:  # stands for JAX's FlatTree: what `JaxTree` holds weakly
 def test_a_node_data_change_only_jaxs_treedef_shows_is_named_from_it():
     """The leaves read the same, JAX's treedefs differ in a node's data: the diagnosis is JAX's
     treedef comparison, before → after as the test changed it. (mutant `_same_key__mutmut_9`)"""
-    before, after = (_Holder(jax.tree_util.tree_structure(((_Box(1.0, tag),), {}))) for tag in (3, 4))
+    before, after = (
+        _Holder(jax.tree_util.tree_structure(((_Box(1.0, tag),), {}))) for tag in (3, 4)
+    )
     leaf = array_leaf((), "float32")
-    new = _sig({"box.x": leaf}, key_parts=(("function", 1), ("inputs", 9), ("debug info", 3)),
-               tree_ref=handle(after))
+    new = _sig(
+        {"box.x": leaf},
+        key_parts=(("function", 1), ("inputs", 9), ("debug info", 3)),
+        tree_ref=handle(after),
+    )
     d = diagnose(new, [_sig({"box.x": leaf}, tree_ref=handle(before))])
     assert (d.cause, d.before, d.after) == ("static", "3", "4")
     assert "JAX's treedef equality finds the node data different: 3 → 4" in d.explanation
@@ -94,6 +105,7 @@ def test_a_node_data_change_only_jaxs_treedef_shows_is_named_from_it():
 def test_a_function_passed_as_the_argument_it_is_names_both_objects():
     """`eqx.filter_jit(f)(...)` sees `f` as an argument leaf: a new object there is `new_function`,
     before → after the two objects, one leaf apart. (mutants `_new_function__mutmut_30`, `_34`)"""
+
     def f():
         pass
 
@@ -105,7 +117,11 @@ def test_a_function_passed_as_the_argument_it_is_names_both_objects():
     new = Signature(("id", 1), (), {"fn": _static(g), "x": x}, "fn")
     d = diagnose(new, [old])
     assert (d.cause, d.leaf, d.distance) == ("new_function", "fn", 1)
-    assert d.before == old.leaves["fn"].text and d.after == new.leaves["fn"].text and d.before != d.after
+    assert (
+        d.before == old.leaves["fn"].text
+        and d.after == new.leaves["fn"].text
+        and d.before != d.after
+    )
 
 
 # ------------------------------------------------------------ compiles without a new trace
@@ -145,11 +161,26 @@ def test_a_witness_and_a_plain_token_are_two_programs():
     assert d.cause == "first" and d.explanation.startswith("First compile of another program")
 
 
-@pytest.mark.parametrize("kind, traced, opening", [
-    (LoweringKind.DERIVED, True, "First compile of a program JAX derived from this function by differentiation"),
-    (LoweringKind.LOWERING, True, "First compile of another program under this function's name"),
-    (LoweringKind.LOWERING, False, "Compiled without a new trace: the function was traced before recording started"),
-])
+@pytest.mark.parametrize(
+    "kind, traced, opening",
+    [
+        (
+            LoweringKind.DERIVED,
+            True,
+            "First compile of a program JAX derived from this function by differentiation",
+        ),
+        (
+            LoweringKind.LOWERING,
+            True,
+            "First compile of another program under this function's name",
+        ),
+        (
+            LoweringKind.LOWERING,
+            False,
+            "Compiled without a new trace: the function was traced before recording started",
+        ),
+    ],
+)
 def test_a_compile_of_another_program_keeps_its_fields(kind, traced, opening):
     """(mutant `_other_program__mutmut_84`: the fields shifted by one)"""
     new = _lowering(2, {"x": array_leaf((2,), "float32")}, kind)
@@ -211,15 +242,20 @@ def test_a_leaf_added_or_removed_shows_its_own_text_and_absent(jt, gone):
 
     f = jax.jit(lambda d: sum(v.sum() for v in d.values()))
     small, large = {"w": jnp.ones(2)}, {"w": jnp.ones(2), "v": jnp.ones((2, 3), jnp.int32)}
-    for d in ((large, small) if gone else (small, large)):
+    for d in (large, small) if gone else (small, large):
         f(d)
     e = _last(jt)
     assert (e["cause"], e["leaf"]) == ("structure", "d['v']")
-    assert (e["before"], e["after"]) == (("i32[2,3]", "(absent)") if gone else ("(absent)", "i32[2,3]"))
+    assert (e["before"], e["after"]) == (
+        ("i32[2,3]", "(absent)") if gone else ("(absent)", "i32[2,3]")
+    )
 
 
-@pytest.mark.parametrize("values", [(-1, -2), (tuple(range(20)), tuple(range(1, 21)))],
-                         ids=["ints whose hashes collide", "a tuple too long to hold"])
+@pytest.mark.parametrize(
+    "values",
+    [(-1, -2), (tuple(range(20)), tuple(range(1, 21)))],
+    ids=["ints whose hashes collide", "a tuple too long to hold"],
+)
 def test_a_static_value_jax_finds_changed_is_named_even_where_hashes_say_equal(jt, values):
     """JAX's ``==`` decides: -1 and -2 hash alike in CPython (our witness holds small values and
     compares them); a 20-item tuple is not held (only its hash is kept, and it differs). (mutants
@@ -250,6 +286,7 @@ def test_a_dict_in_a_node_s_data_reads_as_python_prints_it():
 
 def test_a_static_method_is_named_by_its_qualified_name():
     """(mutant `_callable_name__mutmut_11`: the bare `__name__`)"""
+
     class Model:
         def forward(self):
             return 0
@@ -264,8 +301,10 @@ def test_a_module_that_defines_a_function_again_says_both_lines(jt, tmp_path, mo
     import importlib
     import inspect
 
-    (tmp_path / "twice.py").write_text("import jax\n\ndef f(x):\n    return x + 1\n\nfirst = jax.jit(f)\n\n"
-                                       "def f(x):\n    return x + 2\n\nsecond = jax.jit(f)\n")
+    (tmp_path / "twice.py").write_text(
+        "import jax\n\ndef f(x):\n    return x + 1\n\nfirst = jax.jit(f)\n\n"
+        "def f(x):\n    return x + 2\n\nsecond = jax.jit(f)\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     twice = importlib.import_module("twice")
     twice.first(1.0)
@@ -273,7 +312,10 @@ def test_a_module_that_defines_a_function_again_says_both_lines(jt, tmp_path, mo
     e = _last(jt)
     lines = [inspect.getsourcelines(g)[1] for g in (twice.first, twice.second)]
     assert e["cause"] == "new_function"
-    assert f"re-defined at {twice.__file__}:{lines[1]}, was {twice.__file__}:{lines[0]}" in e["explanation"]
+    assert (
+        f"re-defined at {twice.__file__}:{lines[1]}, was {twice.__file__}:{lines[0]}"
+        in e["explanation"]
+    )
 
 
 def test_a_function_made_again_by_a_later_cell_names_both_cells(shell):
@@ -312,7 +354,10 @@ def test_a_compile_without_a_trace_names_its_leaf_as_the_user_passed_it(jt):
     f(jax.device_put(jnp.ones(3), jax.devices()[0]), 2)  # committed: compiled again, not traced
     e = _last(jt)
     assert (e["kind"], e["cause"], e["leaf"]) == ("compile", "sharding", "model_x")
-    assert (e["before"], e["after"]) == ("uncommitted", f"committed to {jax.devices()[0].platform}:0")
+    assert (e["before"], e["after"]) == (
+        "uncommitted",
+        f"committed to {jax.devices()[0].platform}:0",
+    )
 
 
 def test_a_function_keeps_its_budget_of_signatures():
@@ -320,7 +365,11 @@ def test_a_function_keeps_its_budget_of_signatures():
     (mutant `keep__mutmut_1`: every signature kept)"""
     import collections
 
-    from jaxtrace_nb._recording._functions import LEAF_BUDGET_PER_FUNCTION, SIGNATURES_PER_FUNCTION, keep
+    from jaxtrace_nb._recording._functions import (
+        LEAF_BUDGET_PER_FUNCTION,
+        SIGNATURES_PER_FUNCTION,
+        keep,
+    )
 
     leaf = array_leaf((2,), "float32")
     kept: collections.deque = collections.deque()

@@ -14,12 +14,27 @@ import random
 
 import pytest
 
-from jaxtrace_nb._diagnosis._diagnose import FIRST, diagnose
-from jaxtrace_nb._keys._signature import NONE_LEAF, Signature, array_leaf, closest, diff_leaves, static_leaf
 from jaxtrace_nb._core._values import summarize_static
+from jaxtrace_nb._diagnosis._diagnose import FIRST, diagnose
+from jaxtrace_nb._keys._signature import (
+    NONE_LEAF,
+    Signature,
+    array_leaf,
+    closest,
+    diff_leaves,
+    static_leaf,
+)
 
 SHORT = {"float32": "f32", "float16": "f16", "int32": "i32", "bfloat16": "bf16", "float64": "f64"}
-PATHS = ["x", "params['w']", "params['b']", "batch[0]", "batch[1].mask", "n", "opt_state[0].mu['w']"]
+PATHS = [
+    "x",
+    "params['w']",
+    "params['b']",
+    "batch[0]",
+    "batch[1].mask",
+    "n",
+    "opt_state[0].mu['w']",
+]
 
 
 def _text(spec) -> str:
@@ -42,14 +57,20 @@ def _leaf(spec):
 
 
 def _signature(specs: dict, fun: int = 1) -> Signature:
-    return Signature(("id", fun), (), {path: _leaf(spec) for path, spec in specs.items()}, None, "jit")
+    return Signature(
+        ("id", fun), (), {path: _leaf(spec) for path, spec in specs.items()}, None, "jit"
+    )
 
 
 def _random_spec(rng):
     r = rng.random()
     if r < 0.65:
-        return ("array", tuple(rng.randint(1, 4) for _ in range(rng.randint(0, 3))),
-                rng.choice(["float32", "int32", "bfloat16"]), rng.random() < 0.2)
+        return (
+            "array",
+            tuple(rng.randint(1, 4) for _ in range(rng.randint(0, 3))),
+            rng.choice(["float32", "int32", "bfloat16"]),
+            rng.random() < 0.2,
+        )
     if r < 0.9:
         return ("static", rng.randint(0, 9))
     return ("none",)
@@ -64,7 +85,12 @@ def _change(rng, spec):
         what = rng.choice(options)
         if what == "shape":
             i = rng.randrange(len(shape))
-            return ("array", shape[:i] + (shape[i] + rng.randint(1, 3),) + shape[i + 1:], dtype, weak), "shape"
+            return (
+                "array",
+                shape[:i] + (shape[i] + rng.randint(1, 3),) + shape[i + 1 :],
+                dtype,
+                weak,
+            ), "shape"
         if what == "dtype":
             return ("array", shape, "float16" if dtype != "float16" else "float64", weak), "dtype"
         if what == "weak_type":
@@ -99,7 +125,12 @@ def test_the_diagnosis_is_the_change_applied(seed):
     previous = [_signature(s) for s in older] + [_signature(specs)]
     random.Random(seed).shuffle(previous)  # the closest one wins wherever it is
     d = diagnose(_signature(new), previous)
-    assert (d.cause, d.leaf, d.before, d.after) == (cause, path, _text(specs[path]), _text(new[path])), (specs, new)
+    assert (d.cause, d.leaf, d.before, d.after) == (
+        cause,
+        path,
+        _text(specs[path]),
+        _text(new[path]),
+    ), (specs, new)
     assert path in d.explanation
 
 
@@ -107,7 +138,9 @@ def test_the_diagnosis_is_the_change_applied(seed):
 def test_the_diff_holds_the_changed_leaf_and_nothing_else(seed):
     specs, new, _, path, _ = case(seed)
     changes = diff_leaves(_signature(new), _signature(specs))
-    assert [(c.path, c.old.text, c.new.text) for c in changes] == [(path, _text(specs[path]), _text(new[path]))]
+    assert [(c.path, c.old.text, c.new.text) for c in changes] == [
+        (path, _text(specs[path]), _text(new[path]))
+    ]
     assert diff_leaves(_signature(specs), _signature(dict(specs))) == []
 
 
@@ -140,16 +173,26 @@ def test_a_sharded_leaf_shows_each_axis_and_its_change(seed):
         return f"{short}[{','.join(f'{d}@{a}' if a else str(d) for d, a in zip(shape, ax))}]"
 
     i = rng.randrange(len(shape))
-    changed = axes[:i] + ("z" if axes[i] != "z" else "x",) + axes[i + 1:]
-    before, after = array_leaf(shape, dtype, sharding=axes), array_leaf(shape, dtype, sharding=changed)
+    changed = axes[:i] + ("z" if axes[i] != "z" else "x",) + axes[i + 1 :]
+    before, after = (
+        array_leaf(shape, dtype, sharding=axes),
+        array_leaf(shape, dtype, sharding=changed),
+    )
     assert (before.text, after.text) == (text(axes), text(changed))
-    sig = lambda leaf: Signature(("id", 1), (), {"x": leaf, "n": static_leaf(summarize_static(3), value=3)}, None, "jit")
-    assert [(c.path, c.old.text, c.new.text) for c in diff_leaves(sig(after), sig(before))] == \
-        [("x", text(axes), text(changed))]
+    sig = lambda leaf: Signature(
+        ("id", 1), (), {"x": leaf, "n": static_leaf(summarize_static(3), value=3)}, None, "jit"
+    )
+    assert [(c.path, c.old.text, c.new.text) for c in diff_leaves(sig(after), sig(before))] == [
+        ("x", text(axes), text(changed))
+    ]
 
 
 def test_two_hints_keep_both_ids():
     from jaxtrace_nb._diagnosis._diagnose import join_ids
 
-    assert [join_ids("a", "b"), join_ids(None, "b"), join_ids("a", None), join_ids(None, None)] == \
-        ["a,b", "b", "a", None]
+    assert [join_ids("a", "b"), join_ids(None, "b"), join_ids("a", None), join_ids(None, None)] == [
+        "a,b",
+        "b",
+        "a",
+        None,
+    ]

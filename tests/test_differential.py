@@ -18,10 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from _support import explained_misses, run_program, without_and_with_recording
 
 import jaxtrace_nb as jt
 from jaxtrace_nb._recording._session import get_session
-from _support import explained_misses, run_program, without_and_with_recording
 
 CORPUS = {}
 
@@ -64,7 +64,7 @@ def jit_static_argnums(r):
     @functools.partial(jax.jit, static_argnums=(1,))
     def f(x, n):
         r.body("f")
-        return x ** n
+        return x**n
 
     r.jit("f", f)
     for n in (1, 2, 2, 3, 1):
@@ -218,7 +218,7 @@ def jit_grad_vmap(r):
     xs = jnp.linspace(0, 1, 12).reshape(4, 3)
     r.step("step", lambda: step(w, xs))
     r.step("step again", lambda: step(w * 2, xs))
-    r.step("hessian", lambda: jax.jit(jax.hessian(lambda v: jnp.sum(v ** 3)))(jnp.ones(3)))
+    r.step("hessian", lambda: jax.jit(jax.hessian(lambda v: jnp.sum(v**3)))(jnp.ones(3)))
 
 
 @program
@@ -367,8 +367,12 @@ def prng_keys(r):
     r.step("typed key again", lambda: s(jax.random.key(1), 3))
     r.step("raw key", lambda: s(jax.random.PRNGKey(0), 3))
     r.step("threefry impl", lambda: s(jax.random.key(2, impl="threefry2x32"), 4))
-    r.step("vmapped keys", lambda: jax.jit(jax.vmap(lambda k: jax.random.bits(k, (2,))))(
-        jax.random.split(jax.random.key(5), 3)))
+    r.step(
+        "vmapped keys",
+        lambda: jax.jit(jax.vmap(lambda k: jax.random.bits(k, (2,))))(
+            jax.random.split(jax.random.key(5), 3)
+        ),
+    )
 
 
 @program
@@ -534,7 +538,9 @@ def eqx_optax_training(r):
     for i in range(3):
         model, opt_state, loss = step(model, opt_state, x, y)
         losses.append(loss)
-        r.step(f"step {i}", lambda m=model, s=opt_state, l=loss: (eqx.filter(m, eqx.is_array), s, l))
+        r.step(
+            f"step {i}", lambda m=model, s=opt_state, l=loss: (eqx.filter(m, eqx.is_array), s, l)
+        )
     r.step("new batch shape", lambda: step(model, opt_state, x[:2], y[:2])[2])
 
 
@@ -585,14 +591,18 @@ def jit_many_leaves_and_eager_ops(r):
 
     r.jit("f", f)
     r.step("200 leaves", lambda: f([jnp.full((2,), i, jnp.float32) for i in range(200)]))
-    r.step("eager ops", lambda: (jnp.ones(3)[1:] * 2, jnp.cumsum(jnp.arange(5)), jnp.sort(jnp.ones(4))))
+    r.step(
+        "eager ops", lambda: (jnp.ones(3)[1:] * 2, jnp.cumsum(jnp.arange(5)), jnp.sort(jnp.ones(4)))
+    )
     r.step("x64 numpy to eager", lambda: jnp.asarray(np.ones(3)) + np.float64(1.0))
 
 
 @pytest.mark.parametrize("name", sorted(CORPUS))
 def test_same_results_with_and_without_recording(name):
     faults_before = jt.faults()
-    (without, _), (with_recording, r), events = without_and_with_recording(lambda: run_program(CORPUS[name]))
+    (without, _), (with_recording, r), events = without_and_with_recording(
+        lambda: run_program(CORPUS[name])
+    )
     assert with_recording == without
     assert jt.faults() == faults_before
     traces = events[(events["kind"] == "trace") & ~events["nested"]]

@@ -58,12 +58,18 @@ def test_the_closest_key_is_searched_among_all_keys_not_the_last_eight(jt):
     rows = _rows(jt, "step")
     assert len(rows) == count.n == 10
     last = rows[-1]
-    assert (last["cause"], last["leaf"], last["before"], last["after"]) == ("static", "train", "True", "False")
+    assert (last["cause"], last["leaf"], last["before"], last["after"]) == (
+        "static",
+        "train",
+        "True",
+        "False",
+    )
     assert "pad" not in (last["hint"] or "")
 
 
 def test_many_keys_a_static_change_is_found_whichever_key_it_matches(jt):
     """100 shapes; then the 37th shape with the other flag: the only key one component away is #37."""
+
     @functools.partial(jax.jit, static_argnums=1)
     def step(x, flag):
         return x + 1 if flag else x
@@ -145,6 +151,7 @@ def test_after_f_clear_cache_the_keys_jax_dropped_are_not_compared_as_held(jt):
 def test_another_function_gone_or_a_failed_trace_is_not_an_emptied_cache(jt):
     """JAX's cache loses entries when another function object dies, and a trace that raises leaves
     none: neither empties `f`'s keys."""
+
     @jax.jit
     def f(x):
         return x + 1
@@ -166,8 +173,12 @@ def test_a_hash_colliding_static_is_not_unknown_while_the_function_lives(jt):
     f(jnp.ones(2), np.int64(-1))
     f(jnp.ones(2), np.int64(-2))
     last = _rows(jt)[-1]
-    assert (last["cause"], last["leaf"], last["before"], last["after"]) == \
-        ("static", "s", "np.int64(-1)", "np.int64(-2)")
+    assert (last["cause"], last["leaf"], last["before"], last["after"]) == (
+        "static",
+        "s",
+        "np.int64(-1)",
+        "np.int64(-2)",
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -287,6 +298,7 @@ def test_an_ordered_dict_static_shows_its_contents(jt):
 def test_equally_close_keys_are_named_and_jax_breaks_the_tie(jt):
     """(x f32[2], True), (x f32[3], False), then (x f32[3], True): one component from each earlier
     key. JAX's explainer ranks a pytree (static) difference before a type difference."""
+
     @functools.partial(jax.jit, static_argnums=1)
     def step(x, train):
         return x
@@ -329,7 +341,10 @@ def test_a_library_static_field_gets_no_instruction_to_make_it_traced(jt):
     last = _rows(jt, "solve")[-1]
     assert (last["cause"], last["leaf"]) == ("static", "op.tags")
     assert last["hint_ids"] == "static.library_field"
-    assert (last["before"], last["after"]) == ("frozenset({})", "frozenset({positive_semidefinite_tag})")
+    assert (last["before"], last["after"]) == (
+        "frozenset({})",
+        "frozenset({positive_semidefinite_tag})",
+    )
     assert "ordinary field" not in last["hint"] and "array" not in last["hint"]
 
 
@@ -342,7 +357,9 @@ def test_a_retrace_made_by_its_callers_retrace_says_so_and_gives_no_fix(jt):
 
     @jax.jit
     def solve(y0, ts):
-        return diffrax.diffeqsolve(term, diffrax.Tsit5(), 0.0, 1.0, 0.1, y0, saveat=diffrax.SaveAt(ts=ts)).ys
+        return diffrax.diffeqsolve(
+            term, diffrax.Tsit5(), 0.0, 1.0, 0.1, y0, saveat=diffrax.SaveAt(ts=ts)
+        ).ys
 
     solve(jnp.ones(2), jnp.linspace(0, 1, 5))
     solve(jnp.ones(2), jnp.linspace(0, 1, 7))
@@ -375,8 +392,10 @@ def test_penzai_named_axes_show_their_names(jt):
     f(pz.nx.wrap(jnp.ones((2, 3))).tag("batch", "feat"))
     last = _rows(jt, "f")[-1]
     assert (last["cause"], last["leaf"]) == ("static", "a.named_axes")
-    assert (last["before"], last["after"]) == ("OrderedDict({'batch': 2, 'seq': 3})",
-                                               "OrderedDict({'batch': 2, 'feat': 3})")
+    assert (last["before"], last["after"]) == (
+        "OrderedDict({'batch': 2, 'seq': 3})",
+        "OrderedDict({'batch': 2, 'feat': 3})",
+    )
 
 
 def test_the_sessions_bound_drops_keys_jax_no_longer_holds_first():
@@ -384,8 +403,8 @@ def test_the_sessions_bound_drops_keys_jax_no_longer_holds_first():
     keeps the most, which counts them as forgotten (its explanations say a closer key may exist)."""
     import weakref
 
-    from jaxtrace_nb._recording._functions import FunctionState, KeptKey, KeyBudget
     from jaxtrace_nb._keys._signature import Signature, array_leaf
+    from jaxtrace_nb._recording._functions import FunctionState, KeptKey, KeyBudget
 
     class Fn:
         pass
@@ -405,5 +424,7 @@ def test_the_sessions_bound_drops_keys_jax_no_longer_holds_first():
     for n in range(11, 15):
         budget.added(big.add_key(KeptKey(sig, ref, 1, n)), functions, 1)
     assert budget.leaves <= 100 and big.forgotten == 2  # held keys dropped, oldest first: forgotten
-    assert [k.trace_number for k in big.keys] == [7, 8, 9, 10, 11, 12, 13, 14] and len(small.keys) == 1
+    assert [k.trace_number for k in big.keys] == [7, 8, 9, 10, 11, 12, 13, 14] and len(
+        small.keys
+    ) == 1
     assert big.kept_leaves == 10 * len(big.keys)

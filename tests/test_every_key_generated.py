@@ -24,7 +24,16 @@ class Slotted:
     a: int
 
 
-STATICS = [np.int64(-1), np.int64(-2), 1, 2, Slotted(1), Slotted(2), tuple(range(20)), tuple(range(19)) + (-1,)]
+STATICS = [
+    np.int64(-1),
+    np.int64(-2),
+    1,
+    2,
+    Slotted(1),
+    Slotted(2),
+    tuple(range(20)),
+    tuple(range(19)) + (-1,),
+]
 SHAPES = [1, 2, 3]
 DTYPES = ["float32", "int32"]
 FLAGS = [True, False]
@@ -36,7 +45,9 @@ def _differences(key, other) -> set:
     found = set()
     if (shape, dtype) != (shape2, dtype2):
         found.add("x")
-    if STATICS[s] is not STATICS[s2] and not (type(STATICS[s]) is type(STATICS[s2]) and STATICS[s] == STATICS[s2]):
+    if STATICS[s] is not STATICS[s2] and not (
+        type(STATICS[s]) is type(STATICS[s2]) and STATICS[s] == STATICS[s2]
+    ):
         found.add("s")
     if flag != flag2:
         found.add("flag")
@@ -49,7 +60,9 @@ def _expected(key, held: list, earlier: list, new_object: bool):
         return {"first"}, {None}, False
     if new_object:
         return {"new_function"}, {None}, False
-    pool = held or earlier  # JAX compares with the keys it holds; with none, the object's it held before
+    pool = (
+        held or earlier
+    )  # JAX compares with the keys it holds; with none, the object's it held before
     distances = [len(_differences(key, k)) for k in pool]
     best = min(distances)
     if best == 0:
@@ -75,7 +88,8 @@ def test_random_call_sequences_are_judged_against_every_key_jax_holds(jt, seed):
     from jaxtrace_nb._recording._session import get_session
 
     # JAX 0.8's tracing cache (`lu.cache`) has no counter that shows `jax.clear_caches()`: there
-    # jaxtrace_nb takes the keys a clear dropped as still held (docs/design.md), and so does the model.
+    # jaxtrace_nb takes the keys a clear dropped as still held (docs/design.md), and so does the
+    # model.
     clears_seen = get_session().probe.internals.trace_cache_info is not None
     # JAX 0.8 has no counter `f.clear_cache()` moves either, nor a list of its cache's keys.
     evictions_seen = get_session().probe.internals.trace_cache_holders is not None
@@ -96,7 +110,12 @@ def test_random_call_sequences_are_judged_against_every_key_jax_holds(jt, seed):
             f.clear_cache()
             own += 1
             continue
-        key = (rng.choice(SHAPES), rng.choice(DTYPES), rng.randrange(len(STATICS)), rng.choice(FLAGS))
+        key = (
+            rng.choice(SHAPES),
+            rng.choice(DTYPES),
+            rng.randrange(len(STATICS)),
+            rng.choice(FLAGS),
+        )
         held = [k for g, o, e, k in history if g == generation and o == obj and e == own]
         will_trace = not any(not _differences(key, k) for k in held)
         before = traces[0]
@@ -109,11 +128,21 @@ def test_random_call_sequences_are_judged_against_every_key_jax_holds(jt, seed):
             emptied = not held and not new_object and not cleared and bool(same_object)
             same_generation = [k for g, o, _, k in history if o == obj and g == generation]
             seen_held = held if evictions_seen else same_generation if clears_seen else same_object
-            expected.append((key, _expected(key, seen_held, same_object or [k for _, _, _, k in history], new_object),
-                             cleared, emptied))
+            expected.append(
+                (
+                    key,
+                    _expected(
+                        key, seen_held, same_object or [k for _, _, _, k in history], new_object
+                    ),
+                    cleared,
+                    emptied,
+                )
+            )
             history.append((generation, obj, own, key))
     df = jt.log()
-    rows = df[(df["kind"] == "trace") & ~df["internal"] & df["function"].str.endswith("f")].to_dict("records")
+    rows = df[(df["kind"] == "trace") & ~df["internal"] & df["function"].str.endswith("f")].to_dict(
+        "records"
+    )
     assert len(rows) == traces[0] == len(expected)
     for row, (key, (causes, leaves, _), cleared, emptied) in zip(rows, expected):
         where = f"seed {seed}, trace #{row['trace_number']} {key}: {row['cause']} at {row['leaf']}: {row['explanation']}"

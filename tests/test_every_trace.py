@@ -47,7 +47,9 @@ def _inventory(jt, function, calls, jax_name):
     `jax_name`, its name to JAX)."""
     misses = _Misses()
     # (JAX 0.8 logs its misses from `jax._src.pjit`, later versions from `partial_eval`)
-    loggers = [logging.getLogger(name) for name in ("jax._src.interpreters.partial_eval", "jax._src.pjit")]
+    loggers = [
+        logging.getLogger(name) for name in ("jax._src.interpreters.partial_eval", "jax._src.pjit")
+    ]
     for logger in loggers:
         logger.addHandler(misses)
     traced = 0
@@ -73,7 +75,10 @@ def _check(jt, function, calls, expected, *, nested=False, jax_name=None):
     assert rows["cause"].tolist()[0] == "first" and "first" not in rows["cause"].tolist()[1:]
     assert not rows["internal"].any() and rows["nested"].tolist() == [nested] * expected
     if not nested:  # each trace's own lowering and compile, paired with it: no compile row apart
-        assert len(events) == expected and rows[["trace_s", "lower_s", "compile_s"]].notna().all().all(), function
+        assert (
+            len(events) == expected
+            and rows[["trace_s", "lower_s", "compile_s"]].notna().all().all()
+        ), function
     return rows
 
 
@@ -86,12 +91,14 @@ TERM = diffrax.ODETerm(_vector_field)
 
 
 def _diffeqsolve(n, max_steps=64):
-    return diffrax.diffeqsolve(TERM, diffrax.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(n), max_steps=max_steps).ys
+    return diffrax.diffeqsolve(
+        TERM, diffrax.Tsit5(), 0.0, 1.0, 0.1, jnp.ones(n), max_steps=max_steps
+    ).ys
 
 
 def _root(y, a):
     COUNT[0] += 1
-    return y ** 2 - a
+    return y**2 - a
 
 
 def _loss(y, a):
@@ -111,18 +118,45 @@ def _operator(n):
 def test_diffeqsolve_called_by_the_user(jt):
     """Diffrax traces eagerly inside ``diffeqsolve``'s own trace (a top-level trace pending among
     library frames only): each of its traces still has its row, the retraces numbered on."""
-    rows = _check(jt, "diffeqsolve", [lambda: _diffeqsolve(11), lambda: _diffeqsolve(11),
-                                      lambda: _diffeqsolve(13), lambda: _diffeqsolve(13, max_steps=32)], 3)
+    rows = _check(
+        jt,
+        "diffeqsolve",
+        [
+            lambda: _diffeqsolve(11),
+            lambda: _diffeqsolve(11),
+            lambda: _diffeqsolve(13),
+            lambda: _diffeqsolve(13, max_steps=32),
+        ],
+        3,
+    )
     assert rows["cause"].tolist() == ["first", "shape", "static"]
     assert rows["leaf"].tolist()[1:] == ["y0", "max_steps"]
 
 
 def test_root_find_and_minimise_called_by_the_user(jt):
     newton, bfgs = optx.Newton(1e-5, 1e-5), optx.BFGS(1e-5, 1e-5)
-    _check(jt, "root_find", [lambda n=n, m=m: optx.root_find(_root, newton, jnp.ones(n), 2.0, max_steps=m, throw=False).value
-                             for n, m in ((11, 16), (11, 16), (13, 16), (13, 8))], 3)
-    _check(jt, "minimise", [lambda n=n, m=m: optx.minimise(_loss, bfgs, jnp.ones(n), 2.0, max_steps=m, throw=False).value
-                            for n, m in ((11, 16), (11, 16), (13, 16), (13, 8))], 3)
+    _check(
+        jt,
+        "root_find",
+        [
+            lambda n=n, m=m: (
+                optx.root_find(_root, newton, jnp.ones(n), 2.0, max_steps=m, throw=False).value
+            )
+            for n, m in ((11, 16), (11, 16), (13, 16), (13, 8))
+        ],
+        3,
+    )
+    _check(
+        jt,
+        "minimise",
+        [
+            lambda n=n, m=m: (
+                optx.minimise(_loss, bfgs, jnp.ones(n), 2.0, max_steps=m, throw=False).value
+            )
+            for n, m in ((11, 16), (11, 16), (13, 16), (13, 8))
+        ],
+        3,
+    )
 
 
 def test_linear_solve_is_the_users_when_called_and_internal_inside_a_library(jt):
@@ -134,8 +168,15 @@ def test_linear_solve_is_the_users_when_called_and_internal_inside_a_library(jt)
     assert len(inside) >= 1 and inside["internal"].all() and inside["nested"].all()
     jt.reset()
     solver = lx.AutoLinearSolver(well_posed=True)
-    _check(jt, "linear_solve", [lambda n=n: lx.linear_solve(_operator(n), jnp.ones(n), solver).value
-                                for n in (11, 11, 13)], 2)
+    _check(
+        jt,
+        "linear_solve",
+        [
+            lambda n=n: lx.linear_solve(_operator(n), jnp.ones(n), solver).value
+            for n in (11, 11, 13)
+        ],
+        2,
+    )
 
 
 def test_equinox_entry_points(jt):
@@ -152,13 +193,18 @@ def test_equinox_entry_points(jt):
     @eqx.filter_jit
     def gradient(x):
         COUNT[0] += 1
-        return eqx.filter_grad(lambda y: jnp.sum(y ** 2))(x)
+        return eqx.filter_grad(lambda y: jnp.sum(y**2))(x)
 
     @eqx.filter_jit
     def looped(x):
         COUNT[0] += 1
-        return eqx.internal.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * 2), (0, x),
-                                       max_steps=8, kind="checkpointed")[1]
+        return eqx.internal.while_loop(
+            lambda c: c[0] < 3,
+            lambda c: (c[0] + 1, c[1] * 2),
+            (0, x),
+            max_steps=8,
+            kind="checkpointed",
+        )[1]
 
     model = eqx.nn.Linear(3, 2, key=jax.random.PRNGKey(0))
 
@@ -171,12 +217,22 @@ def test_equinox_entry_points(jt):
 
     counted = eqx.filter_jit(Counted(model))
 
-    _check(jt, "scaled", [lambda n=n, k=k: scaled(jnp.ones(n), k) for n, k in ((11, 1), (11, 1), (13, 1), (13, 2))], 3)
+    _check(
+        jt,
+        "scaled",
+        [lambda n=n, k=k: scaled(jnp.ones(n), k) for n, k in ((11, 1), (11, 1), (13, 1), (13, 2))],
+        3,
+    )
     _check(jt, "mapped", [lambda n=n: mapped(jnp.ones((n, 2))) for n in (11, 11, 13)], 2)
     _check(jt, "gradient", [lambda n=n: gradient(jnp.ones(n)) for n in (11, 11, 13)], 2)
     _check(jt, "looped", [lambda n=n: looped(jnp.ones(n)) for n in (11, 11, 13)], 2)
-    _check(jt, "Counted.__call__", [lambda n=n: counted(jnp.ones((n, 3))) for n in (11, 11, 13)], 2,
-           jax_name="Counted")
+    _check(
+        jt,
+        "Counted.__call__",
+        [lambda n=n: counted(jnp.ones((n, 3))) for n in (11, 11, 13)],
+        2,
+        jax_name="Counted",
+    )
 
 
 def test_jax_jit_pjit_and_nnx_jit(jt):
@@ -223,7 +279,9 @@ def test_deep_and_nested_calls(jt):
     def outer(y0):
         return diffrax.diffeqsolve(TERM, diffrax.Tsit5(), 0.0, 1.0, 0.1, y0, max_steps=64).ys
 
-    _check(jt, "diffeqsolve", [lambda n=n: outer(jnp.ones(n)) for n in (29, 29, 31)], 2, nested=True)
+    _check(
+        jt, "diffeqsolve", [lambda n=n: outer(jnp.ones(n)) for n in (29, 29, 31)], 2, nested=True
+    )
 
 
 def test_a_library_function_the_user_jitted_inside_the_users_jit(jt):
@@ -236,5 +294,11 @@ def test_a_library_function_the_user_jitted_inside_the_users_jit(jt):
     def outer(y):
         return vector_field(0.0, y, None)
 
-    _check(jt, "ODETerm.vf", [lambda n=n: outer(jnp.ones(n)) for n in (43, 43, 47)], 2, nested=True,
-           jax_name="vf")
+    _check(
+        jt,
+        "ODETerm.vf",
+        [lambda n=n: outer(jnp.ones(n)) for n in (43, 43, 47)],
+        2,
+        nested=True,
+        jax_name="vf",
+    )

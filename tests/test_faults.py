@@ -32,19 +32,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _support import Run, run_program, without_and_with_recording
 
 import jaxtrace_nb as jt
 from jaxtrace_nb import JaxtraceWarning
-from jaxtrace_nb._recording import _drafts
-from jaxtrace_nb._views import _text as _views
-from jaxtrace_nb._log._events import EventLog
-from jaxtrace_nb._recording import _jax_internals
 from jaxtrace_nb._keys import _jax_layouts
+from jaxtrace_nb._log._events import EventLog
+from jaxtrace_nb._recording import _drafts, _jax_internals
 from jaxtrace_nb._recording._decode import Decoder
-from jaxtrace_nb._recording._probe import Probe
 from jaxtrace_nb._recording._lifecycle import Lifecycle
+from jaxtrace_nb._recording._probe import Probe
 from jaxtrace_nb._recording._session import get_session
-from _support import Run, run_program, without_and_with_recording
+from jaxtrace_nb._views import _text as _views
 
 
 @pytest.fixture
@@ -67,7 +66,12 @@ def _boom(*args, **kwargs):
 
 def _inject_binding(mp):
     for layout in (_jax_layouts.FlatTreeLayout, _jax_layouts.FTLayout, _jax_layouts.PjitLayout):
-        for reading in ("begin", "read", "plain_call", "jitted"):  # the arguments JAX passed, whatever the JAX
+        for reading in (
+            "begin",
+            "read",
+            "plain_call",
+            "jitted",
+        ):  # the arguments JAX passed, whatever the JAX
             mp.setattr(layout, reading, _boom)
 
 
@@ -89,7 +93,9 @@ def _inject_diagnosis(mp):
 
 
 def _inject_log(mp):
-    mp.setattr(EventLog, "append", _boom)  # an event handed to the log, at its trace or when the log is read
+    mp.setattr(
+        EventLog, "append", _boom
+    )  # an event handed to the log, at its trace or when the log is read
 
 
 def _inject_event_build(mp):
@@ -129,8 +135,11 @@ def _user_program():
     def broken(x):
         raise ValueError("the user's own error")
 
-    results = [np.asarray(affine(jnp.arange(3.0), 2)), np.asarray(affine(jnp.arange(4.0), 2)),
-               np.asarray(affine(jnp.arange(4.0), jnp.asarray(3, jnp.int8)))]
+    results = [
+        np.asarray(affine(jnp.arange(3.0), 2)),
+        np.asarray(affine(jnp.arange(4.0), 2)),
+        np.asarray(affine(jnp.arange(4.0), jnp.asarray(3, jnp.int8))),
+    ]
     with pytest.raises(ValueError, match="^the user's own error\\n"):
         broken(jnp.ones(2))
     return results
@@ -171,10 +180,17 @@ def test_injected_fault_is_contained_counted_and_reported_once(fresh, monkeypatc
 
     later(jnp.ones(2))
     later(jnp.ones(3))
-    assert [(f, c, None if leaf != leaf else leaf) for f, c, leaf in
-            jt.log(internal=False)[["function", "cause", "leaf"]].values.tolist()] == [
-        ("test_injected_fault_is_contained_counted_and_reported_once.<locals>.later", "first", None),
-        ("test_injected_fault_is_contained_counted_and_reported_once.<locals>.later", "shape", "x")]
+    assert [
+        (f, c, None if leaf != leaf else leaf)
+        for f, c, leaf in jt.log(internal=False)[["function", "cause", "leaf"]].values.tolist()
+    ] == [
+        (
+            "test_injected_fault_is_contained_counted_and_reported_once.<locals>.later",
+            "first",
+            None,
+        ),
+        ("test_injected_fault_is_contained_counted_and_reported_once.<locals>.later", "shape", "x"),
+    ]
 
 
 def test_failure_while_displaying_is_contained(fresh, monkeypatch):
@@ -189,7 +205,9 @@ def test_failure_while_displaying_is_contained(fresh, monkeypatch):
         shell.run_cell("%load_ext jaxtrace_nb")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            result = shell.run_cell("%%tracewatch\nimport jax\nz = jax.jit(lambda x: x + 1)(41.0)\n")
+            result = shell.run_cell(
+                "%%tracewatch\nimport jax\nz = jax.jit(lambda x: x + 1)(41.0)\n"
+            )
             shell.run_cell("%%tracewatch\nz2 = jax.jit(lambda x: x + 2)(40.0)\n")
         assert result.error_in_exec is None and result.error_before_exec is None
         assert float(shell.user_ns["z"]) == 42.0 and float(shell.user_ns["z2"]) == 42.0
@@ -219,8 +237,15 @@ def test_user_traceback_is_unchanged():
             try:
                 fn(jnp.ones(2))
             except ValueError as e:
-                seen.append(([(f.filename, f.lineno, f.name) for f in traceback.extract_tb(e.__traceback__)],
-                             traceback.format_exception_only(e)))
+                seen.append(
+                    (
+                        [
+                            (f.filename, f.lineno, f.name)
+                            for f in traceback.extract_tb(e.__traceback__)
+                        ],
+                        traceback.format_exception_only(e),
+                    )
+                )
         return seen
 
     without, with_recording, _ = without_and_with_recording(failing)
@@ -240,7 +265,9 @@ class Hostile:
     def __init__(self, mode: str, value: int = 0):
         self.mode = mode
         self.value = value
-        self.salt = id(Hostile.run)  # no hash collision with a previous run's objects in JAX's caches
+        self.salt = id(
+            Hostile.run
+        )  # no hash collision with a previous run's objects in JAX's caches
 
     def _count(self, method: str) -> None:
         """Count calls made by jaxtrace_nb's own code (JAX's own calls vary with its caches' state).
@@ -251,7 +278,11 @@ class Hostile:
         frame = sys._getframe(2)
         while frame is not None and not frame.f_code.co_filename.startswith(_OURS):
             frame = frame.f_back
-        if Hostile.run is not None and frame is not None and frame.f_code.co_name not in _FORWARDERS:
+        if (
+            Hostile.run is not None
+            and frame is not None
+            and frame.f_code.co_name not in _FORWARDERS
+        ):
             Hostile.run.body(f"{method} called by jaxtrace_nb")
 
     def __repr__(self):
@@ -318,8 +349,12 @@ def _dict_key(r, make):
     r.step("other key", lambda: f({make(2): jnp.ones(3)}))
 
 
-CHANNELS = {"static_argnums": _static_argnums, "filter_jit_static": _filter_jit_static,
-            "eqx_static_field": _eqx_static_field, "dict_key": _dict_key}
+CHANNELS = {
+    "static_argnums": _static_argnums,
+    "filter_jit_static": _filter_jit_static,
+    "eqx_static_field": _eqx_static_field,
+    "dict_key": _dict_key,
+}
 
 
 def _differential(program, *, warm: bool = False) -> tuple:
@@ -346,7 +381,9 @@ def _assert_same_outcome(without, with_recording) -> None:
 
 
 # JAX itself calls a dict key's repr (to name the argument): a 5 s repr costs 5 s without us too.
-HOSTILE_CASES = [(c, m) for c in sorted(CHANNELS) for m in MODES if (c, m) != ("dict_key", "repr_sleeps")]
+HOSTILE_CASES = [
+    (c, m) for c in sorted(CHANNELS) for m in MODES if (c, m) != ("dict_key", "repr_sleeps")
+]
 
 
 @pytest.mark.parametrize(("channel", "mode"), HOSTILE_CASES)
@@ -389,7 +426,13 @@ def test_keys_that_are_not_strings_are_named_without_repr(fresh):
     f({key: jnp.ones(4)})
     f({"\x00\x1b[31m": jnp.ones(4)})
     leaves = jt.log(internal=False)["leaf"].tolist()
-    assert leaves[1:] == ["d[1]", "d[(1, 'a')]", "d[<_Key object>]", "d[<_Key object>]", "d['\\x00\\x1b[31m']"]
+    assert leaves[1:] == [
+        "d[1]",
+        "d[(1, 'a')]",
+        "d[<_Key object>]",
+        "d[<_Key object>]",
+        "d['\\x00\\x1b[31m']",
+    ]
     assert _Key.reprs - before == 2 * reprs_by_jax
     assert jt.faults() == {}
 
@@ -424,7 +467,10 @@ def test_pytree_10000_deep_fails_or_succeeds_as_without_recording(fresh):
         sys.setrecursionlimit(limit)
     assert with_recording == without
     assert jt.faults() == {}
-    if sys.version_info >= (3, 12):  # C recursion has its own limit from 3.12: still refused, as without recording
+    if sys.version_info >= (
+        3,
+        12,
+    ):  # C recursion has its own limit from 3.12: still refused, as without recording
         return
     assert without[0][0][1][0] == "ok"
     assert events["cause"].tolist() == ["first", "structure"]
@@ -481,15 +527,20 @@ def _measure() -> None:  # pragma: no cover - run by hand: python tests/test_fau
                 return fn(self, *args, **kwargs)
             finally:
                 ours[0] += time.perf_counter() - start
+
         return run
 
     Probe._on_trace_start, Probe._trace_end = timed(start_hook), timed(end_hook)
     cases = {
-        "static repr 10 MB": lambda: jax.jit(lambda x, s: x, static_argnums=1)(1.0, Hostile("repr_huge")),
+        "static repr 10 MB": lambda: jax.jit(lambda x, s: x, static_argnums=1)(
+            1.0, Hostile("repr_huge")
+        ),
         "dict key repr 10 MB": lambda: jax.jit(lambda d: 1)({Hostile("repr_huge"): jnp.ones(2)}),
         "pytree 10,000 deep": lambda: jax.jit(lambda t: 0)(_deep(10_000)),
         "1,000 leaves": lambda: jax.jit(lambda xs: xs[0])([np.float32(i) for i in range(1_000)]),
-        "100,000 leaves": lambda: jax.jit(lambda xs: xs[0])([np.float32(i) for i in range(100_000)]),
+        "100,000 leaves": lambda: jax.jit(lambda xs: xs[0])(
+            [np.float32(i) for i in range(100_000)]
+        ),
     }
     sys.setrecursionlimit(30_000)
     jt.start()

@@ -25,9 +25,14 @@ def _figures_module():
 def test_every_figure_comes_from_a_committed_run():
     figures = _figures_module()
     found = figures.figures()
-    assert len(found) >= 100, "docs/performance.md alone states over a hundred figures: is the reader broken?"
+    assert len(found) >= 100, (
+        "docs/performance.md alone states over a hundred figures: is the reader broken?"
+    )
     missing = [f"{f.document}:{f.line}: {f.text}: {f.problem}" for f in found if f.source is None]
-    assert not missing, "figures without a committed results file (see benchmarks/figures.py):\n" + "\n".join(missing)
+    assert not missing, (
+        "figures without a committed results file (see benchmarks/figures.py):\n"
+        + "\n".join(missing)
+    )
 
 
 def test_the_figure_rules_on_a_small_tree(tmp_path):
@@ -38,25 +43,33 @@ def test_the_figure_rules_on_a_small_tree(tmp_path):
     results.mkdir(parents=True)
     (tmp_path / "docs").mkdir()
     (results / "run-abc1234.txt").write_text(
-        "benchmarks, commit abc1234\ncommand: python benchmarks/run.py\n| a | 1.044 (0.743–1.445) | 4.39 µs |\n"
-        "2434 tests\n")
+        "benchmarks, commit abc1234\ncommand: python benchmarks/run.py\n| a | 1.044 (0.743–1.445) "
+        "| 4.39 µs |\n"
+        "2434 tests\n"
+    )
     (results / "bare.txt").write_text("no header here\n1.044\n")
     (tmp_path / "README.md").write_text(
         "# Title\n\nJAX 0.10.2 and jaxlib 0.8.0 are versions. A call takes 5.5 µs.\n\n"
-        "```text\ndone in 9.999 s\n```\n\n    indented 7.777 s\n\nInline `12.345 s` is code.\n")
+        "```text\ndone in 9.999 s\n```\n\n    indented 7.777 s\n\nInline `12.345 s` is code.\n"
+    )
     (tmp_path / "docs" / "perf.md").write_text(
         "# Perf\n\nSource: benchmarks/results/run-abc1234.txt\n\n"
         "| case | ratio | time |\n|---|---|---|\n| a | 1.044 | 4.39 µs |\n| b | 1.045 | 1 s |\n\n"
         "Goal ≤ 1.05, under 1 s, at most max(0.05 s,\n2 %) of it.\n\n"
-        "| suite | tests | report |\n|---|---|---|\n| x | 2,434 | benchmarks/results/run-abc1234.txt |\n"
+        "| suite | tests | report |\n|---|---|---|\n| x | 2,434 | "
+        "benchmarks/results/run-abc1234.txt |\n"
         "| y | 2,435 | benchmarks/results/missing.txt |\n\n"
-        "## Other\n\nSource: benchmarks/results/bare.txt\n\nIt took 1.044 s.\n")
+        "## Other\n\nSource: benchmarks/results/bare.txt\n\nIt took 1.044 s.\n"
+    )
     got = {(f.document, f.text): f.source or f.problem for f in figures.figures(tmp_path)}
     assert got == {
         ("README.md", "5.5 µs"): "its section and table row name no benchmarks/results/ file",
         ("docs/perf.md", "1.044"): "run-abc1234.txt",
         ("docs/perf.md", "4.39 µs"): "run-abc1234.txt",
-        ("docs/perf.md", "1.045"): "missing.txt does not exist; run-abc1234.txt does not hold 1.045",
+        (
+            "docs/perf.md",
+            "1.045",
+        ): "missing.txt does not exist; run-abc1234.txt does not hold 1.045",
         ("docs/perf.md", "1 s"): "missing.txt does not exist; run-abc1234.txt does not hold 1",
         ("docs/perf.md", "2,434"): "run-abc1234.txt",
         ("docs/perf.md", "2,435"): "missing.txt does not exist",
@@ -65,8 +78,12 @@ def test_the_figure_rules_on_a_small_tree(tmp_path):
 
 
 def test_the_figure_script_runs_as_documented():
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "figures.py"), "--check"],
-                          capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "figures.py"), "--check"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.search(r"\d+ figure\(s\), 0 without a source", done.stderr)
 
@@ -98,10 +115,12 @@ def test_every_guarantee_names_a_test_that_ci_runs():
             source = ROOT / path
             assert source.exists(), f"{guarantee!r}: {path} does not exist"
             if test:
-                assert re.search(rf"^def {test}\(", source.read_text(encoding="utf-8"), re.M), \
+                assert re.search(rf"^def {test}\(", source.read_text(encoding="utf-8"), re.M), (
                     f"{guarantee!r}: {path} has no test {test}"
+                )
             else:
                 assert Path(path).name == "conftest.py" or re.search(
-                    r"^def test_", source.read_text(encoding="utf-8"), re.M), f"{path} holds no test"
+                    r"^def test_", source.read_text(encoding="utf-8"), re.M
+                ), f"{path} holds no test"
     manual = text.split("## Other projects' test suites")[1]
     assert "Not run in CI" in manual

@@ -14,9 +14,8 @@ import jax
 import jax.numpy as jnp
 import optax  # installed by the [test] extra: a broken install fails this file, it never skips it
 import pytest
-from flax import nnx
-
 from _support import rows
+from flax import nnx
 
 
 def _set(variable, value):
@@ -50,7 +49,11 @@ def leaves_of(name: str) -> dict:
     """The leaves (path -> Leaf) of the last recorded trace of the function named `name`."""
     from jaxtrace_nb._recording._session import get_session
 
-    (state,) = [s for s in get_session().functions.values() if s.identity is not None and s.identity.name == name]
+    (state,) = [
+        s
+        for s in get_session().functions.values()
+        if s.identity is not None and s.identity.name == name
+    ]
     return state.keys[-1].signature.get().leaves
 
 
@@ -70,7 +73,10 @@ def test_python_attribute_change_is_static_at_its_name(jt):
     model.count += 1
     train_step(model, x)
     name = "test_python_attribute_change_is_static_at_its_name.<locals>.train_step"
-    assert rows(jt) == [(name, "first", None, None, None), (name, "static", "model.count", "0", "1")]
+    assert rows(jt) == [
+        (name, "first", None, None, None),
+        (name, "static", "model.count", "0", "1"),
+    ]
     event = jt.log(internal=False).iloc[-1]
     assert event["explanation"] == "`model.count` changed static value: 0 → 1."
     assert "plain Python attribute of an NNX module" in event["hint"]
@@ -86,7 +92,9 @@ def test_function_is_the_users_own_not_nnx_wrapper(jt):
     train_step(MLP(nnx.Rngs(0)), jnp.ones((4, 2)))
     line = inspect.currentframe().f_lineno - 1
     df = jt.log(internal=False)
-    assert df["function"].tolist() == ["test_function_is_the_users_own_not_nnx_wrapper.<locals>.train_step"]
+    assert df["function"].tolist() == [
+        "test_function_is_the_users_own_not_nnx_wrapper.<locals>.train_step"
+    ]
     assert df["location"].tolist() == [where(train_step)]
     assert df["location"].iloc[0].startswith(__file__)
     assert df["jit"].tolist() == ["nnx"]
@@ -174,7 +182,9 @@ def test_counter_in_a_variable_does_not_retrace(jt):
 def test_attribute_counted_inside_the_step_retraces_every_call(jt):
     class Counting(MLP):
         def __call__(self, x):
-            self.count += 1  # NNX carries the new GraphDef out of the jit: the next call has a new key
+            self.count += (
+                1  # NNX carries the new GraphDef out of the jit: the next call has a new key
+            )
             return self.l1(x)
 
     @nnx.jit
@@ -185,7 +195,10 @@ def test_attribute_counted_inside_the_step_retraces_every_call(jt):
     for _ in range(3):
         train_step(model, x)
     assert [r[1:] for r in rows(jt)] == [
-        ("first", None, None, None), ("static", "model.count", "0", "1"), ("static", "model.count", "1", "2")]
+        ("first", None, None, None),
+        ("static", "model.count", "0", "1"),
+        ("static", "model.count", "1", "2"),
+    ]
 
 
 # ------------------------------------------------------------- Optimizer, Rngs
@@ -221,9 +234,13 @@ def test_optimizer_leaves_under_its_own_attribute_names(jt):
     assert statics["model.count"] == "0"
     assert statics["model.l1.in_features"] == "2"
     assert statics["optimizer.wrt"] == "<class flax.nnx.variablelib.Param>"
-    # The optax transformation: one static attribute, or (Flax 0.12.0) a node whose functions are statics.
-    assert statics["optimizer.tx"].startswith("GradientTransformationExtraArgs(") if "optimizer.tx" in statics \
+    # The optax transformation: one static attribute, or (Flax 0.12.0) a node whose functions are
+    # statics.
+    assert (
+        statics["optimizer.tx"].startswith("GradientTransformationExtraArgs(")
+        if "optimizer.tx" in statics
         else statics["optimizer.tx.init"].startswith("<function ")
+    )
     assert not any("states" in p or "_graphdef" in p or "_pytree__" in p for p in leaves)
     assert leaves["optimizer.step (structure)"].text == "OptState"
     assert leaves["optimizer.opt_state[0] (structure)"].text == "ScaleByAdamState"
@@ -236,7 +253,12 @@ def test_optimizer_state_dtype_change_names_the_moment(jt):
     train_step(model, optimizer, x)
     _set(optimizer.opt_state[0].mu["l1"]["kernel"], jnp.zeros((2, 3), jnp.bfloat16))
     train_step(model, optimizer, x)
-    assert rows(jt)[-1][1:] == ("dtype", "optimizer.opt_state[0].mu['l1']['kernel']", "f32[2,3]", "bf16[2,3]")
+    assert rows(jt)[-1][1:] == (
+        "dtype",
+        "optimizer.opt_state[0].mu['l1']['kernel']",
+        "f32[2,3]",
+        "bf16[2,3]",
+    )
     hint = jt.log(internal=False).iloc[-1]["hint"]
     assert "optax's `ScaleByAdamState`" in hint
 
@@ -250,7 +272,10 @@ def test_optimizer_recreated_is_static_at_its_transformation(jt):
             train_step(model, optimizer, x)
     (first, second) = rows(jt, "step_with_optimizer.<locals>.train_step")
     assert first[1] == "first"
-    assert second[1] == "static" and second[2] in ("optimizer.tx", "optimizer.tx.init")  # the latter: Flax 0.12.0
+    assert second[1] == "static" and second[2] in (
+        "optimizer.tx",
+        "optimizer.tx.init",
+    )  # the latter: Flax 0.12.0
     # alike, yet unequal: its functions compare by identity, and the text says which one differs
     assert second[4].startswith(second[3] + " (") and "another object" in second[4]
     hint = jt.log(internal=False).iloc[-1]["hint"]
@@ -271,9 +296,12 @@ def test_rngs_keys_and_counts_under_the_stream_names(jt):
     sample(nnx.Rngs(0, dropout=1))  # a new stream
     (first, added) = rows(jt)
     assert first[1] == "first"
-    # the stream as a whole (`RngStream`), or its first leaf where added containers are not collapsed
-    assert added[1:] in (("structure", "rngs.dropout", "(absent)", "RngStream"),
-                         ("structure", "rngs.dropout.count", "(absent)", "u32[]"))
+    # the stream as a whole (`RngStream`), or its first leaf where added containers are not
+    # collapsed
+    assert added[1:] in (
+        ("structure", "rngs.dropout", "(absent)", "RngStream"),
+        ("structure", "rngs.dropout.count", "(absent)", "u32[]"),
+    )
 
 
 # ------------------------------------------------------------- how it is called
@@ -336,11 +364,15 @@ def test_other_jit_modes_give_the_same_names(jt, how):
     mode = how.split("=")[0]
     if mode in ("graph_updates", "graph") and mode not in inspect.signature(nnx.jit).parameters:
         pytest.skip(f"nnx.jit of this Flax has no `{mode}` mode (it came after Flax 0.12.0)")
+
     def train_step(model, x):
         return model(x).sum()
 
-    jitted = {"graph_updates=False": functools.partial(nnx.jit, graph_updates=False),
-              "graph=False": functools.partial(nnx.jit, graph=False), "jax.jit": jax.jit}[how](train_step)
+    jitted = {
+        "graph_updates=False": functools.partial(nnx.jit, graph_updates=False),
+        "graph=False": functools.partial(nnx.jit, graph=False),
+        "jax.jit": jax.jit,
+    }[how](train_step)
     model, x = MLP(nnx.Rngs(0)), jnp.ones((4, 2))
     jitted(model, x)
     model.count += 1
@@ -394,8 +426,13 @@ def test_nnx_containers_are_written_as_users_index_them(jt):
     f(Net(nnx.Rngs(0)))
     leaves = leaves_of("test_nnx_containers_are_written_as_users_index_them.<locals>.f")
     arrays = sorted(p for p, leaf in leaves.items() if leaf.kind == "array")
-    assert arrays == ["net.extras['scale']", "net.layers[0].bias", "net.layers[0].kernel", "net.pair[0]",
-                      "net.pair[1]['x']"]
+    assert arrays == [
+        "net.extras['scale']",
+        "net.layers[0].bias",
+        "net.layers[0].kernel",
+        "net.pair[0]",
+        "net.pair[1]['x']",
+    ]
     assert "net.layers._length" not in leaves
 
 

@@ -18,7 +18,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import pytest
-
 from _support import rows
 
 SEEDS = range(80)
@@ -99,7 +98,9 @@ def _replace(obj, path, new, root="x"):
     if isinstance(obj, dict):
         return {k: _replace(v, path, new, f"{root}[{k!r}]") for k, v in obj.items()}
     if isinstance(obj, Pair):
-        return Pair(_replace(obj.a, path, new, f"{root}.a"), _replace(obj.b, path, new, f"{root}.b"))
+        return Pair(
+            _replace(obj.a, path, new, f"{root}.a"), _replace(obj.b, path, new, f"{root}.b")
+        )
     if isinstance(obj, (list, tuple)):
         return type(obj)(_replace(v, path, new, f"{root}[{i}]") for i, v in enumerate(obj))
     if isinstance(obj, Box):
@@ -148,12 +149,16 @@ def generate(seed: int) -> Case:
         return Case(x, _replace(x, path, 0.5), "weak_type", path)
     if kind == "key":
         added = next(k for k in "zyxw" if k not in value)
-        return Case(x, _replace(x, path, {**value, added: jnp.zeros(2)}), "structure", f"{path}[{added!r}]")
+        return Case(
+            x, _replace(x, path, {**value, added: jnp.zeros(2)}), "structure", f"{path}[{added!r}]"
+        )
     if kind == "container":
         other = tuple if type(value) is list else list
         return Case(x, _replace(x, path, other(value)), "structure", path)
     if kind == "length":
-        return Case(x, _replace(x, path, value + [jnp.zeros(1)]), "structure", f"{path}[{len(value)}]")
+        return Case(
+            x, _replace(x, path, value + [jnp.zeros(1)]), "structure", f"{path}[{len(value)}]"
+        )
     if kind == "eqx_static":
         tag = "gelu" if value.tag == "relu" else "relu"
         return Case(x, _replace(x, path, Box(value.w, tag)), "static", f"{path}.tag")
@@ -181,6 +186,7 @@ def test_generated_call_structure_and_static_changes(jt, seed):
     rng = random.Random(1000 + seed)
     kind = rng.choice(["keyword", "static", "filter_static"])
     if kind == "keyword":
+
         @jax.jit
         def g(a, b):
             return a + b
@@ -189,6 +195,7 @@ def test_generated_call_structure_and_static_changes(jt, seed):
         g(jnp.ones(2), b=jnp.ones(2))
         expected = ("structure", "b")
     elif kind == "static":
+
         @functools.partial(jax.jit, static_argnums=1)
         def g(a, n):
             return a * n
@@ -197,6 +204,7 @@ def test_generated_call_structure_and_static_changes(jt, seed):
         g(jnp.ones(2), rng.randint(6, 9))
         expected = ("static", "n")
     else:
+
         @eqx.filter_jit
         def g(a, n):
             return a * n

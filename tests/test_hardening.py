@@ -25,12 +25,21 @@ def _jax_state() -> tuple:
 
     from jaxtrace_nb._keys._jax_layouts import detect_layout
 
-    hook_module = detect_layout().hook_module  # where the trace hook goes: partial_eval, or util on JAX 0.8
-    return (hook_module.test_event, getattr(pe, "trace_to_jaxpr", None), compiler.compile_or_get_cached,
-            list(mon._event_listeners), list(mon._event_duration_secs_listeners),
-            list(mon._event_time_span_listeners), list(mon._scalar_listeners),
-            config.explain_cache_misses.value, config.log_compiles.value,
-            list(traceback_util._exclude_paths))
+    hook_module = (
+        detect_layout().hook_module
+    )  # where the trace hook goes: partial_eval, or util on JAX 0.8
+    return (
+        hook_module.test_event,
+        getattr(pe, "trace_to_jaxpr", None),
+        compiler.compile_or_get_cached,
+        list(mon._event_listeners),
+        list(mon._event_duration_secs_listeners),
+        list(mon._event_time_span_listeners),
+        list(mon._scalar_listeners),
+        config.explain_cache_misses.value,
+        config.log_compiles.value,
+        list(traceback_util._exclude_paths),
+    )
 
 
 def _one_trace_records_one_event() -> None:
@@ -43,7 +52,8 @@ def _one_trace_records_one_event() -> None:
     once(1.0)
     once(2.0)
     assert jt.log(internal=False)[["function", "cause"]].values.tolist() == [
-        ["_one_trace_records_one_event.<locals>.once", "first"]]
+        ["_one_trace_records_one_event.<locals>.once", "first"]
+    ]
     jt.reset()
 
 
@@ -87,9 +97,11 @@ def shell():
 
 
 def _ipython_state(sh) -> tuple:
-    return ({name: list(callbacks) for name, callbacks in sh.events.callbacks.items()},
-            {kind: sorted(magics) for kind, magics in sh.magics_manager.magics.items()},
-            sorted(sh.magics_manager.registry))
+    return (
+        {name: list(callbacks) for name, callbacks in sh.events.callbacks.items()},
+        {kind: sorted(magics) for kind, magics in sh.magics_manager.magics.items()},
+        sorted(sh.magics_manager.registry),
+    )
 
 
 def test_load_unload_reload_100_times_leaves_jax_and_ipython_as_found(shell):
@@ -104,7 +116,9 @@ def test_load_unload_reload_100_times_leaves_jax_and_ipython_as_found(shell):
         shell.run_cell("%unload_ext jaxtrace_nb")
     assert _jax_state() == before_jax
     assert _ipython_state(shell) == before_ipython
-    assert "tracewatch" not in shell.magics_manager.magics["line"]  # unloaded: no magic of ours left
+    assert (
+        "tracewatch" not in shell.magics_manager.magics["line"]
+    )  # unloaded: no magic of ours left
     assert "tracewatch" not in shell.magics_manager.magics["cell"]
     shell.run_cell("%load_ext jaxtrace_nb")
     shell.run_cell("%reload_ext jaxtrace_nb")
@@ -203,10 +217,14 @@ def test_widget_carries_user_text_as_data(hostile):
     data, _ = table._repr_mimebundle_()
     assert set(data) == {"text/plain", "application/vnd.jupyter.widget-view+json"}
     _assert_safe_html(table.static_bundle()["text/html"])
-    script = (os.path.dirname(jt.__file__) + "/_widget.js")
+    script = os.path.dirname(jt.__file__) + "/_widget.js"
     with open(script, encoding="utf-8") as f:
         source = f.read()
-    assert "innerHTML" not in source and "insertAdjacentHTML" not in source and "outerHTML" not in source
+    assert (
+        "innerHTML" not in source
+        and "insertAdjacentHTML" not in source
+        and "outerHTML" not in source
+    )
 
 
 def _strings(value) -> list[str]:
@@ -225,7 +243,9 @@ def test_standalone_report_carries_user_text_as_data(hostile, tmp_path):
 
     path = jt.report(tmp_path / "hostile.html", events=hostile, internal=True)
     page = pathlib.Path(path).read_text(encoding="utf-8")
-    (data,) = re.findall(r"<script type='application/json' id='jtnb-data'>(.*?)</script>", page, re.S)
+    (data,) = re.findall(
+        r"<script type='application/json' id='jtnb-data'>(.*?)</script>", page, re.S
+    )
     outside = page.replace(data, "")
     lower = outside.lower()
     assert "<img" not in lower and lower.count("<script") == 2 and lower.count("</script") == 2

@@ -40,7 +40,9 @@ import optax
 import pytest
 
 with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)  # Flax 0.12.0 reads `jax.array_ref`, deprecated in JAX 0.8
+    warnings.simplefilter(
+        "ignore", DeprecationWarning
+    )  # Flax 0.12.0 reads `jax.array_ref`, deprecated in JAX 0.8
     from flax import nnx
 
 from jaxtrace_nb._diagnosis._hints import HINTS
@@ -65,8 +67,11 @@ def _step_rows(watch):
 
 
 def _describe(rows) -> str:
-    return "; ".join(f"{r.kind} #{r.trace_number} cause={r.cause} leaf={r.leaf} {r.before} → {r.after} "
-                     f"hint_ids={r.hint_ids} ({r.explanation})" for r in rows.itertuples())
+    return "; ".join(
+        f"{r.kind} #{r.trace_number} cause={r.cause} leaf={r.leaf} {r.before} → {r.after} "
+        f"hint_ids={r.hint_ids} ({r.explanation})"
+        for r in rows.itertuples()
+    )
 
 
 def _shows(jt, hint_id: str, cause: str, run: Callable):
@@ -80,7 +85,9 @@ def _shows(jt, hint_id: str, cause: str, run: Callable):
     event = rows.iloc[at]
     hint_ids = (event["hint_ids"] or "").split(",")
     assert (event["cause"], hint_id in hint_ids) == (cause, True), (
-        f"{hint_id}: expected cause {cause!r} with hint {hint_id!r}, got: {_describe(rows.iloc[at:at + 1])}")
+        f"{hint_id}: expected cause {cause!r} with hint {hint_id!r}, got: "
+        f"{_describe(rows.iloc[at : at + 1])}"
+    )
     return outputs, event
 
 
@@ -89,13 +96,19 @@ def _once(jt, run: Callable):
     with jt.watch() as watch:
         outputs = run()
     rows = _step_rows(watch)
-    assert rows["kind"].tolist() == ["trace"], f"the fixed program still retraces: {_describe(rows)}"
+    assert rows["kind"].tolist() == ["trace"], (
+        f"the fixed program still retraces: {_describe(rows)}"
+    )
     return outputs, rows.iloc[0]
 
 
 def _values(tree) -> list[np.ndarray]:
-    return [np.asarray(jax.random.key_data(leaf) if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf)
-            for leaf in jax.tree.leaves(tree)]
+    return [
+        np.asarray(
+            jax.random.key_data(leaf) if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf
+        )
+        for leaf in jax.tree.leaves(tree)
+    ]
 
 
 def _assert_same(original, fixed) -> None:
@@ -131,9 +144,15 @@ def _weak_type_argument(jt):
 
         return [step(X, lr) for lr in lrs]
 
-    original, _ = _shows(jt, "weak_type.argument", "weak_type",
-                         lambda: program([0.5, jnp.asarray(0.25, jnp.float32)]))
-    fixed, _ = _once(jt, lambda: program([jnp.asarray(0.5, jnp.float32), jnp.asarray(0.25, jnp.float32)]))
+    original, _ = _shows(
+        jt,
+        "weak_type.argument",
+        "weak_type",
+        lambda: program([0.5, jnp.asarray(0.25, jnp.float32)]),
+    )
+    fixed, _ = _once(
+        jt, lambda: program([jnp.asarray(0.5, jnp.float32), jnp.asarray(0.25, jnp.float32)])
+    )
     _assert_same(original, fixed)
 
 
@@ -193,8 +212,12 @@ def _dtype_x64(jt):
         with jax.enable_x64(True):
             return [step(x) for x in inputs]
 
-    original, _ = _shows(jt, "dtype.x64", "dtype", lambda: program([data, jnp.ones(3, jnp.float32)]))
-    fixed, _ = _once(jt, lambda: program([jnp.asarray(data, jnp.float32), jnp.ones(3, jnp.float32)]))
+    original, _ = _shows(
+        jt, "dtype.x64", "dtype", lambda: program([data, jnp.ones(3, jnp.float32)])
+    )
+    fixed, _ = _once(
+        jt, lambda: program([jnp.asarray(data, jnp.float32), jnp.ones(3, jnp.float32)])
+    )
     _assert_same(original, fixed)
 
 
@@ -207,8 +230,12 @@ def _dtype_cast(jt):
 
         return [step(x) for x in inputs]
 
-    original, _ = _shows(jt, "dtype.cast", "dtype", lambda: program([jnp.arange(3), jnp.arange(3.0)]))
-    fixed, _ = _once(jt, lambda: program([jnp.asarray(jnp.arange(3), jnp.float32), jnp.arange(3.0)]))
+    original, _ = _shows(
+        jt, "dtype.cast", "dtype", lambda: program([jnp.arange(3), jnp.arange(3.0)])
+    )
+    fixed, _ = _once(
+        jt, lambda: program([jnp.asarray(jnp.arange(3), jnp.float32), jnp.arange(3.0)])
+    )
     _assert_same(original, fixed)
 
 
@@ -221,7 +248,9 @@ def _dtype_key(jt):
 
         return [step(key) for key in keys]
 
-    original, _ = _shows(jt, "dtype.key", "dtype", lambda: program([jax.random.PRNGKey(0), jax.random.key(1)]))
+    original, _ = _shows(
+        jt, "dtype.key", "dtype", lambda: program([jax.random.PRNGKey(0), jax.random.key(1)])
+    )
     fixed, _ = _once(jt, lambda: program([jax.random.key(0), jax.random.key(1)]))
     _assert_same(original, fixed)
 
@@ -231,7 +260,7 @@ def _dtype_key(jt):
 def _shape(jt):
     data = np.arange(30, dtype=np.float32).reshape(10, 3) / 7
     batch = 4
-    batches = [data[i:i + batch] for i in range(0, len(data), batch)]  # the last one has 2 rows
+    batches = [data[i : i + batch] for i in range(0, len(data), batch)]  # the last one has 2 rows
 
     def program(inputs):
         @jax.jit
@@ -242,7 +271,7 @@ def _shape(jt):
 
     def padded():
         full = [np.pad(b, ((0, batch - len(b)), (0, 0))) for b in batches]
-        return [out[:len(b)] for out, b in zip(program(full), batches)]
+        return [out[: len(b)] for out, b in zip(program(full), batches)]
 
     original, _ = _shows(jt, "shape", "shape", lambda: program(batches))
     fixed, _ = _once(jt, padded)
@@ -255,6 +284,7 @@ def _new_function(jt):
     def original():
         out = []
         for x in (X, 2 * X):
+
             def step(x):
                 return jnp.tanh(x) * 3
 
@@ -275,6 +305,7 @@ def _new_function(jt):
 
 def _apply_static(functions):
     """`step(fn, x)` with `fn` static, once per function in `functions`."""
+
     def step(fn, x):
         return fn(x)
 
@@ -301,8 +332,12 @@ def _identity_partial(jt):
     def scale(x, s):
         return x * s
 
-    original_out, _ = _shows(jt, "identity.partial", "static",
-                             lambda: _apply_static([functools.partial(scale, s=2.0) for _ in range(2)]))
+    original_out, _ = _shows(
+        jt,
+        "identity.partial",
+        "static",
+        lambda: _apply_static([functools.partial(scale, s=2.0) for _ in range(2)]),
+    )
     once = functools.partial(scale, s=2.0)
     fixed_out, _ = _once(jt, lambda: _apply_static([once for _ in range(2)]))
     _assert_same(original_out, fixed_out)
@@ -355,7 +390,9 @@ def _identity_optax(jt):
             out.append(p)
         return out
 
-    original, _ = _shows(jt, "identity.optax", "static", lambda: program(lambda epoch: optax.sgd(0.5)))
+    original, _ = _shows(
+        jt, "identity.optax", "static", lambda: program(lambda epoch: optax.sgd(0.5))
+    )
     optim = optax.sgd(0.5)
     fixed, _ = _once(jt, lambda: program(lambda epoch: optim))
     _assert_same(original, fixed)
@@ -369,8 +406,12 @@ def _identity_same_name(jt):
 
         return soft_sign
 
-    original_out, _ = _shows(jt, "identity.same_name", "static",
-                             lambda: _apply_static([make_activation() for _ in range(2)]))
+    original_out, _ = _shows(
+        jt,
+        "identity.same_name",
+        "static",
+        lambda: _apply_static([make_activation() for _ in range(2)]),
+    )
     activation = make_activation()
     fixed_out, _ = _once(jt, lambda: _apply_static([activation for _ in range(2)]))
     _assert_same(original_out, fixed_out)
@@ -389,7 +430,9 @@ def _identity_instance(jt):
         jitted = jax.jit(step, static_argnums=0)
         return [jitted(config, X) for config in configs]
 
-    original, _ = _shows(jt, "identity.instance", "static", lambda: program([Config(2.0), Config(2.0)]))
+    original, _ = _shows(
+        jt, "identity.instance", "static", lambda: program([Config(2.0), Config(2.0)])
+    )
     config = Config(2.0)
     fixed, _ = _once(jt, lambda: program([config, config]))
     _assert_same(original, fixed)
@@ -427,10 +470,21 @@ def _static_eqx_field(jt):
 
         return [step(model, X) for model in models]
 
-    original, _ = _shows(jt, "static.eqx_field", "static",
-                         lambda: program([Scaled(jnp.ones(3), 0.5), Scaled(jnp.ones(3), 0.25)]))
-    fixed, _ = _once(jt, lambda: program([ScaledArray(jnp.ones(3), jnp.asarray(0.5)),
-                                          ScaledArray(jnp.ones(3), jnp.asarray(0.25))]))
+    original, _ = _shows(
+        jt,
+        "static.eqx_field",
+        "static",
+        lambda: program([Scaled(jnp.ones(3), 0.5), Scaled(jnp.ones(3), 0.25)]),
+    )
+    fixed, _ = _once(
+        jt,
+        lambda: program(
+            [
+                ScaledArray(jnp.ones(3), jnp.asarray(0.5)),
+                ScaledArray(jnp.ones(3), jnp.asarray(0.25)),
+            ]
+        ),
+    )
     _assert_same(original, fixed)
 
 
@@ -455,10 +509,21 @@ def _static_dataclass_meta(jt):
 
         return [step(model, X) for model in models]
 
-    original, _ = _shows(jt, "static.dataclass_meta", "static",
-                         lambda: program([Scaled(jnp.ones(3), 0.5), Scaled(jnp.ones(3), 0.25)]))
-    fixed, _ = _once(jt, lambda: program([ScaledArray(jnp.ones(3), jnp.asarray(0.5)),
-                                          ScaledArray(jnp.ones(3), jnp.asarray(0.25))]))
+    original, _ = _shows(
+        jt,
+        "static.dataclass_meta",
+        "static",
+        lambda: program([Scaled(jnp.ones(3), 0.5), Scaled(jnp.ones(3), 0.25)]),
+    )
+    fixed, _ = _once(
+        jt,
+        lambda: program(
+            [
+                ScaledArray(jnp.ones(3), jnp.asarray(0.5)),
+                ScaledArray(jnp.ones(3), jnp.asarray(0.25)),
+            ]
+        ),
+    )
     _assert_same(original, fixed)
 
 
@@ -521,7 +586,9 @@ def _static_nnx_identity(jt):
     class Model(_Linear):
         def __init__(self, seed, activation=None):
             super().__init__(seed)
-            self.activation = _Activation(lambda x: jnp.tanh(x)) if activation is None else activation
+            self.activation = (
+                _Activation(lambda x: jnp.tanh(x)) if activation is None else activation
+            )
 
         def __call__(self, x):
             return self.activation(self.linear(x))
@@ -595,16 +662,18 @@ def _filter_jit_scale(scales):
 
 @_proves("kind.static_to_array")
 def _kind_static_to_array(jt):
-    original, _ = _shows(jt, "kind.static_to_array", "static",
-                         lambda: _filter_jit_scale([2.0, jnp.asarray(3.0)]))
+    original, _ = _shows(
+        jt, "kind.static_to_array", "static", lambda: _filter_jit_scale([2.0, jnp.asarray(3.0)])
+    )
     fixed, _ = _once(jt, lambda: _filter_jit_scale([jnp.asarray(2.0), jnp.asarray(3.0)]))
     _assert_same(original, fixed)
 
 
 @_proves("kind.array_to_static")
 def _kind_array_to_static(jt):
-    original, _ = _shows(jt, "kind.array_to_static", "static",
-                         lambda: _filter_jit_scale([jnp.asarray(3.0), 2.0]))
+    original, _ = _shows(
+        jt, "kind.array_to_static", "static", lambda: _filter_jit_scale([jnp.asarray(3.0), 2.0])
+    )
     fixed, _ = _once(jt, lambda: _filter_jit_scale([jnp.asarray(3.0), jnp.asarray(2.0)]))
     _assert_same(original, fixed)
 
@@ -619,8 +688,12 @@ def _structure_not_passed(jt):
 
         return [call(step) for call in calls]
 
-    original, _ = _shows(jt, "structure.not_passed", "structure",
-                         lambda: program([lambda f: f(X), lambda f: f(X, scale=2.0)]))
+    original, _ = _shows(
+        jt,
+        "structure.not_passed",
+        "structure",
+        lambda: program([lambda f: f(X), lambda f: f(X, scale=2.0)]),
+    )
     fixed, _ = _once(jt, lambda: program([lambda f: f(X, scale=1.0), lambda f: f(X, scale=2.0)]))
     _assert_same(original, fixed)
 
@@ -655,8 +728,9 @@ def _structure_optax_none(jt):
             out.append(m)
         return out
 
-    original, _ = _shows(jt, "structure.optax_none", "structure",
-                         lambda: program(eqx.filter(model, eqx.is_array)))
+    original, _ = _shows(
+        jt, "structure.optax_none", "structure", lambda: program(eqx.filter(model, eqx.is_array))
+    )
     fixed, _ = _once(jt, lambda: program(eqx.filter(model, filter_spec)))
     _assert_same(original, fixed)
 
@@ -686,8 +760,9 @@ def _structure_container_kind(jt):
         return [step(x) for x in inputs]
 
     values = [1.0, 2.0, 3.0]
-    original, _ = _shows(jt, "structure.container_kind", "structure",
-                         lambda: program([jnp.asarray(values), values]))
+    original, _ = _shows(
+        jt, "structure.container_kind", "structure", lambda: program([jnp.asarray(values), values])
+    )
     fixed, _ = _once(jt, lambda: program([jnp.asarray(values), jnp.asarray(values)]))
     _assert_same(original, fixed)
 
@@ -721,8 +796,12 @@ def _structure_call(jt):
 
         return [call(step) for call in calls]
 
-    original, _ = _shows(jt, "structure.call", "structure",
-                         lambda: program([lambda f: f(X, X), lambda f: f(X, y=2 * X)]))
+    original, _ = _shows(
+        jt,
+        "structure.call",
+        "structure",
+        lambda: program([lambda f: f(X, X), lambda f: f(X, y=2 * X)]),
+    )
     fixed, _ = _once(jt, lambda: program([lambda f: f(X, y=X), lambda f: f(X, y=2 * X)]))
     _assert_same(original, fixed)
 
@@ -732,8 +811,9 @@ def _structure_call(jt):
 def _sharding(jt):
     """Committed to a device (a compile without a new trace), and sharded over a mesh (a new trace)."""
     device = jax.devices()[0]
-    sharded = jax.sharding.NamedSharding(jax.sharding.Mesh(np.array([device]), ("batch",)),
-                                         jax.sharding.PartitionSpec("batch"))
+    sharded = jax.sharding.NamedSharding(
+        jax.sharding.Mesh(np.array([device]), ("batch",)), jax.sharding.PartitionSpec("batch")
+    )
 
     def program(inputs):
         @jax.jit
@@ -743,8 +823,12 @@ def _sharding(jt):
         return [step(x) for x in inputs]
 
     for placement in (device, sharded):
-        original, _ = _shows(jt, "sharding", "sharding", lambda: program([X, jax.device_put(2 * X, placement)]))
-        fixed, _ = _once(jt, lambda: program([jax.device_put(X, placement), jax.device_put(2 * X, placement)]))
+        original, _ = _shows(
+            jt, "sharding", "sharding", lambda: program([X, jax.device_put(2 * X, placement)])
+        )
+        fixed, _ = _once(
+            jt, lambda: program([jax.device_put(X, placement), jax.device_put(2 * X, placement)])
+        )
         _assert_same(original, fixed)
 
 
@@ -814,8 +898,18 @@ def _cache_pair(first: dict, second: dict) -> dict:
         for run, extra in (("a", first), ("b", second)):
             env = {k: v for k, v in os.environ.items() if not k.startswith(("PAIR_", "XLA_FLAGS"))}
             env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(programs.parent.parent), **extra)
-            done = subprocess.run([sys.executable, str(programs / "cache_pair.py"), os.path.join(tmp, "cache"),
-                                   os.path.join(tmp, run)], env=env, capture_output=True, text=True, timeout=300)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    str(programs / "cache_pair.py"),
+                    os.path.join(tmp, "cache"),
+                    os.path.join(tmp, run),
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             assert done.returncode == 0, done.stderr[-3000:]
             out = json.loads(done.stdout.strip().splitlines()[-1])
         assert out["faults"] == {}
@@ -850,7 +944,9 @@ def _cache_options(jt):
 
 @_proves("cache.compiler_options")
 def _cache_compiler_options(jt):
-    _cache_proof("cache.compiler_options", {}, {"PAIR_OPTIONS": '{"xla_cpu_enable_fast_math": true}'})
+    _cache_proof(
+        "cache.compiler_options", {}, {"PAIR_OPTIONS": '{"xla_cpu_enable_fast_math": true}'}
+    )
 
 
 # ------------------------------------------------------------------------- tests

@@ -21,13 +21,27 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "jaxtrace_nb"
 # Lower layers know nothing of higher ones: shared value forms → what a key is made of → the
 # library adapters → diagnosis → the log → the persistent cache → recording from JAX → views →
 # integrations → the API (the package's own ``__init__``).
-FOLDERS = ["_core", "_keys", "_adapters", "_diagnosis", "_log", "_cache", "_recording", "_views",
-           "_integrations"]
+FOLDERS = [
+    "_core",
+    "_keys",
+    "_adapters",
+    "_diagnosis",
+    "_log",
+    "_cache",
+    "_recording",
+    "_views",
+    "_integrations",
+]
 API = len(FOLDERS)  # the package's top-level modules
 # The only modules that name JAX's internals (``jax._src``): the probe's and the readers of JAX's
 # release layouts and persistent cache key.
-READS_JAX_INTERNALS = {"_keys._jax_layouts", "_recording._jax_internals", "_recording._probe",
-                       "_cache._jax_cache_key", "_cache._jax_cache_text"}
+READS_JAX_INTERNALS = {
+    "_keys._jax_layouts",
+    "_recording._jax_internals",
+    "_recording._probe",
+    "_cache._jax_cache_key",
+    "_cache._jax_cache_text",
+}
 
 
 def layer(name: str) -> int:
@@ -53,7 +67,11 @@ def _imports(name: str, path: pathlib.Path) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.level:
-            base = package_parts[:len(package_parts) - (node.level - 1)] if node.level > 1 else package_parts
+            base = (
+                package_parts[: len(package_parts) - (node.level - 1)]
+                if node.level > 1
+                else package_parts
+            )
             target = ".".join(base + ([node.module] if node.module else []))
             if node.module:
                 found.add(target)
@@ -70,15 +88,21 @@ def test_every_module_is_in_a_layer_folder():
     owns; at the top sit only the API's modules."""
     folders = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file())
     assert folders == sorted(FOLDERS)
-    assert sorted(name for name in _modules() if "." not in name and name not in FOLDERS) == \
-        ["__init__", "__main__"]
+    assert sorted(name for name in _modules() if "." not in name and name not in FOLDERS) == [
+        "__init__",
+        "__main__",
+    ]
     for folder in FOLDERS:
         assert ast.get_docstring(ast.parse((PACKAGE / folder / "__init__.py").read_text())), folder
 
 
 def test_imports_run_down_the_layers():
-    wrong = [(name, target) for name, path in _modules().items() for target in _imports(name, path)
-             if layer(target) > layer(name)]
+    wrong = [
+        (name, target)
+        for name, path in _modules().items()
+        for target in _imports(name, path)
+        if layer(target) > layer(name)
+    ]
     assert wrong == []
 
 
@@ -91,7 +115,7 @@ def test_the_import_graph_has_no_cycle():
         state[node] = 1
         for target in sorted(graph[node]):
             if state.get(target) == 1:
-                cycles.append(stack[stack.index(target):] + [target])
+                cycles.append(stack[stack.index(target) :] + [target])
             elif target not in state:
                 visit(target, stack + [target])
         state[node] = 2
@@ -104,7 +128,9 @@ def test_the_import_graph_has_no_cycle():
 
 def test_importing_the_package_imports_no_jax():
     code = "import sys, jaxtrace_nb; print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "[]"
 
 
@@ -120,9 +146,15 @@ def test_the_design_docs_layer_table_is_the_folders():
 
     text = (PACKAGE.parent / "docs" / "design.md").read_text(encoding="utf-8")
     table = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
-    rows = [line.split("|")[1:3] for line in table.splitlines() if line.startswith("| ") and "---" not in line]
-    documented = {folder.strip().strip("`/"): set(re.findall(r"`([^`]+)`", modules))
-                  for folder, modules in rows[1:]}
+    rows = [
+        line.split("|")[1:3]
+        for line in table.splitlines()
+        if line.startswith("| ") and "---" not in line
+    ]
+    documented = {
+        folder.strip().strip("`/"): set(re.findall(r"`([^`]+)`", modules))
+        for folder, modules in rows[1:]
+    }
     assert list(documented) == FOLDERS
     for folder in FOLDERS:
         held = {p.stem for p in (PACKAGE / folder).glob("*.py") if p.stem != "__init__"}

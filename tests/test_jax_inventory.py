@@ -16,7 +16,6 @@ import pathlib
 
 import jax
 from _support import inventory_tool
-
 from jax_inventory_data import INVENTORY
 
 REGENERATE = (
@@ -25,7 +24,8 @@ REGENERATE = (
     "    python -m benchmarks.jax_inventory --git-dir JAX_GIT_DIR --tags jax-v0.8.0 ... HEAD\n"
     "or, for the installed JAX only:\n"
     "    python -m benchmarks.jax_inventory --src {root}\n"
-    "then check each changed site against jaxtrace_nb's probe and tests/test_call_sites.py.")
+    "then check each changed site against jaxtrace_nb's probe and tests/test_call_sites.py."
+)
 
 
 def test_installed_jax_matches_the_inventory():
@@ -37,14 +37,18 @@ def test_installed_jax_matches_the_inventory():
     hint = REGENERATE.format(root=root)
     assert version in INVENTORY, (
         f"JAX {version} is not in tests/jax_inventory_data.py (it has {', '.join(INVENTORY)}).\n"
-        + hint)
+        + hint
+    )
     # The inventory comes from git; a wheel leaves out some files (tests, examples, unbuilt
     # modules). Their sites cannot run here, so only shipped files are compared.
-    expected = {kind: [s for s in sites if s["file"] in files]
-                for kind, sites in INVENTORY[version].items()}
+    expected = {
+        kind: [s for s in sites if s["file"] in files] for kind, sites in INVENTORY[version].items()
+    }
     problems = tool.compare(expected, tool.extract(files))
-    assert not problems, (f"The installed JAX {version} differs from its inventory entry "
-                          f"({len(problems)} sites):\n  " + "\n  ".join(problems) + "\n" + hint)
+    assert not problems, (
+        f"The installed JAX {version} differs from its inventory entry "
+        f"({len(problems)} sites):\n  " + "\n  ".join(problems) + "\n" + hint
+    )
 
 
 def test_every_inventoried_version_has_the_points_the_probe_reads():
@@ -56,15 +60,27 @@ def test_every_inventoried_version_has_the_points_the_probe_reads():
         assert hooked, version
         assert any("fun" in s["params"] for s in hooked), version
         events = {s["event"] for s in entry["log_elapsed_time"]}
-        assert events >= {"dispatch.JAXPR_TRACE_EVENT", "dispatch.JAXPR_TO_MLIR_MODULE_EVENT",
-                          "dispatch.BACKEND_COMPILE_EVENT"}, (version, events)
+        assert events >= {
+            "dispatch.JAXPR_TRACE_EVENT",
+            "dispatch.JAXPR_TO_MLIR_MODULE_EVENT",
+            "dispatch.BACKEND_COMPILE_EVENT",
+        }, (version, events)
 
 
 def test_compare_names_what_appeared_disappeared_and_changed():
     tool = inventory_tool()
-    site = {"file": "jax/_src/a.py", "function": "f", "index": 0, "callee": "pe.trace_to_jaxpr",
-            "positional": 3, "keywords": (), "star_args": False, "star_kwargs": False,
-            "debug_info": "dbg", "traced_for": "scan"}
+    site = {
+        "file": "jax/_src/a.py",
+        "function": "f",
+        "index": 0,
+        "callee": "pe.trace_to_jaxpr",
+        "positional": 3,
+        "keywords": (),
+        "star_args": False,
+        "star_kwargs": False,
+        "debug_info": "dbg",
+        "traced_for": "scan",
+    }
     moved = dict(site, function="g")
     retyped = dict(site, traced_for="while_body")
     old, new = {"trace_to_jaxpr": [site]}, {"trace_to_jaxpr": [moved]}
@@ -73,13 +89,15 @@ def test_compare_names_what_appeared_disappeared_and_changed():
         "[trace_to_jaxpr] not in the inventory: jax/_src/a.py :: g #0: "
         "pe.trace_to_jaxpr(3 positional) traced_for=scan",
         "[trace_to_jaxpr] no longer exists: jax/_src/a.py :: f #0: "
-        "pe.trace_to_jaxpr(3 positional) traced_for=scan"]
+        "pe.trace_to_jaxpr(3 positional) traced_for=scan",
+    ]
     assert tool.compare(old, {"trace_to_jaxpr": [retyped]}) == [
         "[trace_to_jaxpr] changed: jax/_src/a.py :: f #0: pe.trace_to_jaxpr(3 positional) "
-        "traced_for=scan: traced_for: 'scan' -> 'while_body'"]
+        "traced_for=scan: traced_for: 'scan' -> 'while_body'"
+    ]
 
 
-SAMPLE = '''
+SAMPLE = """
 from jax._src import dispatch, util
 from jax._src.api_util import debug_info
 from jax._src.interpreters import partial_eval as pe
@@ -100,7 +118,7 @@ class Tracer:
         with dispatch.log_elapsed_time("{f}", fun_name="f", event=dispatch.JAXPR_TRACE_EVENT):
             jaxpr = fun(*in_avals)
         return jaxpr
-'''
+"""
 
 
 def test_extract_reads_scopes_conventions_and_kinds():
@@ -108,23 +126,65 @@ def test_extract_reads_scopes_conventions_and_kinds():
     entry = tool.extract({"jax/version.py": '_version = "9.9.9"\n', "jax/_src/m.py": SAMPLE})
     common = {"file": "jax/_src/m.py", "callee": "pe.trace_to_jaxpr"}
     assert entry["trace_to_jaxpr"] == [
-        {**common, "function": "outer", "index": 0, "positional": 2, "keywords": ("debug_info",),
-         "star_args": False, "star_kwargs": False, "debug_info": "dbg.with_unknown_names()",
-         "traced_for": "scan"},
-        {**common, "function": "outer", "index": 1, "positional": 0, "keywords": (),
-         "star_args": True, "star_kwargs": True, "debug_info": None, "traced_for": None},
-        {**common, "function": "outer.<locals>.inner", "index": 0, "positional": 3, "keywords": (),
-         "star_args": False, "star_kwargs": False, "debug_info": "dbg", "traced_for": "scan"},
+        {
+            **common,
+            "function": "outer",
+            "index": 0,
+            "positional": 2,
+            "keywords": ("debug_info",),
+            "star_args": False,
+            "star_kwargs": False,
+            "debug_info": "dbg.with_unknown_names()",
+            "traced_for": "scan",
+        },
+        {
+            **common,
+            "function": "outer",
+            "index": 1,
+            "positional": 0,
+            "keywords": (),
+            "star_args": True,
+            "star_kwargs": True,
+            "debug_info": None,
+            "traced_for": None,
+        },
+        {
+            **common,
+            "function": "outer.<locals>.inner",
+            "index": 0,
+            "positional": 3,
+            "keywords": (),
+            "star_args": False,
+            "star_kwargs": False,
+            "debug_info": "dbg",
+            "traced_for": "scan",
+        },
     ]
     assert entry["test_event"] == [
-        {"file": "jax/_src/m.py", "function": "Tracer.trace", "index": 0, "event": "trace_to_jaxpr",
-         "event_expr": None, "params": ("self", "fun", "in_avals", "debug_info"),
-         "locals": ("jaxpr",)},
-        {"file": "jax/_src/m.py", "function": "Tracer.trace", "index": 1, "event": "other",
-         "event_expr": None},
+        {
+            "file": "jax/_src/m.py",
+            "function": "Tracer.trace",
+            "index": 0,
+            "event": "trace_to_jaxpr",
+            "event_expr": None,
+            "params": ("self", "fun", "in_avals", "debug_info"),
+            "locals": ("jaxpr",),
+        },
+        {
+            "file": "jax/_src/m.py",
+            "function": "Tracer.trace",
+            "index": 1,
+            "event": "other",
+            "event_expr": None,
+        },
     ]
     assert entry["log_elapsed_time"] == [
-        {"file": "jax/_src/m.py", "function": "Tracer.trace", "index": 0,
-         "event": "dispatch.JAXPR_TRACE_EVENT", "params": ("self", "fun", "in_avals", "debug_info"),
-         "locals": ("jaxpr",)},
+        {
+            "file": "jax/_src/m.py",
+            "function": "Tracer.trace",
+            "index": 0,
+            "event": "dispatch.JAXPR_TRACE_EVENT",
+            "params": ("self", "fun", "in_avals", "debug_info"),
+            "locals": ("jaxpr",),
+        },
     ]

@@ -16,10 +16,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxtrace_nb._core._witness import Witness
 from jaxtrace_nb._diagnosis._diagnose import InvariantError, checked, diagnose
 from jaxtrace_nb._diagnosis._hints import HINTS
 from jaxtrace_nb._keys._signature import Leaf, Signature, array_leaf
-from jaxtrace_nb._core._witness import Witness
 
 
 def rows(w, name):
@@ -42,12 +42,14 @@ def ids(event):
 @pytest.mark.parametrize("declared", ["meta_fields", "field_metadata"])
 def test_register_dataclass_static_field_is_named_whichever_way_it_is_declared(jt, declared):
     if declared == "meta_fields":
+
         @functools.partial(jax.tree_util.register_dataclass, data_fields=["w"], meta_fields=["n"])
         @dataclasses.dataclass
         class Cfg:
             w: jax.Array
             n: int
     else:
+
         @jax.tree_util.register_dataclass
         @dataclasses.dataclass
         class Cfg:
@@ -75,8 +77,11 @@ def test_an_equal_bound_method_in_node_metadata_is_not_blamed(jt):
         def __init__(self, x, fn, method):
             self.x, self.fn, self.method = x, fn, method
 
-    jax.tree_util.register_pytree_node(Node, lambda n: ((n.x,), (n.method, n.fn)),
-                                       lambda aux, children: Node(children[0], aux[1], aux[0]))
+    jax.tree_util.register_pytree_node(
+        Node,
+        lambda n: ((n.x,), (n.method, n.fn)),
+        lambda aux, children: Node(children[0], aux[1], aux[0]),
+    )
     helper = Helper()
 
     @jax.jit
@@ -85,7 +90,9 @@ def test_an_equal_bound_method_in_node_metadata_is_not_blamed(jt):
 
     with jt.watch() as w:
         f(Node(jnp.ones(2), lambda v: v + 1, helper.method))
-        f(Node(jnp.ones(2), lambda v: v + 1, helper.method))  # a new lambda; an equal, not identical, method
+        f(
+            Node(jnp.ones(2), lambda v: v + 1, helper.method)
+        )  # a new lambda; an equal, not identical, method
     e = retrace(w, "f")
     assert e.cause == "static" and e.leaf == "n (metadata)[1]"
     assert "(metadata)[0]" not in e.explanation
@@ -147,6 +154,7 @@ def test_a_class_defined_again_is_another_node_type(jt):
     def make():
         class Box(eqx.Module):
             w: jax.Array
+
         return Box
 
     @jax.jit
@@ -155,7 +163,9 @@ def test_a_class_defined_again_is_another_node_type(jt):
 
     with jt.watch() as w:
         f(make()(jnp.ones(2)))
-        f(make()(jnp.ones(2)))  # same name, same fields, another class: JAX compares node types by identity
+        f(
+            make()(jnp.ones(2))
+        )  # same name, same fields, another class: JAX compares node types by identity
     e = retrace(w, "f")
     assert (e.cause, e.leaf) == ("structure", "b")
 
@@ -305,7 +315,9 @@ def test_retraces_of_one_static_flag_get_one_hint(jt):
 
 # ------------------------------------------------------------------ the check
 def _sig(leaves: dict) -> Signature:
-    return Signature(("id", 1), (), leaves, key_parts=(("function", 1), ("inputs", 2), ("debug info", 3)))
+    return Signature(
+        ("id", 1), (), leaves, key_parts=(("function", 1), ("inputs", 2), ("debug info", 3))
+    )
 
 
 def test_the_runtime_check_refuses_a_leaf_that_jax_finds_equal():
@@ -314,6 +326,7 @@ def test_the_runtime_check_refuses_a_leaf_that_jax_finds_equal():
     good = diagnose(new, [old])
     assert good.cause == "unknown"  # tokens differ, JAX's == does not: the key is identical
     from jaxtrace_nb._diagnosis._diagnose import Diagnosis
+
     with pytest.raises(InvariantError):
         checked(Diagnosis("static", "x", "1", "1", "", ""), new, old)
 
@@ -322,8 +335,10 @@ def test_unknown_is_refused_where_any_part_of_the_key_differs():
     from jaxtrace_nb._diagnosis._diagnose import Diagnosis
 
     leaf = array_leaf((2,), "float32")
-    new, old = _sig({"x": leaf}), _sig({"x": leaf})._replace(key_parts=(("function", 1), ("inputs", 9),
-                                                                        ("debug info", 3)))
+    new, old = (
+        _sig({"x": leaf}),
+        _sig({"x": leaf})._replace(key_parts=(("function", 1), ("inputs", 9), ("debug info", 3))),
+    )
     assert diagnose(new, [old]).cause != "unknown"
     with pytest.raises(InvariantError):
         checked(Diagnosis("unknown", None, None, None, "", ""), new, old)
@@ -337,6 +352,7 @@ def test_a_broken_diagnosis_is_contained_and_counted(jt, monkeypatch):
     from jaxtrace_nb._recording._session import get_session
 
     monkeypatch.setattr(get_session(), "fault_counts", collections.Counter())  # (counted here only)
+
     def lying(new, old, changes, ctx, *args):  # blames `y`, which did not change
         return _diagnosis.Diagnosis("shape", "y", "f32[2]", "f32[2]", "", "")
 

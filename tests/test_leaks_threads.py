@@ -9,14 +9,15 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-import jaxtrace_nb as jt
-from jaxtrace_nb._recording import _lifecycle
-from jaxtrace_nb._log._events import Event, now
-from jaxtrace_nb._keys._records import FunctionIdentity, Trace, TraceRecord
-from jaxtrace_nb._recording._session import Session, get_session
-from jaxtrace_nb._keys._signature import Signature, array_leaf, static_leaf
-from jaxtrace_nb._core._values import summarize_static
 from _support import without_and_with_recording
+
+import jaxtrace_nb as jt
+from jaxtrace_nb._core._values import summarize_static
+from jaxtrace_nb._keys._records import FunctionIdentity, Trace, TraceRecord
+from jaxtrace_nb._keys._signature import Signature, array_leaf, static_leaf
+from jaxtrace_nb._log._events import Event, now
+from jaxtrace_nb._recording import _lifecycle
+from jaxtrace_nb._recording._session import Session, get_session
 
 
 class Config:
@@ -51,10 +52,25 @@ def _traced_objects() -> dict:
     def step(m, v):
         return m(v) + 1
 
-    closes_over(x), closes_over(host), jitted_static(x, config), step(model, x), eqx.filter_jit(model)(x)
+    (
+        closes_over(x),
+        closes_over(host),
+        jitted_static(x, config),
+        step(model, x),
+        eqx.filter_jit(model)(x),
+    )
     step(model, jnp.ones(()))  # a retrace: a diff against the kept signature
-    refs = {"constant": constant, "x": x, "config": config, "model": model, "closes_over": closes_over,
-            "with_static": with_static, "jitted_static": jitted_static, "step": step, "model.w": model.w}
+    refs = {
+        "constant": constant,
+        "x": x,
+        "config": config,
+        "model": model,
+        "closes_over": closes_over,
+        "with_static": with_static,
+        "jitted_static": jitted_static,
+        "step": step,
+        "model.w": model.w,
+    }
     return {name: weakref.ref(obj) for name, obj in refs.items()}
 
 
@@ -62,17 +78,30 @@ def _alive_after_deletion() -> tuple[set, int]:
     baseline = len(jax.live_arrays())
     refs = _traced_objects()
     gc.collect()
-    return {name for name, ref in refs.items() if ref() is not None}, len(jax.live_arrays()) - baseline
+    return {name for name, ref in refs.items() if ref() is not None}, len(
+        jax.live_arrays()
+    ) - baseline
 
 
 def test_nothing_traced_is_kept_alive_by_us():
-    (alive_plain, arrays_plain), (alive_recorded, arrays_recorded), recorded = \
+    (alive_plain, arrays_plain), (alive_recorded, arrays_recorded), recorded = (
         without_and_with_recording(_alive_after_deletion)
+    )
     assert alive_recorded == alive_plain  # JAX itself keeps a static argument in a global cache
-    assert not alive_recorded & {"constant", "x", "model", "model.w", "closes_over", "with_static",
-                                 "jitted_static", "step"}
+    assert not alive_recorded & {
+        "constant",
+        "x",
+        "model",
+        "model.w",
+        "closes_over",
+        "with_static",
+        "jitted_static",
+        "step",
+    }
     assert arrays_recorded == arrays_plain == 0
-    assert len(recorded) == 5  # closes_over (NumPy and JAX f32[8] share a trace), with_static, step twice, model
+    assert (
+        len(recorded) == 5
+    )  # closes_over (NumPy and JAX f32[8] share a trace), with_static, step twice, model
 
 
 def _memory_marks(feed, n: int, every: int) -> list[int]:
@@ -111,12 +140,30 @@ def test_log_memory_is_bounded_by_the_cap():
     explanation = "`x` changed shape: f32[3] → f32[4]. Also changed: `params['w']`."
 
     def append(i: int) -> None:
-        session.log.append(Event(
-            time=now(), cell=i // 100, function=f"step_{i % 100}", location=f"/tmp/p.py:{i % 100}",
-            kind="trace", internal=False, nested=False, trace_number=i, cause="shape", leaf="x",
-            before=f"f32[{i}]", after=f"f32[{i + 1}]", explanation=f"{explanation} #{i}",
-            hint="Pad to a fixed shape.", trace_s=0.01, lower_s=0.001, compile_s=0.1, jit="jit",
-            thread=1, key=f"/tmp/p.py::step_{i % 100}"))
+        session.log.append(
+            Event(
+                time=now(),
+                cell=i // 100,
+                function=f"step_{i % 100}",
+                location=f"/tmp/p.py:{i % 100}",
+                kind="trace",
+                internal=False,
+                nested=False,
+                trace_number=i,
+                cause="shape",
+                leaf="x",
+                before=f"f32[{i}]",
+                after=f"f32[{i + 1}]",
+                explanation=f"{explanation} #{i}",
+                hint="Pad to a fixed shape.",
+                trace_s=0.01,
+                lower_s=0.001,
+                compile_s=0.1,
+                jit="jit",
+                thread=1,
+                key=f"/tmp/p.py::step_{i % 100}",
+            )
+        )
 
     marks = _memory_marks(append, 80_000, 20_000)
     assert session.log.dropped == 60_000 and len(session.log.events()) == 20_000
@@ -136,14 +183,28 @@ def test_function_state_is_bounded(monkeypatch):
     session.log.set_max_events(1_000)
 
     def info(k: int) -> TraceRecord:
-        leaves = {"x": array_leaf((k % 50 + 1, 3), "float32"), "params['w']": array_leaf((3, 3), "float32"),
-                  "n": static_leaf(summarize_static(k % 7))}
+        leaves = {
+            "x": array_leaf((k % 50 + 1, 3), "float32"),
+            "params['w']": array_leaf((3, 3), "float32"),
+            "n": static_leaf(summarize_static(k % 7)),
+        }
         signature = Signature(("id", k), (("jax_enable_x64", "False"),), leaves)
-        identity = FunctionIdentity(f"step_{k}", "/tmp/p.py", k, f"/tmp/p.py:{k}", f"/tmp/p.py::step_{k}",
-                                    False, False, "jit", f"step_{k}", f"step_{k} at /tmp/p.py:{k}")
+        identity = FunctionIdentity(
+            f"step_{k}",
+            "/tmp/p.py",
+            k,
+            f"/tmp/p.py:{k}",
+            f"/tmp/p.py::step_{k}",
+            False,
+            False,
+            "jit",
+            f"step_{k}",
+            f"step_{k} at /tmp/p.py:{k}",
+        )
         return TraceRecord(identity, False, signature, None, 1, None, 0, None)
 
     life = session.lifecycle
+
     def trace(k: int) -> None:
         started = Trace(info(k), f"step_{k}")
         life.on_trace(started)
@@ -160,6 +221,7 @@ def test_dropped_count_through_the_api():
     jt.reset()
     jt.start(max_events=3)
     try:
+
         @jax.jit
         def f(x):
             return x
@@ -221,12 +283,23 @@ def test_threads_lose_duplicate_and_misattribute_nothing():
     for (t, j, n), value in results.items():
         assert np.array_equal(value, np.full(n, t + 1 + j, np.float32))
     traces = events[events["kind"] == "trace"]
-    seen = sorted((row.function, row.thread, row.trace_number, row.cause, row.before, row.after)
-                  for row in traces.itertuples())
+    seen = sorted(
+        (row.function, row.thread, row.trace_number, row.cause, row.before, row.after)
+        for row in traces.itertuples()
+    )
     expected = sorted(
-        (f"worker{t}_fn{j}", idents[t], k + 1, "first" if k == 0 else "shape",
-         None if k == 0 else f"f32[{SHAPES[k - 1]}]", None if k == 0 else f"f32[{n}]")
-        for t in range(THREADS) for j in range(FUNCTIONS) for k, n in enumerate(SHAPES))
+        (
+            f"worker{t}_fn{j}",
+            idents[t],
+            k + 1,
+            "first" if k == 0 else "shape",
+            None if k == 0 else f"f32[{SHAPES[k - 1]}]",
+            None if k == 0 else f"f32[{n}]",
+        )
+        for t in range(THREADS)
+        for j in range(FUNCTIONS)
+        for k, n in enumerate(SHAPES)
+    )
     assert [tuple(None if v != v else v for v in row) for row in seen] == expected
     assert traces["compile_s"].notna().all() and traces["lower_s"].notna().all()
     assert jt.faults() == faults_before

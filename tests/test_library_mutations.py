@@ -43,25 +43,54 @@ import optax
 import pytest
 
 with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)  # Flax 0.12.0 reads `jax.array_ref`, deprecated in JAX 0.8
+    warnings.simplefilter(
+        "ignore", DeprecationWarning
+    )  # Flax 0.12.0 reads `jax.array_ref`, deprecated in JAX 0.8
     from flax import linen as nn
     from flax import nnx, struct
     from flax.core import FrozenDict, freeze, unfreeze
     from flax.training import train_state
 
 JITS = {"jax.jit": jax.jit, "eqx.filter_jit": eqx.filter_jit, "nnx.jit": nnx.jit}
-MUTATIONS = ("container", "key_order", "static", "static_equal", "fn_lambda", "fn_partial", "fn_bound_new",
-             "fn_bound_equal", "fn_closure", "key_type", "dtype", "weak_type", "scalar_value", "shape", "keyword",
-             "none")
+MUTATIONS = (
+    "container",
+    "key_order",
+    "static",
+    "static_equal",
+    "fn_lambda",
+    "fn_partial",
+    "fn_bound_new",
+    "fn_bound_equal",
+    "fn_closure",
+    "key_type",
+    "dtype",
+    "weak_type",
+    "scalar_value",
+    "shape",
+    "keyword",
+    "none",
+)
 JIT_DEPENDENT = ("keyword", "weak_type", "scalar_value")
-STATIC_FORMS = ("eqx.field(static=True)", "struct.field(pytree_node=False)", "register_dataclass(meta_fields=…)",
-                "field(metadata={'static': True})", "NNX attribute", "filter_jit non-array leaf")
+STATIC_FORMS = (
+    "eqx.field(static=True)",
+    "struct.field(pytree_node=False)",
+    "register_dataclass(meta_fields=…)",
+    "field(metadata={'static': True})",
+    "NNX attribute",
+    "filter_jit non-array leaf",
+)
 DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16, jnp.int32)
-KEY_PAIRS = ((("jax.random.PRNGKey(3)", jax.random.PRNGKey(3)), ("jax.random.key(3)", jax.random.key(3))),
-             (("jax.random.key(3)", jax.random.key(3)),
-              ("jax.random.key(3, impl='rbg')", jax.random.key(3, impl="rbg"))),
-             (("jax.random.PRNGKey(3)", jax.random.PRNGKey(3)),
-              ("jax.random.PRNGKey(3, impl='rbg')", jax.random.PRNGKey(3, impl="rbg"))))
+KEY_PAIRS = (
+    (("jax.random.PRNGKey(3)", jax.random.PRNGKey(3)), ("jax.random.key(3)", jax.random.key(3))),
+    (
+        ("jax.random.key(3)", jax.random.key(3)),
+        ("jax.random.key(3, impl='rbg')", jax.random.key(3, impl="rbg")),
+    ),
+    (
+        ("jax.random.PRNGKey(3)", jax.random.PRNGKey(3)),
+        ("jax.random.PRNGKey(3, impl='rbg')", jax.random.PRNGKey(3, impl="rbg")),
+    ),
+)
 _SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16", "int32": "i32", "uint32": "u32"}
 
 
@@ -114,8 +143,11 @@ class StructConfig:
     act: Callable = struct.field(pytree_node=False)
 
 
-@functools.partial(jax.tree_util.register_dataclass, data_fields=["w", "layers", "lr", "key"],
-                   meta_fields=["depth", "act"])
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=["w", "layers", "lr", "key"],
+    meta_fields=["depth", "act"],
+)
 @dataclasses.dataclass
 class MetaFieldsConfig:
     w: jax.Array
@@ -177,15 +209,22 @@ def _key(rng: random.Random, typed: bool):
 
 def _params(rng: random.Random):
     width = rng.randint(2, 4)
-    return {"dense": {"kernel": jnp.ones((2, width)), "bias": jnp.zeros(width)}, "scale": jnp.ones(())}
+    return {
+        "dense": {"kernel": jnp.ones((2, width)), "bias": jnp.zeros(width)},
+        "scale": jnp.ones(()),
+    }
 
 
 def _mlp(rng):
-    return eqx.nn.MLP(2, 2, width_size=rng.randint(2, 5), depth=2, key=jax.random.PRNGKey(rng.randrange(100)))
+    return eqx.nn.MLP(
+        2, 2, width_size=rng.randint(2, 5), depth=2, key=jax.random.PRNGKey(rng.randrange(100))
+    )
 
 
 def _linear(rng):
-    return eqx.nn.Linear(rng.randint(2, 4), rng.randint(2, 4), key=jax.random.PRNGKey(rng.randrange(100)))
+    return eqx.nn.Linear(
+        rng.randint(2, 4), rng.randint(2, 4), key=jax.random.PRNGKey(rng.randrange(100))
+    )
 
 
 def _block(rng):
@@ -196,8 +235,15 @@ def _block(rng):
 
 def _config(cls):
     def build(rng):
-        return cls(jnp.ones(rng.randint(1, 3)), [jnp.zeros(2), jnp.ones((1, 2))], 0.5, _key(rng, rng.random() < 0.5),
-                   2, jax.nn.relu)
+        return cls(
+            jnp.ones(rng.randint(1, 3)),
+            [jnp.zeros(2), jnp.ones((1, 2))],
+            0.5,
+            _key(rng, rng.random() < 0.5),
+            2,
+            jax.nn.relu,
+        )
+
     return build
 
 
@@ -207,17 +253,23 @@ def _linen_variables(rng):
 
 _LINEN = LinenNet(3)
 _ADAM = optax.adam(1e-3)
-_CHAIN = optax.chain(optax.clip_by_global_norm(1.0), optax.add_decayed_weights(1e-4), optax.adam(1e-3))
+_CHAIN = optax.chain(
+    optax.clip_by_global_norm(1.0), optax.add_decayed_weights(1e-4), optax.adam(1e-3)
+)
 
 
 def _train_state(rng):
     variables = _LINEN.init(jax.random.PRNGKey(rng.randrange(100)), jnp.ones((1, 2)))
-    return train_state.TrainState.create(apply_fn=_LINEN.apply, params=variables["params"], tx=_ADAM)
+    return train_state.TrainState.create(
+        apply_fn=_LINEN.apply, params=variables["params"], tx=_ADAM
+    )
 
 
 def _batch(rng):
     n = rng.randint(1, 4)
-    return Batch(jnp.ones((n, 2)), jnp.zeros(n, jnp.int32), 0.5, _key(rng, rng.random() < 0.5), [jnp.ones(1)])
+    return Batch(
+        jnp.ones((n, 2)), jnp.zeros(n, jnp.int32), 0.5, _key(rng, rng.random() < 0.5), [jnp.ones(1)]
+    )
 
 
 class Spec(NamedTuple):
@@ -250,49 +302,139 @@ BOTH = ("jax.jit", "eqx.filter_jit")
 METHOD = "eqx.filter_jit method"
 APPLY = "jax.jit(model.apply)"
 APPLY_MUTATIONS = ("container", "key_order", "dtype")  # what `model.apply` can still compute with
-_CONFIG_SLOTS = dict(statics=(("depth", (2, 3, 4)),), fn_field="act", owner=_gate_owner, key_field="key",
-                     scalar_field="lr", containers=((("attr", "layers"),),))
+_CONFIG_SLOTS = dict(
+    statics=(("depth", (2, 3, 4)),),
+    fn_field="act",
+    owner=_gate_owner,
+    key_field="key",
+    scalar_field="lr",
+    containers=((("attr", "layers"),),),
+)
 SPECS = {
-    "eqx.nn.MLP": Spec("model", ("eqx.filter_jit",), _mlp,
-                       statics=(("width_size", (2, 3, 4, 5, 6)), ("use_bias", (True, False)), ("in_size", (2, 7))),
-                       static_form="eqx.field(static=True)", fn_field="activation", fn_form="filter_jit non-array leaf",
-                       owner=_gate_owner, containers=((("attr", "layers"),),)),
-    "eqx.nn.Linear": Spec("model", BOTH, _linear,
-                          statics=(("in_features", (2, 3, 4, 9)), ("out_features", (2, 3, 4, 9)),
-                                   ("use_bias", (True, False))),
-                          static_form="eqx.field(static=True)"),
-    "eqx.Module": Spec("model", BOTH + (METHOD,), _block,
-                       statics=(("act", ("relu", "gelu", "tanh")), ("depth", (1, 2, 3))),
-                       static_form="eqx.field(static=True)", fn_field="fn", fn_form="eqx.field(static=True)",
-                       owner=_gate_owner, key_field="key", scalar_field="lr",
-                       containers=((("attr", "extras"), ("key", "b")),), dicts=((("attr", "extras"),),)),
-    "linen variables": Spec("variables", BOTH + (APPLY,), _linen_variables,
-                            containers=((), (("key", "params"),), (("key", "batch_stats"),)),
-                            dicts=((), (("key", "params"),))),
-    "linen FrozenDict": Spec("variables", BOTH + (APPLY,), lambda rng: freeze(_linen_variables(rng)), containers=((),),
-                             dicts=((),)),
-    "TrainState": Spec("state", BOTH, _train_state, fn_field="apply_fn", fn_form="struct.field(pytree_node=False)",
-                       owner=_linen_owner, closure_field="tx", scalar_field="step",
-                       containers=((("attr", "params"),),), dicts=((("attr", "params"),),)),
-    "flax.struct": Spec("cfg", BOTH, _config(StructConfig), static_form="struct.field(pytree_node=False)",
-                        fn_form="struct.field(pytree_node=False)", **_CONFIG_SLOTS),
-    "register_dataclass meta_fields": Spec("cfg", BOTH, _config(MetaFieldsConfig),
-                                           static_form="register_dataclass(meta_fields=…)",
-                                           fn_form="register_dataclass(meta_fields=…)", **_CONFIG_SLOTS),
-    "register_dataclass field metadata": Spec("cfg", BOTH, _config(MetadataConfig),
-                                              static_form="field(metadata={'static': True})",
-                                              fn_form="field(metadata={'static': True})", **_CONFIG_SLOTS),
-    "optax.adam state": Spec("opt_state", BOTH, lambda rng: _ADAM.init(_params(rng)),
-                             containers=((("index", 0), ("attr", "mu")),
-                                         (("index", 0), ("attr", "nu"), ("key", "dense"))),
-                             dicts=((("index", 0), ("attr", "mu")), (("index", 0), ("attr", "nu"), ("key", "dense")))),
-    "optax.chain state": Spec("opt_state", BOTH, lambda rng: _CHAIN.init(_params(rng)),
-                              containers=((), (("index", 2),)), dicts=((("index", 2), ("index", 0), ("attr", "mu")),)),
-    "NamedTuple": Spec("batch", BOTH, _batch, key_field="key", scalar_field="lr",
-                       containers=((("attr", "extra"),),)),
-    "nnx.Module": Spec("model", ("nnx.jit",), None, static_form="NNX attribute", fn_field="act",
-                       fn_form="NNX attribute", owner=_gate_owner, key_field="key", scalar_field="scale",
-                       containers=((("attr", "arrs"),),), statics=(("depth", (2, 3, 4)),)),
+    "eqx.nn.MLP": Spec(
+        "model",
+        ("eqx.filter_jit",),
+        _mlp,
+        statics=(("width_size", (2, 3, 4, 5, 6)), ("use_bias", (True, False)), ("in_size", (2, 7))),
+        static_form="eqx.field(static=True)",
+        fn_field="activation",
+        fn_form="filter_jit non-array leaf",
+        owner=_gate_owner,
+        containers=((("attr", "layers"),),),
+    ),
+    "eqx.nn.Linear": Spec(
+        "model",
+        BOTH,
+        _linear,
+        statics=(
+            ("in_features", (2, 3, 4, 9)),
+            ("out_features", (2, 3, 4, 9)),
+            ("use_bias", (True, False)),
+        ),
+        static_form="eqx.field(static=True)",
+    ),
+    "eqx.Module": Spec(
+        "model",
+        BOTH + (METHOD,),
+        _block,
+        statics=(("act", ("relu", "gelu", "tanh")), ("depth", (1, 2, 3))),
+        static_form="eqx.field(static=True)",
+        fn_field="fn",
+        fn_form="eqx.field(static=True)",
+        owner=_gate_owner,
+        key_field="key",
+        scalar_field="lr",
+        containers=((("attr", "extras"), ("key", "b")),),
+        dicts=((("attr", "extras"),),),
+    ),
+    "linen variables": Spec(
+        "variables",
+        BOTH + (APPLY,),
+        _linen_variables,
+        containers=((), (("key", "params"),), (("key", "batch_stats"),)),
+        dicts=((), (("key", "params"),)),
+    ),
+    "linen FrozenDict": Spec(
+        "variables",
+        BOTH + (APPLY,),
+        lambda rng: freeze(_linen_variables(rng)),
+        containers=((),),
+        dicts=((),),
+    ),
+    "TrainState": Spec(
+        "state",
+        BOTH,
+        _train_state,
+        fn_field="apply_fn",
+        fn_form="struct.field(pytree_node=False)",
+        owner=_linen_owner,
+        closure_field="tx",
+        scalar_field="step",
+        containers=((("attr", "params"),),),
+        dicts=((("attr", "params"),),),
+    ),
+    "flax.struct": Spec(
+        "cfg",
+        BOTH,
+        _config(StructConfig),
+        static_form="struct.field(pytree_node=False)",
+        fn_form="struct.field(pytree_node=False)",
+        **_CONFIG_SLOTS,
+    ),
+    "register_dataclass meta_fields": Spec(
+        "cfg",
+        BOTH,
+        _config(MetaFieldsConfig),
+        static_form="register_dataclass(meta_fields=…)",
+        fn_form="register_dataclass(meta_fields=…)",
+        **_CONFIG_SLOTS,
+    ),
+    "register_dataclass field metadata": Spec(
+        "cfg",
+        BOTH,
+        _config(MetadataConfig),
+        static_form="field(metadata={'static': True})",
+        fn_form="field(metadata={'static': True})",
+        **_CONFIG_SLOTS,
+    ),
+    "optax.adam state": Spec(
+        "opt_state",
+        BOTH,
+        lambda rng: _ADAM.init(_params(rng)),
+        containers=(
+            (("index", 0), ("attr", "mu")),
+            (("index", 0), ("attr", "nu"), ("key", "dense")),
+        ),
+        dicts=((("index", 0), ("attr", "mu")), (("index", 0), ("attr", "nu"), ("key", "dense"))),
+    ),
+    "optax.chain state": Spec(
+        "opt_state",
+        BOTH,
+        lambda rng: _CHAIN.init(_params(rng)),
+        containers=((), (("index", 2),)),
+        dicts=((("index", 2), ("index", 0), ("attr", "mu")),),
+    ),
+    "NamedTuple": Spec(
+        "batch",
+        BOTH,
+        _batch,
+        key_field="key",
+        scalar_field="lr",
+        containers=((("attr", "extra"),),),
+    ),
+    "nnx.Module": Spec(
+        "model",
+        ("nnx.jit",),
+        None,
+        static_form="NNX attribute",
+        fn_field="act",
+        fn_form="NNX attribute",
+        owner=_gate_owner,
+        key_field="key",
+        scalar_field="scale",
+        containers=((("attr", "arrs"),),),
+        statics=(("depth", (2, 3, 4)),),
+    ),
     "nnx.Optimizer": Spec("optimizer", ("nnx.jit",), None, closure_field="tx"),
 }
 
@@ -320,8 +462,12 @@ def _supports(spec: Spec, mutation: str) -> bool:
 
 
 def _jits(spec: Spec, mutation: str) -> tuple:
-    return tuple(jit for jit in spec.jits if not (jit == APPLY and mutation not in APPLY_MUTATIONS)
-                 and not (jit == METHOD and mutation == "keyword"))
+    return tuple(
+        jit
+        for jit in spec.jits
+        if not (jit == APPLY and mutation not in APPLY_MUTATIONS)
+        and not (jit == METHOD and mutation == "keyword")
+    )
 
 
 def _units() -> list:
@@ -356,8 +502,12 @@ class Expect(NamedTuple):
     def matches(self, value, other) -> bool:
         if value is None:
             return False
-        return {"exact": value == self.text, "starts": str(value).startswith(self.text),
-                "contains": self.text in str(value), "same": _alike(value, other)}[self.how]
+        return {
+            "exact": value == self.text,
+            "starts": str(value).startswith(self.text),
+            "contains": self.text in str(value),
+            "same": _alike(value, other),
+        }[self.how]
 
 
 def _alike(value, other) -> bool:
@@ -391,9 +541,14 @@ class Case(NamedTuple):
 
     def swapped(self) -> Case:
         shows = (self.shows[1], self.shows[0]) if self.shows else ()
-        return self._replace(before=self.after, after=self.before, shows=shows,
-                             before_by_keyword=self.after_by_keyword, after_by_keyword=self.before_by_keyword,
-                             detail=self.detail + " (reversed)")
+        return self._replace(
+            before=self.after,
+            after=self.before,
+            shows=shows,
+            before_by_keyword=self.after_by_keyword,
+            after_by_keyword=self.before_by_keyword,
+            detail=self.detail + " (reversed)",
+        )
 
 
 def aval_text(x) -> str:
@@ -403,11 +558,15 @@ def aval_text(x) -> str:
         return ("f32" if isinstance(x, float) else "i32") + "[] (weak)"
     if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
         return f"{x.dtype}[{','.join(map(str, x.shape))}]"
-    return f"{_SHORT[x.dtype.name]}[{','.join(map(str, x.shape))}]" + (" (weak)" if x.weak_type else "")
+    return f"{_SHORT[x.dtype.name]}[{','.join(map(str, x.shape))}]" + (
+        " (weak)" if x.weak_type else ""
+    )
 
 
 def _path_text(steps) -> str:
-    return "".join(f".{k}" if how == "attr" else f"[{k!r}]" if how == "key" else f"[{k}]" for how, k in steps)
+    return "".join(
+        f".{k}" if how == "attr" else f"[{k!r}]" if how == "key" else f"[{k}]" for how, k in steps
+    )
 
 
 def _with(obj, name, value):
@@ -454,8 +613,13 @@ def _other_container(node):
 def _array_leaves(obj, floating=False):
     """(key path, array) of every non-key array leaf."""
     leaves = jax.tree_util.tree_flatten_with_path(obj)[0]
-    return [(p, v) for p, v in leaves if isinstance(v, jax.Array) and not jnp.issubdtype(v.dtype, jax.dtypes.prng_key)
-            and (not floating or jnp.issubdtype(v.dtype, jnp.floating))]
+    return [
+        (p, v)
+        for p, v in leaves
+        if isinstance(v, jax.Array)
+        and not jnp.issubdtype(v.dtype, jax.dtypes.prng_key)
+        and (not floating or jnp.issubdtype(v.dtype, jnp.floating))
+    ]
 
 
 def _replace_leaf(obj, path, new):
@@ -489,32 +653,56 @@ def _one_change(spec, mutation, rng, obj) -> Change | None:
         steps = rng.choice(spec.containers)
         node = functools.reduce(_child, steps, obj)
         new = _other_container(node)
-        return Change(_set_at(obj, steps, lambda _: new), "structure", p + _path_text(steps),
-                      (Expect("starts", type(node).__name__ + " "), Expect("starts", type(new).__name__ + " ")),
-                      f"{p}{_path_text(steps)}: {type(node).__name__} → {type(new).__name__}")
+        return Change(
+            _set_at(obj, steps, lambda _: new),
+            "structure",
+            p + _path_text(steps),
+            (
+                Expect("starts", type(node).__name__ + " "),
+                Expect("starts", type(new).__name__ + " "),
+            ),
+            f"{p}{_path_text(steps)}: {type(node).__name__} → {type(new).__name__}",
+        )
     if mutation == "static":
         if not spec.statics:
             return None
         field, values = rng.choice(spec.statics)
         old = getattr(obj, field)
         new = rng.choice([v for v in values if v != old])
-        return Change(_with(obj, field, new), "static", f"{p}.{field}", _exactly(repr(old), repr(new)),
-                      f"{field}: {old!r} → {new!r}")
+        return Change(
+            _with(obj, field, new),
+            "static",
+            f"{p}.{field}",
+            _exactly(repr(old), repr(new)),
+            f"{field}: {old!r} → {new!r}",
+        )
     if mutation == "fn_lambda":
         if spec.fn_field is None:
             return None
         old = getattr(obj, spec.fn_field)
-        return Change(_with(obj, spec.fn_field, _make_lambda()), "static", f"{p}.{spec.fn_field}",
-                      (Expect("contains", old.__func__.__qualname__), Expect("contains", "<lambda>")),
-                      f"{spec.fn_field}: {old.__func__.__qualname__} → a lambda")
+        return Change(
+            _with(obj, spec.fn_field, _make_lambda()),
+            "static",
+            f"{p}.{spec.fn_field}",
+            (Expect("contains", old.__func__.__qualname__), Expect("contains", "<lambda>")),
+            f"{spec.fn_field}: {old.__func__.__qualname__} → a lambda",
+        )
     if mutation == "key_type":
         if spec.key_field is None:
             return None
         old = getattr(obj, spec.key_field)
-        new = jax.random.PRNGKey(3) if jnp.issubdtype(old.dtype, jax.dtypes.prng_key) else jax.random.key(3)
-        return Change(_with(obj, spec.key_field, new), "dtype", f"{p}.{spec.key_field}",
-                      _exactly(aval_text(old), aval_text(new)),
-                      f"{spec.key_field}: {aval_text(old)} → {aval_text(new)}")
+        new = (
+            jax.random.PRNGKey(3)
+            if jnp.issubdtype(old.dtype, jax.dtypes.prng_key)
+            else jax.random.key(3)
+        )
+        return Change(
+            _with(obj, spec.key_field, new),
+            "dtype",
+            f"{p}.{spec.key_field}",
+            _exactly(aval_text(old), aval_text(new)),
+            f"{spec.key_field}: {aval_text(old)} → {aval_text(new)}",
+        )
     path, leaf = rng.choice(_array_leaves(obj, floating=mutation == "dtype"))
     where = p + jax.tree_util.keystr(path)
     if mutation == "dtype":
@@ -524,8 +712,13 @@ def _one_change(spec, mutation, rng, obj) -> Change | None:
     else:
         new, cause = None, "structure"
     new_text = "None" if new is None else aval_text(new)
-    return Change(_replace_leaf(obj, path, new), cause, where, _exactly(aval_text(leaf), new_text),
-                  f"{where}: {aval_text(leaf)} → {new_text}")
+    return Change(
+        _replace_leaf(obj, path, new),
+        cause,
+        where,
+        _exactly(aval_text(leaf), new_text),
+        f"{where}: {aval_text(leaf)} → {new_text}",
+    )
 
 
 def _overlap(a: str, b: str) -> bool:
@@ -537,7 +730,11 @@ def _functions(mutation, spec):
     if mutation == "fn_lambda":
         return _make_lambda(), _make_lambda(), Expect("contains", "<lambda>")
     if mutation == "fn_partial":
-        return functools.partial(_scaled, 2.0), functools.partial(_scaled, 2.0), Expect("contains", "partial(")
+        return (
+            functools.partial(_scaled, 2.0),
+            functools.partial(_scaled, 2.0),
+            Expect("contains", "partial("),
+        )
     owner, method = spec.owner()
     if mutation == "fn_bound_equal":
         return getattr(owner, method), getattr(owner, method), None
@@ -552,14 +749,20 @@ def _generic(kind, spec, jit, mutation, rng) -> Case:
     if spec.fn_field is None or mutation.startswith("fn_"):
         return case
     owner, method = spec.owner()
-    return case._replace(before=_with(case.before, spec.fn_field, getattr(owner, method)),
-                         after=_with(case.after, spec.fn_field, getattr(owner, method)))
+    return case._replace(
+        before=_with(case.before, spec.fn_field, getattr(owner, method)),
+        after=_with(case.after, spec.fn_field, getattr(owner, method)),
+    )
 
 
 def _equal_statics(spec):
     """(field, value, an equal value of another type) for each int or bool static."""
-    return [(field, v, (1 if v else 0) if isinstance(v, bool) else float(v))
-            for field, values in spec.statics for v in values if isinstance(v, int)]
+    return [
+        (field, v, (1 if v else 0) if isinstance(v, bool) else float(v))
+        for field, values in spec.statics
+        for v in values
+        if isinstance(v, int)
+    ]
 
 
 def _mutate(kind, spec, jit, mutation, rng) -> Case:
@@ -571,40 +774,71 @@ def _mutate(kind, spec, jit, mutation, rng) -> Case:
         steps = rng.choice(spec.dicts)
         node = functools.reduce(_child, steps, before)
         reordered = type(node)(dict(reversed(list(node.items()))))
-        return base._replace(after=_set_at(before, steps, lambda _: reordered), retrace=False,
-                             detail=f"{p}{_path_text(steps)}: keys {list(node)} → {list(reordered)}")
+        return base._replace(
+            after=_set_at(before, steps, lambda _: reordered),
+            retrace=False,
+            detail=f"{p}{_path_text(steps)}: keys {list(node)} → {list(reordered)}",
+        )
     if mutation == "static_equal":
         field, old, new = rng.choice(_equal_statics(spec))
-        return base._replace(before=_with(before, field, old), after=_with(before, field, new), retrace=False,
-                             detail=f"{field}: {old!r} → {new!r}")
+        return base._replace(
+            before=_with(before, field, old),
+            after=_with(before, field, new),
+            retrace=False,
+            detail=f"{field}: {old!r} → {new!r}",
+        )
     if mutation.startswith("fn_") and mutation != "fn_closure":
         f1, f2, shows = _functions(mutation, spec)
-        case = base._replace(before=_with(before, spec.fn_field, f1), after=_with(before, spec.fn_field, f2),
-                             static_form=spec.fn_form, detail=f"{spec.fn_field}: {f1!r} / {f2!r}")
+        case = base._replace(
+            before=_with(before, spec.fn_field, f1),
+            after=_with(before, spec.fn_field, f2),
+            static_form=spec.fn_form,
+            detail=f"{spec.fn_field}: {f1!r} / {f2!r}",
+        )
         if shows is None:
             return case._replace(retrace=False)
         return case._replace(cause="static", leaf=f"{p}.{spec.fn_field}", shows=(shows, shows))
     if mutation == "fn_closure":
-        return base._replace(after=_with(before, spec.closure_field, optax.adam(1e-3)), cause="static",
-                             leaf=f"{p}.{spec.closure_field}", leaf_prefix=True, shows=(Expect("same"), Expect("same")),
-                             detail=f"{spec.closure_field} = optax.adam(1e-3) built again")
+        return base._replace(
+            after=_with(before, spec.closure_field, optax.adam(1e-3)),
+            cause="static",
+            leaf=f"{p}.{spec.closure_field}",
+            leaf_prefix=True,
+            shows=(Expect("same"), Expect("same")),
+            detail=f"{spec.closure_field} = optax.adam(1e-3) built again",
+        )
     if mutation == "key_type":
         (old_name, old), (new_name, new) = rng.choice(KEY_PAIRS)
-        return base._replace(before=_with(before, spec.key_field, old), after=_with(before, spec.key_field, new),
-                             cause="dtype" if old.dtype != new.dtype else "shape", leaf=f"{p}.{spec.key_field}",
-                             shows=_exactly(aval_text(old), aval_text(new)),
-                             detail=f"{old_name} → {new_name}")
+        return base._replace(
+            before=_with(before, spec.key_field, old),
+            after=_with(before, spec.key_field, new),
+            cause="dtype" if old.dtype != new.dtype else "shape",
+            leaf=f"{p}.{spec.key_field}",
+            shows=_exactly(aval_text(old), aval_text(new)),
+            detail=f"{old_name} → {new_name}",
+        )
     if mutation in ("weak_type", "scalar_value"):
         return _scalar(base, spec, jit, mutation, rng)
     if mutation == "keyword":
         by_keyword = jit != "eqx.filter_jit"
-        return base._replace(retrace=by_keyword, after_by_keyword=True,
-                             **({"cause": "structure", "leaf": p,
-                                 "shows": _exactly("by position", "by keyword")}
-                                if by_keyword else {}))
+        return base._replace(
+            retrace=by_keyword,
+            after_by_keyword=True,
+            **(
+                {"cause": "structure", "leaf": p, "shows": _exactly("by position", "by keyword")}
+                if by_keyword
+                else {}
+            ),
+        )
     change = _one_change(spec, mutation, rng, before)
-    return base._replace(after=change.obj, cause=change.cause, leaf=change.leaf, shows=change.shows,
-                         detail=change.detail, static_form=spec.static_form if mutation == "static" else None)
+    return base._replace(
+        after=change.obj,
+        cause=change.cause,
+        leaf=change.leaf,
+        shows=change.shows,
+        detail=change.detail,
+        static_form=spec.static_form if mutation == "static" else None,
+    )
 
 
 def _scalar(base: Case, spec, jit, mutation, rng) -> Case:
@@ -618,17 +852,32 @@ def _scalar(base: Case, spec, jit, mutation, rng) -> Case:
         other = python * 3 + 1
         before, after = _with(base.before, field, python), _with(base.before, field, other)
         if jit == "jax.jit":
-            return base._replace(before=before, after=after, retrace=False, detail=f"{field}: {python!r} → {other!r}")
-        return base._replace(before=before, after=after, cause="static", leaf=leaf,
-                             shows=_exactly(repr(python), repr(other)),
-                             static_form="filter_jit non-array leaf", detail=f"{field}: {python!r} → {other!r}")
+            return base._replace(
+                before=before, after=after, retrace=False, detail=f"{field}: {python!r} → {other!r}"
+            )
+        return base._replace(
+            before=before,
+            after=after,
+            cause="static",
+            leaf=leaf,
+            shows=_exactly(repr(python), repr(other)),
+            static_form="filter_jit non-array leaf",
+            detail=f"{field}: {python!r} → {other!r}",
+        )
     strong = jnp.asarray(python, dtype)
     weak = rng.choice([python, jnp.asarray(python)])
-    case = base._replace(before=_with(base.before, field, weak), after=_with(base.before, field, strong), leaf=leaf,
-                         detail=f"{field}: {weak!r} → {strong!r}")
+    case = base._replace(
+        before=_with(base.before, field, weak),
+        after=_with(base.before, field, strong),
+        leaf=leaf,
+        detail=f"{field}: {weak!r} → {strong!r}",
+    )
     if jit.startswith("eqx.filter_jit") and not isinstance(weak, jax.Array):
-        return case._replace(cause="static", shows=_exactly(repr(weak), aval_text(strong)),
-                             static_form="filter_jit non-array leaf")
+        return case._replace(
+            cause="static",
+            shows=_exactly(repr(weak), aval_text(strong)),
+            static_form="filter_jit non-array leaf",
+        )
     return case._replace(cause="weak_type", shows=_exactly(aval_text(weak), aval_text(strong)))
 
 
@@ -642,9 +891,14 @@ def _set(variable, value):
 
 
 _NNX_VARIABLES = {"l1.kernel": (lambda m: m.l1, "kernel"), "l1.bias": (lambda m: m.l1, "bias")}
-_OPT_VARIABLES = {f"opt_state[0].{moment}['l1']['{name}']":
-                  (lambda o, moment=moment: getattr(o.opt_state[0], moment)["l1"], name)
-                  for moment in ("mu", "nu") for name in ("kernel", "bias")}
+_OPT_VARIABLES = {
+    f"opt_state[0].{moment}['l1']['{name}']": (
+        lambda o, moment=moment: getattr(o.opt_state[0], moment)["l1"],
+        name,
+    )
+    for moment in ("mu", "nu")
+    for name in ("kernel", "bias")
+}
 
 
 def _variable(owner, name):
@@ -665,28 +919,59 @@ def _nnx_change(kind, spec, mutation, rng, template) -> NnxChange:
     if mutation == "static":
         old = template.depth
         new = rng.choice([v for v in dict(spec.statics)["depth"] if v != old])
-        return NnxChange(lambda m: setattr(m, "depth", new), "static", f"{p}.depth",
-                         _exactly(repr(old), repr(new)), f"depth: {old!r} → {new!r}")
+        return NnxChange(
+            lambda m: setattr(m, "depth", new),
+            "static",
+            f"{p}.depth",
+            _exactly(repr(old), repr(new)),
+            f"depth: {old!r} → {new!r}",
+        )
     if mutation == "container":
-        return NnxChange(lambda m: setattr(m, "arrs", nnx.data(tuple(m.arrs))), "structure", f"{p}.arrs",
-                         (Expect("starts", "list "), Expect("starts", "tuple ")), "arrs: list → tuple")
+        return NnxChange(
+            lambda m: setattr(m, "arrs", nnx.data(tuple(m.arrs))),
+            "structure",
+            f"{p}.arrs",
+            (Expect("starts", "list "), Expect("starts", "tuple ")),
+            "arrs: list → tuple",
+        )
     if mutation == "fn_lambda":
         fn = _make_lambda()
-        return NnxChange(lambda m: setattr(m, "act", fn), "static", f"{p}.act",
-                         (Expect("contains", "Gate.forward"), Expect("contains", "<lambda>")), "act: a lambda")
+        return NnxChange(
+            lambda m: setattr(m, "act", fn),
+            "static",
+            f"{p}.act",
+            (Expect("contains", "Gate.forward"), Expect("contains", "<lambda>")),
+            "act: a lambda",
+        )
     if mutation == "key_type":
         old = template.key[...]
-        new = jax.random.PRNGKey(3) if jnp.issubdtype(old.dtype, jax.dtypes.prng_key) else jax.random.key(3)
-        return NnxChange(lambda m: setattr(m, "key", nnx.Variable(new)), "dtype", f"{p}.key",
-                         _exactly(aval_text(old), aval_text(new)),
-                         f"key: {aval_text(old)} → {aval_text(new)}")
+        new = (
+            jax.random.PRNGKey(3)
+            if jnp.issubdtype(old.dtype, jax.dtypes.prng_key)
+            else jax.random.key(3)
+        )
+        return NnxChange(
+            lambda m: setattr(m, "key", nnx.Variable(new)),
+            "dtype",
+            f"{p}.key",
+            _exactly(aval_text(old), aval_text(new)),
+            f"key: {aval_text(old)} → {aval_text(new)}",
+        )
     if mutation == "weak_type":
         old = template.scale[...]
         new = jnp.asarray(0.5, jnp.float32) if old.weak_type else jnp.asarray(0.5)
-        return NnxChange(lambda m: _set(m.scale, new), "weak_type", f"{p}.scale",
-                         _exactly(aval_text(old), aval_text(new)),
-                         f"scale: {aval_text(old)} → {aval_text(new)}")
-    variables = _OPT_VARIABLES if kind == "nnx.Optimizer" else {**_NNX_VARIABLES, "arrs[0]": None, "arrs[1]": None}
+        return NnxChange(
+            lambda m: _set(m.scale, new),
+            "weak_type",
+            f"{p}.scale",
+            _exactly(aval_text(old), aval_text(new)),
+            f"scale: {aval_text(old)} → {aval_text(new)}",
+        )
+    variables = (
+        _OPT_VARIABLES
+        if kind == "nnx.Optimizer"
+        else {**_NNX_VARIABLES, "arrs[0]": None, "arrs[1]": None}
+    )
     name = rng.choice(sorted(variables))
     index = int(name[-2]) if name.startswith("arrs") else None
     if index is not None:
@@ -710,8 +995,13 @@ def _nnx_change(kind, spec, mutation, rng, template) -> NnxChange:
             _set(_variable(owner(m), attr), new)
 
     new_text = "None" if new is None else aval_text(new)
-    return NnxChange(apply, cause, f"{p}.{name}", _exactly(aval_text(old), new_text),
-                     f"{name}: {aval_text(old)} → {new_text}")
+    return NnxChange(
+        apply,
+        cause,
+        f"{p}.{name}",
+        _exactly(aval_text(old), new_text),
+        f"{name}: {aval_text(old)} → {new_text}",
+    )
 
 
 def _nnx_builder(kind, rng, scale=None):
@@ -736,16 +1026,29 @@ def _nnx(kind, spec, mutation, rng) -> Case:
     before = build()
     base = Case(kind, mutation, "nnx.jit", p, before, before, True)
     if mutation == "keyword":
-        return base._replace(after_by_keyword=True, cause="structure", leaf=p,
-                             shows=_exactly("by position", "by keyword"))
+        return base._replace(
+            after_by_keyword=True,
+            cause="structure",
+            leaf=p,
+            shows=_exactly("by position", "by keyword"),
+        )
     if mutation == "fn_closure":
-        return base._replace(after=build(opt_tx=optax.adam(1e-3)), cause="static", leaf=f"{p}.tx", leaf_prefix=True,
-                             shows=(Expect("same"), Expect("same")),
-                             detail="nnx.Optimizer(model, optax.adam(1e-3)) again")
+        return base._replace(
+            after=build(opt_tx=optax.adam(1e-3)),
+            cause="static",
+            leaf=f"{p}.tx",
+            leaf_prefix=True,
+            shows=(Expect("same"), Expect("same")),
+            detail="nnx.Optimizer(model, optax.adam(1e-3)) again",
+        )
     if mutation.startswith("fn_"):
         act, act2, shows = _functions(mutation, spec)
-        case = base._replace(before=build(act), after=build(act2), static_form=spec.fn_form,
-                             detail=f"act: {act!r} / {act2!r}")
+        case = base._replace(
+            before=build(act),
+            after=build(act2),
+            static_form=spec.fn_form,
+            detail=f"act: {act!r} / {act2!r}",
+        )
         if shows is None:
             return case._replace(retrace=False)
         return case._replace(cause="static", leaf=f"{p}.act", shows=(shows, shows))
@@ -755,8 +1058,14 @@ def _nnx(kind, spec, mutation, rng) -> Case:
         return base._replace(after=after, retrace=False, detail="depth: 2 → 2.0")
     change = _nnx_change(kind, spec, mutation, rng, before)
     change.apply(after)
-    return base._replace(after=after, cause=change.cause, leaf=change.leaf, shows=change.shows, detail=change.detail,
-                         static_form=spec.static_form if mutation == "static" else None)
+    return base._replace(
+        after=after,
+        cause=change.cause,
+        leaf=change.leaf,
+        shows=change.shows,
+        detail=change.detail,
+        static_form=spec.static_form if mutation == "static" else None,
+    )
 
 
 def generate(seed: int) -> Case:
@@ -767,9 +1076,13 @@ def generate(seed: int) -> Case:
     rng = random.Random(seed)
     spec = SPECS[kind]
     jit = jit or rng.choice(_jits(spec, mutation))
-    case = _nnx(kind, spec, mutation, rng) if spec.build is None else _generic(kind, spec, jit, mutation, rng)
+    case = (
+        _nnx(kind, spec, mutation, rng)
+        if spec.build is None
+        else _generic(kind, spec, jit, mutation, rng)
+    )
     if jit == METHOD:
-        case = case._replace(param="self", leaf=case.leaf and "self" + case.leaf[len(spec.param):])
+        case = case._replace(param="self", leaf=case.leaf and "self" + case.leaf[len(spec.param) :])
     symmetric = mutation not in ("keyword", "fn_closure")
     return case.swapped() if symmetric and rng.random() < 0.5 else case
 
@@ -777,6 +1090,7 @@ def generate(seed: int) -> Case:
 # ------------------------------------------------------------------ running a case
 def _body(param: str, runs: list):
     """The traced function, its one parameter named as users name such an object."""
+
     def model(model):
         runs.append(param)
 
@@ -808,14 +1122,20 @@ def _runner(jit: str, param: str, first):
         return (lambda obj, by_keyword: obj.run()), cls.runs, f"{cls.__qualname__}.run"
     if jit == APPLY:
         width = first["params"]["Dense_0"]["kernel"].shape[1]
-        step = jax.jit(LinenNet(width).apply)  # a new instance: its bound `apply` is unequal to earlier ones
+        step = jax.jit(
+            LinenNet(width).apply
+        )  # a new instance: its bound `apply` is unequal to earlier ones
         _LINEN_RUNS.clear()
         x = jnp.ones((1, 2))
         return (lambda obj, by_keyword: step(obj, x)), _LINEN_RUNS, "Module.apply"
     runs: list = []
     body = _body(param, runs)
     step = JITS[jit](body)
-    return (lambda obj, by_keyword: step(**{param: obj}) if by_keyword else step(obj)), runs, body.__qualname__
+    return (
+        (lambda obj, by_keyword: step(**{param: obj}) if by_keyword else step(obj)),
+        runs,
+        body.__qualname__,
+    )
 
 
 def _traces(jt, function: str) -> list[dict]:
@@ -824,16 +1144,26 @@ def _traces(jt, function: str) -> list[dict]:
     df = df[df["function"] == function]
     assert df["kind"].tolist() == ["trace"] * len(df), df[["kind", "cause", "leaf", "explanation"]]
     columns = ["cause", "leaf", "before", "after", "explanation", "hint"]
-    return [{c: (None if v != v else v) for c, v in zip(columns, row)} for row in df[columns].itertuples(index=False)]
+    return [
+        {c: (None if v != v else v) for c, v in zip(columns, row)}
+        for row in df[columns].itertuples(index=False)
+    ]
 
 
 def _check_retrace(what, event, cause, leaf, shows, leaf_prefix=False):
-    leaf_ok = event["leaf"] is not None and (event["leaf"] == leaf or (
-        leaf_prefix and event["leaf"].startswith(leaf + ".")))
-    assert (event["cause"], leaf_ok) == (cause, True), f"{what}: expected {cause} at {leaf}, got {event}"
+    leaf_ok = event["leaf"] is not None and (
+        event["leaf"] == leaf or (leaf_prefix and event["leaf"].startswith(leaf + "."))
+    )
+    assert (event["cause"], leaf_ok) == (cause, True), (
+        f"{what}: expected {cause} at {leaf}, got {event}"
+    )
     expect_before, expect_after = shows
-    assert expect_before.matches(event["before"], event["after"]), f"{what}: before {expect_before}, got {event}"
-    assert expect_after.matches(event["after"], event["before"]), f"{what}: after {expect_after}, got {event}"
+    assert expect_before.matches(event["before"], event["after"]), (
+        f"{what}: before {expect_before}, got {event}"
+    )
+    assert expect_after.matches(event["after"], event["before"]), (
+        f"{what}: after {expect_after}, got {event}"
+    )
 
 
 def _describe(case: Case) -> str:
@@ -851,7 +1181,9 @@ def test_one_mutation_of_a_library_object(jt, seed):
     traces = _traces(jt, function)
     assert jt.faults() == {}, f"{what}: {jt.faults()}"
 
-    assert len(runs) == (2 if case.retrace else 1), f"ground truth: JAX traced {len(runs)}× for {what}"
+    assert len(runs) == (2 if case.retrace else 1), (
+        f"ground truth: JAX traced {len(runs)}× for {what}"
+    )
     assert len(traces) == len(runs), f"{what}: JAX traced {len(runs)}×, recorded {traces}"
     assert [t["cause"] for t in traces][:1] == ["first"], f"{what}: {traces}"
     assert "unknown" not in [t["cause"] for t in traces], f"{what}: {traces}"
@@ -868,15 +1200,27 @@ def test_every_object_mutation_and_jit_is_generated():
     assert {(c.kind, c.mutation) for c in cases} == {(k, m) for k, m, _ in UNITS}
     for kind, mutation, jit in UNITS:
         if jit is not None:
-            assert any((c.kind, c.mutation, c.jit) == (kind, mutation, jit) for c in cases), (kind, mutation, jit)
+            assert any((c.kind, c.mutation, c.jit) == (kind, mutation, jit) for c in cases), (
+                kind,
+                mutation,
+                jit,
+            )
     for kind, spec in SPECS.items():
         assert {c.jit for c in cases if c.kind == kind} == set(spec.jits), kind
     assert {c.static_form for c in cases if c.retrace and c.cause == "static"} >= set(STATIC_FORMS)
     no_retrace = {(c.mutation, c.jit) for c in cases if not c.retrace}
-    assert {("fn_bound_equal", "jax.jit"), ("fn_bound_equal", "eqx.filter_jit"), ("fn_bound_equal", "nnx.jit"),
-            ("scalar_value", "jax.jit"), ("keyword", "eqx.filter_jit"), ("static_equal", "jax.jit"),
-            ("static_equal", "eqx.filter_jit"), ("static_equal", "nnx.jit"), ("key_order", "jax.jit"),
-            ("key_order", "eqx.filter_jit")} <= no_retrace
+    assert {
+        ("fn_bound_equal", "jax.jit"),
+        ("fn_bound_equal", "eqx.filter_jit"),
+        ("fn_bound_equal", "nnx.jit"),
+        ("scalar_value", "jax.jit"),
+        ("keyword", "eqx.filter_jit"),
+        ("static_equal", "jax.jit"),
+        ("static_equal", "eqx.filter_jit"),
+        ("static_equal", "nnx.jit"),
+        ("key_order", "jax.jit"),
+        ("key_order", "eqx.filter_jit"),
+    } <= no_retrace
     assert all(c.retrace == (c.cause is not None) for c in cases)
     assert all(c.shows for c in cases if c.retrace)
 
@@ -916,7 +1260,9 @@ def generate_chain(seed: int):
     b = _with_equal_bound_method(spec, owner, first.obj)
     c = _with_equal_bound_method(spec, owner, second.obj)
     param = "self" if jit == METHOD else spec.param
-    changes = tuple(change._replace(leaf=param + change.leaf[len(spec.param):]) for change in (first, second))
+    changes = tuple(
+        change._replace(leaf=param + change.leaf[len(spec.param) :]) for change in (first, second)
+    )
     return kind, jit, param, (a, b, c), changes, from_b
 
 
@@ -924,7 +1270,9 @@ def _nnx_chain(kind, spec, rng):
     build = _nnx_builder(kind, rng)
     a = build()
     while True:
-        first, second = (_nnx_change(kind, spec, rng.choice(NNX_CHAIN_MUTATIONS), rng, a) for _ in range(2))
+        first, second = (
+            _nnx_change(kind, spec, rng.choice(NNX_CHAIN_MUTATIONS), rng, a) for _ in range(2)
+        )
         if not _overlap(first.leaf, second.leaf):
             break
     from_b = rng.random() < 0.5
@@ -949,7 +1297,13 @@ def test_two_changes_in_a_row_each_named_against_its_closest_key(jt, seed):
     assert len(traces) == 3, f"{what}: JAX traced 3×, recorded {traces}"
     assert traces[0]["cause"] == "first", f"{what}: {traces}"
     _check_retrace(what + " [B against A]", traces[1], first.cause, first.leaf, first.shows)
-    _check_retrace(what + f" [C against {'B' if from_b else 'A'}]", traces[2], second.cause, second.leaf, second.shows)
+    _check_retrace(
+        what + f" [C against {'B' if from_b else 'A'}]",
+        traces[2],
+        second.cause,
+        second.leaf,
+        second.shows,
+    )
 
 
 def test_every_object_kind_is_changed_twice_in_a_row():

@@ -29,18 +29,24 @@ _spec.loader.exec_module(build)
 pytestmark = pytest.mark.kernel
 
 RAISES_TAG = "raises-exception"
-NOTEBOOKS_JAX = "0.10.2"  # the JAX the stored notebooks were built with (`python notebooks/build.py`)
+NOTEBOOKS_JAX = (
+    "0.10.2"  # the JAX the stored notebooks were built with (`python notebooks/build.py`)
+)
 # Run after a notebook's last cell, then removed: prints the session's log, each cell's
 # per-function summary (of the functions every view shows), and the kernel's working folder (the
 # views show a file's path relative to it), as JSON.
-LOG_PROBE = ('import json, os, jaxtrace_nb\n'
-             'from jaxtrace_nb._views._frames import summary_frame\n'
-             'from jaxtrace_nb._recording._session import get_session\n'
-             '_events = [e for e in get_session().log.events() if not e.internal]\n'
-             'print(json.dumps({"log": json.loads(jaxtrace_nb.log(internal=False)[["cell", "function", "nested", '
-             '"cause", "leaf", "before", "after"]].to_json(orient="records")), "summaries": {\n'
-             '    c: json.loads(summary_frame([e for e in _events if e.cell == c]).to_json(orient="records"))\n'
-             '    for c in {e.cell for e in _events}}, "cwd": os.getcwd()}))')
+LOG_PROBE = (
+    "import json, os, jaxtrace_nb\n"
+    "from jaxtrace_nb._views._frames import summary_frame\n"
+    "from jaxtrace_nb._recording._session import get_session\n"
+    "_events = [e for e in get_session().log.events() if not e.internal]\n"
+    'print(json.dumps({"log": json.loads(jaxtrace_nb.log(internal=False)[["cell", '
+    '"function", "nested", '
+    '"cause", "leaf", "before", "after"]].to_json(orient="records")), "summaries": {\n'
+    "    c: json.loads(summary_frame([e for e in _events if e.cell == "
+    'c]).to_json(orient="records"))\n'
+    '    for c in {e.cell for e in _events}}, "cwd": os.getcwd()}))'
+)
 
 
 def row(function, cause, leaf=None, before=None, after=None, **more):
@@ -66,12 +72,27 @@ EXPECTED = {
     ],
     "02_callable_attribute_recreated": [
         row("loss", "first"),
-        row("loss", "static", "model.activation", "<function make_model.<locals>.<lambda>>",
-            "<function make_model.<locals>.<lambda>> (another object)"),
-        row("loss", "static", "model.activation", "<function make_model.<locals>.<lambda>>",
-            "<function make_model.<locals>.<lambda>> (another object)"),
-        row("loss", "static", "model.activation", "<function make_model.<locals>.<lambda>>",
-            "<function gelu_exact>"),
+        row(
+            "loss",
+            "static",
+            "model.activation",
+            "<function make_model.<locals>.<lambda>>",
+            "<function make_model.<locals>.<lambda>> (another object)",
+        ),
+        row(
+            "loss",
+            "static",
+            "model.activation",
+            "<function make_model.<locals>.<lambda>>",
+            "<function make_model.<locals>.<lambda>> (another object)",
+        ),
+        row(
+            "loss",
+            "static",
+            "model.activation",
+            "<function make_model.<locals>.<lambda>>",
+            "<function gelu_exact>",
+        ),
     ],
     "03_optimizer_state_structure": [
         row("step_fn", "first"),
@@ -108,11 +129,17 @@ EXPECTED = {
     ],
     "11_where_compile_time_goes": [
         row("train_step", "first"),
-        *(row("train_step", "shape", "tokens", f"i32[8,{a}]", f"i32[8,{b}]")
-          for a, b in zip(*(lambda n: (n, n[1:]))([34, 119, 21, 58, 203, 16, 84, 136, 41, 250, 27, 96]))),
+        *(
+            row("train_step", "shape", "tokens", f"i32[8,{a}]", f"i32[8,{b}]")
+            for a, b in zip(
+                *(lambda n: (n, n[1:]))([34, 119, 21, 58, 203, 16, 84, 136, 41, 250, 27, 96])
+            )
+        ),
         row("train_step_bucketed", "first"),
-        *(row("train_step_bucketed", "shape", "tokens", f"i32[8,{a}]", f"i32[8,{b}]")
-          for a, b in zip(*(lambda n: (n, n[1:]))([34, 136, 58, 250, 96]))),
+        *(
+            row("train_step_bucketed", "shape", "tokens", f"i32[8,{a}]", f"i32[8,{b}]")
+            for a, b in zip(*(lambda n: (n, n[1:]))([34, 136, 58, 250, 96]))
+        ),
     ],
     "09_flax_nnx": [
         row("train_step", "first"),
@@ -131,11 +158,16 @@ def executed(tmp_path_factory):
     """Run a notebook once per test module, in a temporary folder: (executed notebook as stored,
     log records); `executed.raw(path)` gives (the notebook with its widget state, per-cell summaries)."""
     home = tmp_path_factory.mktemp("home")
-    env = build.kernel_env(dict(
-        os.environ, HOME=str(home), IPYTHONDIR=str(home / "ipython"),
-        JUPYTER_CONFIG_DIR=str(home / "jupyter-config"), JUPYTER_DATA_DIR=str(home / "jupyter-data"),
-        JUPYTER_RUNTIME_DIR=str(home / "jupyter-runtime"),
-    ))
+    env = build.kernel_env(
+        dict(
+            os.environ,
+            HOME=str(home),
+            IPYTHONDIR=str(home / "ipython"),
+            JUPYTER_CONFIG_DIR=str(home / "jupyter-config"),
+            JUPYTER_DATA_DIR=str(home / "jupyter-data"),
+            JUPYTER_RUNTIME_DIR=str(home / "jupyter-runtime"),
+        )
+    )
     runs = {}
 
     def execute(path: Path):
@@ -146,8 +178,10 @@ def executed(tmp_path_factory):
             (printed,) = [o.text for o in nb.cells.pop().outputs if o.get("name") == "stdout"]
             probe = json.loads(printed)
             raw = copy.deepcopy(nb)
-            runs[path.stem] = (build.tidy(nb), probe["log"]), (raw, {int(c): rows for c, rows in
-                                                                     probe["summaries"].items()})
+            runs[path.stem] = (
+                (build.tidy(nb), probe["log"]),
+                (raw, {int(c): rows for c, rows in probe["summaries"].items()}),
+            )
             run.cwd[path.stem] = probe["cwd"]
         return runs[path.stem]
 
@@ -178,10 +212,14 @@ def test_notebook_shows_the_right_cause_and_leaf(path, executed):
     expected = EXPECTED.get(path.stem)
     assert expected is not None, f"add {path.stem}'s expected log to EXPECTED"
     columns = {name for e in expected for name in e}
-    assert [{k: r[k] for k in columns} for r in log] == [{k: e.get(k) for k in columns} for e in expected]
+    assert [{k: r[k] for k in columns} for r in log] == [
+        {k: e.get(k) for k in columns} for e in expected
+    ]
 
     by_count = {c.execution_count: c for c in nb.cells if c.cell_type == "code"}
-    repeats = Counter((r["cell"], r["function"], r["cause"], r["leaf"]) for r in log if r["cause"] != "first")
+    repeats = Counter(
+        (r["cell"], r["function"], r["cause"], r["leaf"]) for r in log if r["cause"] != "first"
+    )
     for r in log:
         if r["cause"] == "first":
             continue
@@ -214,11 +252,21 @@ def test_notebook_shows_the_right_cause_and_leaf(path, executed):
 # Issue 30's views follow the timings too: a line's `compile_s_est` (the compile's seconds shared
 # out), the timeline (its texts are compared, timings masked, less its axis' tick labels, whose
 # count follows the wall time), and `jt.plot_timeline()`'s image (not compared).
-TIMED_COLUMNS = {"trace_s", "lower_s", "compile_s", "total_s", "time", "compile_s_per_keqn", "compile_s_est"}
+TIMED_COLUMNS = {
+    "trace_s",
+    "lower_s",
+    "compile_s",
+    "total_s",
+    "time",
+    "compile_s_per_keqn",
+    "compile_s_est",
+}
 UNCOMPARED_CLASSES = {"jtnb-tl-tick-label"}
 IMAGE = "<image drawn to the timings>"
-_TIMED = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?= ?(?:s|ms|µs)\b)|(?<=trace )\d+\.\d+|(?<=lower )\d+\.\d+"
-                    r"|(?<=XLA compile )\d+\.\d+|(?<=\+ compile )\d+\.\d+")
+_TIMED = re.compile(
+    r"(?<![\w.])\d+(?:\.\d+)?(?= ?(?:s|ms|µs)\b)|(?<=trace )\d+\.\d+|(?<=lower )\d+\.\d+"
+    r"|(?<=XLA compile )\d+\.\d+|(?<=\+ compile )\d+\.\d+"
+)
 _MODEL_ID = re.compile(r"(?<![0-9a-f])[0-9a-f]{32}(?![0-9a-f])")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _FRAME_LINE = re.compile(r"^(Cell In\[\d+\], line \d+|File \S+|-+> ?\d+ )")
@@ -248,10 +296,14 @@ def _report_text(text: str) -> str:
     spans = _text_spans(lines[start], TABLE_COLUMNS)
     end = next((i for i in range(start + 2, len(lines)) if not lines[i].strip()), len(lines))
     rows = []
-    for line in lines[start + 2:end]:
+    for line in lines[start + 2 : end]:
         cells = [line[a:b].strip() for _, a, b in spans]
-        rows.append(" | ".join(TIME if c.name in TIMED_COLUMNS and v else v for (c, _, _), v in zip(spans, cells)))
-    return "\n".join(lines[:start + 2] + sorted(rows) + lines[end:])
+        rows.append(
+            " | ".join(
+                TIME if c.name in TIMED_COLUMNS and v else v for (c, _, _), v in zip(spans, cells)
+            )
+        )
+    return "\n".join(lines[: start + 2] + sorted(rows) + lines[end:])
 
 
 def _text_spans(header: str, columns) -> list:
@@ -262,12 +314,20 @@ def _text_spans(header: str, columns) -> list:
 
     found, at = [], 0
     for c in columns:
-        position = re.search(rf"(?<!\S){re.escape(c.label)}(?!\S)", header[at:]) if c.text_width else None
+        position = (
+            re.search(rf"(?<!\S){re.escape(c.label)}(?!\S)", header[at:]) if c.text_width else None
+        )
         if position is not None:
             found.append((c, at + position.start()))
             at += position.end()
-    starts = [p + len(c.label) - max(c.text_width, len(c.label)) if c.kind in _NUMERIC else p for c, p in found]
-    return [(c, a, b - 1 if b is not None else None) for (c, _), a, b in zip(found, starts, [*starts[1:], None])]
+    starts = [
+        p + len(c.label) - max(c.text_width, len(c.label)) if c.kind in _NUMERIC else p
+        for c, p in found
+    ]
+    return [
+        (c, a, b - 1 if b is not None else None)
+        for (c, _), a, b in zip(found, starts, [*starts[1:], None])
+    ]
 
 
 class _Texts(HTMLParser):
@@ -289,7 +349,9 @@ class _Texts(HTMLParser):
         self.close()
 
     def _timed_cell(self, tag, classes) -> bool:
-        if tag == "td" and any(c.startswith("jtnb-c-") and c[len("jtnb-c-"):] in TIMED_COLUMNS for c in classes):
+        if tag == "td" and any(
+            c.startswith("jtnb-c-") and c[len("jtnb-c-") :] in TIMED_COLUMNS for c in classes
+        ):
             return True
         if tag == "td" and self._header:
             index = self._column - 1
@@ -340,7 +402,9 @@ class _Texts(HTMLParser):
             self._timed -= 1
         if tag == "table" and self._summary_rows is not None:
             rows = [r for r in self.texts if isinstance(r, list)]
-            self.texts = [t for t in self.texts if not isinstance(t, list)] + sorted(map(tuple, rows))
+            self.texts = [t for t in self.texts if not isinstance(t, list)] + sorted(
+                map(tuple, rows)
+            )
             self._summary_rows = None
 
     def handle_data(self, data):
@@ -359,12 +423,19 @@ def _output(output, ids: dict) -> tuple:
     """What a reader sees of one stored output, its timings masked (see `TIMED_COLUMNS`)."""
     kind = output.output_type
     if kind == "stream":
-        return kind, output.name, _report_text(output.text.rstrip())  # (a script's report, printed at its exit)
+        return (
+            kind,
+            output.name,
+            _report_text(output.text.rstrip()),
+        )  # (a script's report, printed at its exit)
     if kind == "error":
         # IPython's own layout of the source around each frame differs between its versions: the
         # frames (cell and line, file) and the line each points at are compared, not the context.
-        frames = [line for line in _ANSI.sub("", "\n".join(output.traceback)).splitlines()
-                  if _FRAME_LINE.match(line)]
+        frames = [
+            line
+            for line in _ANSI.sub("", "\n".join(output.traceback)).splitlines()
+            if _FRAME_LINE.match(line)
+        ]
         return kind, output.ename, _untimed(output.evalue), _untimed("\n".join(frames))
     data = output.get("data", {})
     seen = []
@@ -402,13 +473,18 @@ def _widget_state(nb, ids: dict) -> list:
         if state.get("timeline_svg"):
             state["timeline_svg"] = _Texts(state["timeline_svg"]).texts
         if "rows_json" in state:
-            rows = [{k: (TIME if k in TIMED_COLUMNS and v is not None else v) for k, v in row.items()}
-                    for row in json.loads(state["rows_json"])]
+            rows = [
+                {k: (TIME if k in TIMED_COLUMNS and v is not None else v) for k, v in row.items()}
+                for row in json.loads(state["rows_json"])
+            ]
             for row in rows:
                 if isinstance(row.get("key"), str):
                     row["key"] = FUNCTION_ID
             state["rows_json"] = sorted(json.dumps(r, sort_keys=True) for r in rows)
-        text = _MODEL_ID.sub(lambda m: ids.setdefault(m.group(), f"model {len(ids)}"), json.dumps(state, sort_keys=True))
+        text = _MODEL_ID.sub(
+            lambda m: ids.setdefault(m.group(), f"model {len(ids)}"),
+            json.dumps(state, sort_keys=True),
+        )
         text = _RUN.sub(RUN, _FUNCTION_ID.sub(FUNCTION_ID, text))
         shown.append((model["model_name"], text))
     others = [m for i, m in states.items() if i not in ids]
@@ -418,8 +494,11 @@ def _widget_state(nb, ids: dict) -> list:
 def as_shown(nb) -> list:
     """Every code cell's outputs and the widgets' stored state, as a reader sees them, timings masked."""
     ids: dict = {}
-    cells = [(index, [_output(o, ids) for o in cell.get("outputs", [])])
-             for index, cell in enumerate(nb.cells) if cell.cell_type == "code"]
+    cells = [
+        (index, [_output(o, ids) for o in cell.get("outputs", [])])
+        for index, cell in enumerate(nb.cells)
+        if cell.cell_type == "code"
+    ]
     return cells + [("widgets", _widget_state(nb, ids))]
 
 
@@ -430,16 +509,23 @@ def test_stored_outputs_are_not_stale(path, executed):
     import jax
 
     if jax.__version__ != NOTEBOOKS_JAX:
-        pytest.skip(f"the stored outputs were made with JAX {NOTEBOOKS_JAX} (notebooks/build.py), and another JAX "
-                    f"gives its own equation counts and internal functions: {jax.__version__} is checked by the "
-                    f"cause-and-leaf tests only; CI's newest environment runs this check")
+        pytest.skip(
+            f"the stored outputs were made with JAX {NOTEBOOKS_JAX} (notebooks/build.py), and another JAX "
+            f"gives its own equation counts and internal functions: {jax.__version__} is "
+            "checked by the "
+            f"cause-and-leaf tests only; CI's newest environment runs this check"
+        )
     stored = nbformat.read(path, as_version=4)
     counts = [c.execution_count for c in stored.cells if c.cell_type == "code"]
-    assert counts == list(range(1, len(counts) + 1)), "stored outputs must come from one run, top to bottom"
+    assert counts == list(range(1, len(counts) + 1)), (
+        "stored outputs must come from one run, top to bottom"
+    )
     fresh, _ = executed(path)
     stale = [(a[0], a, b) for a, b in zip(as_shown(stored), as_shown(fresh)) if a != b]
-    assert not stale, (f"{path.name}: outputs that differ from a fresh run (cell index, stored, fresh): "
-                       f"{str(stale)[:3000]}; re-run `python notebooks/build.py`")
+    assert not stale, (
+        f"{path.name}: outputs that differ from a fresh run (cell index, stored, fresh): "
+        f"{str(stale)[:3000]}; re-run `python notebooks/build.py`"
+    )
 
 
 def test_the_staleness_check_sees_each_edit_of_a_stored_output():
@@ -448,8 +534,12 @@ def test_the_staleness_check_sees_each_edit_of_a_stored_output():
     stored notebook; a timing edit must not (timings are masked)."""
     path = NOTEBOOKS_DIR / "06_python_scalar_weak_type.ipynb"
     shown = as_shown(nbformat.read(path, as_version=4))
-    edits = [("2 trace(s), 2 compile(s)", "7 trace(s), 9 compile(s)"), ("1 retrace(s)", "3 retrace(s)"),
-             ("pass the same kind every call", "pass any kind"), ("weak_type", "dtype")]
+    edits = [
+        ("2 trace(s), 2 compile(s)", "7 trace(s), 9 compile(s)"),
+        ("1 retrace(s)", "3 retrace(s)"),
+        ("pass the same kind every call", "pass any kind"),
+        ("weak_type", "dtype"),
+    ]
 
     def edited(old, new, where):
         nb = nbformat.read(path, as_version=4)
@@ -477,7 +567,9 @@ def test_the_staleness_check_sees_each_edit_of_a_stored_output():
             assert as_shown(nb) != shown, f"editing {old!r} to {new!r} in {where} went unnoticed"
     assert seen >= len(edits) * 2, seen
     stored = nbformat.read(path, as_version=4).cells[2].outputs[1]["data"]["text/plain"]
-    total = re.search(r"retrace\(s\); (\d+\.\d+ s) = trace", stored).group(1)  # this build's own seconds
+    total = re.search(r"retrace\(s\); (\d+\.\d+ s) = trace", stored).group(
+        1
+    )  # this build's own seconds
     nb = edited(total, "9.999 s", (1, "text/plain"))
     assert as_shown(nb) == shown  # a timing: masked
 
@@ -494,20 +586,29 @@ def test_the_persistent_cache_notebook_explains_the_miss_then_hits(executed):
     texts = [cell_text(c) for c in nb.cells if c.cell_type == "code"]
     (miss,) = [t for t in texts if "persistent cache miss:" in t]
     assert "persistent cache: 0 hit(s), 1 miss(es)" in miss
-    assert ("persistent cache miss: the computation differs first at train.py:24 (`jit(train_step)/mul`, "
-            "`stablehlo.constant`): `0.001` → `0.0003` (closest earlier key of `jit_train_step`: the run of ") in miss
+    assert (
+        "persistent cache miss: the computation differs first at train.py:24 (`jit(train_step)/mul`, "
+        "`stablehlo.constant`): `0.001` → `0.0003` (closest earlier key of `jit_train_step`: "
+        "the run of "
+    ) in miss
     assert "hint: train.py:24 puts a value captured from Python" in miss
-    (hit,) = [t for t in texts if "%%tracewatch" in t and "persistent cache: 1 hit(s), 0 miss(es)" in t]
+    (hit,) = [
+        t for t in texts if "%%tracewatch" in t and "persistent cache: 1 hit(s), 0 miss(es)" in t
+    ]
     assert "train_step_lr" in hit and "persistent cache miss" not in hit
 
 
 # ------------------------------------------------- every view says the same thing
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-HEADLINE = re.compile(r": (\d+) trace\(s\), (\d+) compile\(s\) of (\d+) function\(s\), (\d+) retrace\(s\); "
-                      r"([\d.]+) s = trace ([\d.]+) \+ lower ([\d.]+) \+ XLA compile ([\d.]+)"
-                      r"(?: \((\d+) event\(s\) of (\d+) internal function\(s\) hidden\))?")
-MACHINE_PATH = re.compile(r"/root/|/home/|/Users/|/tmp/|site-packages/|dist-packages/|[A-Z]:\\\\Users")
+HEADLINE = re.compile(
+    r": (\d+) trace\(s\), (\d+) compile\(s\) of (\d+) function\(s\), (\d+) retrace\(s\); "
+    r"([\d.]+) s = trace ([\d.]+) \+ lower ([\d.]+) \+ XLA compile ([\d.]+)"
+    r"(?: \((\d+) event\(s\) of (\d+) internal function\(s\) hidden\))?"
+)
+MACHINE_PATH = re.compile(
+    r"/root/|/home/|/Users/|/tmp/|site-packages/|dist-packages/|[A-Z]:\\\\Users"
+)
 
 
 class _Tables(HTMLParser):
@@ -523,7 +624,14 @@ class _Tables(HTMLParser):
 
     @staticmethod
     def _column(attrs) -> str:
-        return next((c[len("jtnb-c-"):] for c in dict(attrs).get("class", "").split() if c.startswith("jtnb-c-")), "")
+        return next(
+            (
+                c[len("jtnb-c-") :]
+                for c in dict(attrs).get("class", "").split()
+                if c.startswith("jtnb-c-")
+            ),
+            "",
+        )
 
     def handle_starttag(self, tag, attrs):
         classes = dict(attrs).get("class", "").split()
@@ -533,8 +641,9 @@ class _Tables(HTMLParser):
         if tag == "div" and "jtnb-headline" in classes:
             self._cell = ["headline", [], []]
         elif tag == "table":
-            self._table = self.tables.setdefault(next(c[5:] for c in classes if c != "jtnb-table"),
-                                                 {"header": [], "rows": []})
+            self._table = self.tables.setdefault(
+                next(c[5:] for c in classes if c != "jtnb-table"), {"header": [], "rows": []}
+            )
         elif tag == "tr" and self._table is not None and "tbody" in self._where:
             self._table["rows"].append({})
         elif tag in ("th", "td") and self._table is not None:
@@ -593,7 +702,7 @@ def _text_rows(text: str, columns) -> tuple[list[str], list[dict]]:
     start = next(i for i, line in enumerate(lines) if line.startswith("function"))
     spans = _text_spans(lines[start], columns)
     rows = []
-    for line in lines[start + 2:]:
+    for line in lines[start + 2 :]:
         if not line.strip():
             break
         rows.append({c.name: line[a:b].strip() for c, a, b in spans})
@@ -604,13 +713,21 @@ def _tracewatch_outputs(raw):
     """(cell, widget state, static text, static HTML) of each %%tracewatch cell that displayed."""
     states = raw.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     for cell in raw.cells:
-        if cell.cell_type != "code" or not cell.source.startswith("%%tracewatch") or "--quiet" in cell.source:
+        if (
+            cell.cell_type != "code"
+            or not cell.source.startswith("%%tracewatch")
+            or "--quiet" in cell.source
+        ):
             continue
         displays = [o for o in cell.outputs if o.output_type == "display_data"]
         (widget,) = [o for o in displays if WIDGET_VIEW in o.data]
         (static,) = [o for o in displays if "text/html" in o.data]
-        yield cell, states[widget.data[WIDGET_VIEW]["model_id"]]["state"], static.data["text/plain"], \
-            static.data["text/html"]
+        yield (
+            cell,
+            states[widget.data[WIDGET_VIEW]["model_id"]]["state"],
+            static.data["text/plain"],
+            static.data["text/html"],
+        )
 
 
 @pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
@@ -622,32 +739,47 @@ def test_every_view_shows_the_same_numbers_under_the_same_labels(path, executed,
     raw, summaries = executed.raw(path)
     monkeypatch.chdir(executed.cwd[path.stem])  # paths shortened as the kernel shortened them
     framed = [c for c in TABLE_COLUMNS if c.in_frame]
-    text_columns = [c for c in TABLE_COLUMNS if c.text_width and c.collapse != "empty"]  # (test: under pytest)
+    text_columns = [
+        c for c in TABLE_COLUMNS if c.text_width and c.collapse != "empty"
+    ]  # (test: under pytest)
     seen = 0
     for cell, state, text, html in _tracewatch_outputs(raw):
         seen += 1
         frame = summaries.get(cell.execution_count, [])
         tables = _Tables(html)
-        headlines = {"text": text.splitlines()[0], "html": tables.headline, "widget": state["headline"]}
+        headlines = {
+            "text": text.splitlines()[0],
+            "html": tables.headline,
+            "widget": state["headline"],
+        }
         numbers = {view: _numbers(line) for view, line in headlines.items()}
         assert len(set(numbers.values())) == 1, (cell.source, headlines)
         traces, compiles, functions = numbers["text"][:3]
-        assert (functions, traces, compiles) == (len(frame), sum(r["traces"] for r in frame),
-                                                 sum(r["compiles"] for r in frame)), (cell.source, frame)
+        assert (functions, traces, compiles) == (
+            len(frame),
+            sum(r["traces"] for r in frame),
+            sum(r["compiles"] for r in frame),
+        ), (cell.source, frame)
         for stage, at in (("trace_s", 5), ("lower_s", 6), ("compile_s", 7)):
             assert abs(numbers["text"][at] - sum(r[stage] or 0 for r in frame)) <= 0.0015, stage
 
         summary = tables.tables.get("summary", {"header": [], "rows": []})
-        # a column that gives way where empty (`collapse="empty"`: loop ×) is left out when no row has a value
-        in_html = [c for c in TABLE_COLUMNS
-                   if c.collapse != "empty" or any(not _missing(r.get(c.name)) for r in frame)]
+        # a column that gives way where empty (`collapse="empty"`: loop ×) is left out when no row
+        # has a value
+        in_html = [
+            c
+            for c in TABLE_COLUMNS
+            if c.collapse != "empty" or any(not _missing(r.get(c.name)) for r in frame)
+        ]
         assert summary["header"] == ([(c.name, c.label) for c in in_html] if frame else [])
         assert state["columns"] == SPECS["columns"]
         shown = [r for r in json.loads(state["rows_json"]) if not r["hidden"]]
         labels, text_rows = _text_rows(text, text_columns) if frame else ([], [])
         assert labels == ([c.label for c in text_columns] if frame else [])
         assert len(summary["rows"]) == len(shown) == len(text_rows) == len(frame)
-        for expected, html_row, widget_row, text_row in zip(frame, summary["rows"], shown, text_rows):
+        for expected, html_row, widget_row, text_row in zip(
+            frame, summary["rows"], shown, text_rows
+        ):
             for c in framed:
                 value = expected[c.name]
                 want = _shown(c, value)
@@ -655,11 +787,23 @@ def test_every_view_shows_the_same_numbers_under_the_same_labels(path, executed,
                     got_html = html_row[c.name][1] if c.kind == "code" else html_row[c.name][0]
                     assert got_html == want, (path.stem, c.name, got_html, want)
                 got = widget_row[c.name]
-                assert (got is None) if _missing(value) else (got == pytest.approx(value) if isinstance(value, float)
-                                                               else _shown(c, got) == want), (c.name, got, value)
+                assert (
+                    (got is None)
+                    if _missing(value)
+                    else (
+                        got == pytest.approx(value)
+                        if isinstance(value, float)
+                        else _shown(c, got) == want
+                    )
+                ), (c.name, got, value)
                 if c.text_width:
-                    width = max(c.text_width, len(c.label), _TEXT_GROWS.get(c.name, 0))  # (names here: shorter)
-                    assert text_row[c.name] == (want if c is text_columns[-1] else want[:width]), (c.name, text_row)
+                    width = max(
+                        c.text_width, len(c.label), _TEXT_GROWS.get(c.name, 0)
+                    )  # (names here: shorter)
+                    assert text_row[c.name] == (want if c is text_columns[-1] else want[:width]), (
+                        c.name,
+                        text_row,
+                    )
     assert seen, "every notebook shows at least one %%tracewatch report"
 
 
@@ -673,5 +817,9 @@ def test_fresh_outputs_hold_no_machine_paths(path, executed):
 @pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
 def test_stored_notebooks_hold_no_machine_paths(path):
     text = path.read_text(encoding="utf-8")
-    found = sorted({text[max(0, m.start() - 60):m.end() + 40] for m in MACHINE_PATH.finditer(text)})
-    assert not found, f"{path.name} holds paths of the machine that built it (re-run notebooks/build.py): {found}"
+    found = sorted(
+        {text[max(0, m.start() - 60) : m.end() + 40] for m in MACHINE_PATH.finditer(text)}
+    )
+    assert not found, (
+        f"{path.name} holds paths of the machine that built it (re-run notebooks/build.py): {found}"
+    )

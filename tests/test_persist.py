@@ -80,8 +80,9 @@ def test_sigkill_mid_run_loses_no_completed_event(tmp_path):
 
     path = tmp_path / "log.jsonl"
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, str(path)], env=env, stdout=subprocess.PIPE,
-                             text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(path)], env=env, stdout=subprocess.PIPE, text=True
+    )
     try:
         completed = json.loads(child.stdout.readline())
         assert child.stdout.readline().strip() == "compiling"
@@ -96,8 +97,10 @@ def test_sigkill_mid_run_loses_no_completed_event(tmp_path):
     assert child.returncode == -signal.SIGKILL
     df = jt.load(path)
     mine = df[~df["internal"]]
-    got = [[None if v != v else v for v in row] for row in
-           mine[["function", "cause", "leaf", "before", "after"]].values.tolist()]
+    got = [
+        [None if v != v else v for v in row]
+        for row in mine[["function", "cause", "leaf", "before", "after"]].values.tolist()
+    ]
     assert got[: len(completed)] == completed
     assert [r[1] for r in completed] == ["first"] + ["shape"] * 4
     assert mine["function"].tolist()[-1] == "huge"  # the trace whose compile never finished

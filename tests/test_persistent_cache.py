@@ -30,11 +30,18 @@ SECOND_JAX = os.environ.get("JAXTRACE_SECOND_JAX_PYTHON")
 
 
 def _run(cache, work, env=(), python=sys.executable, log=None) -> dict:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("PAIR_", "XLA_FLAGS",
-                                                                            "JAX_COMPILATION_CACHE_DIR"))}
+    environment = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PAIR_", "XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR"))
+    }
     environment.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO), **dict(env))
-    args = [python, str(PROGRAMS / "cache_pair.py"), str(cache), str(work)] + ([str(log)] if log else [])
-    done = subprocess.run(args, env=environment, capture_output=True, text=True, timeout=300, cwd=work.parent)
+    args = [python, str(PROGRAMS / "cache_pair.py"), str(cache), str(work)] + (
+        [str(log)] if log else []
+    )
+    done = subprocess.run(
+        args, env=environment, capture_output=True, text=True, timeout=300, cwd=work.parent
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -69,13 +76,17 @@ def _step(out) -> dict:
 def test_the_first_compile_says_so(first):
     _, out = first
     assert out["faults"] == {}
-    assert _step(out)["cache"] == ("miss: the first compile of `jit_step` with this cache (its index holds no "
-                                   "earlier key of that name)")
+    assert _step(out)["cache"] == (
+        "miss: the first compile of `jit_step` with this cache (its index holds no "
+        "earlier key of that name)"
+    )
 
 
 def test_no_change_is_a_hit_and_claims_nothing(first, tmp_path):
     root, a = first
-    out = _run("-", tmp_path / "b", {"JAX_COMPILATION_CACHE_DIR": str(_restored(root))}.items())  # by the variable
+    out = _run(
+        "-", tmp_path / "b", {"JAX_COMPILATION_CACHE_DIR": str(_restored(root))}.items()
+    )  # by the variable
     assert out["loss"] == a["loss"] and out["faults"] == {}
     step = _step(out)
     assert (step["cache"], step["hint_ids"], step["hint"] or None) == ("hit", None, None)
@@ -111,31 +122,44 @@ def test_each_part_is_the_hash_jax_itself_logs(tmp_path):
 
 
 def test_xla_flags(first, tmp_path):
-    step = _step(_second(first, tmp_path, {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false"}.items()))
-    assert step["cache"].startswith("miss: XLA flags differ: `--xla_cpu_enable_fast_math=false` added (closest "
-                                    "earlier key of `jit_step`: the run of ")
+    step = _step(
+        _second(first, tmp_path, {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false"}.items())
+    )
+    assert step["cache"].startswith(
+        "miss: XLA flags differ: `--xla_cpu_enable_fast_math=false` added (closest "
+        "earlier key of `jit_step`: the run of "
+    )
     assert step["hint_ids"] == "cache.xla_flags"
 
 
 def test_x64(first, tmp_path):
     step = _step(_second(first, tmp_path, {"PAIR_X64": "1"}.items()))
-    assert step["cache"].startswith("miss: JAX options differ: `jax_enable_x64` False → True; the computation "
-                                    "differs in argument `params[0][0]`: tensor<16x16xf32> → tensor<16x16xf64> (")
+    assert step["cache"].startswith(
+        "miss: JAX options differ: `jax_enable_x64` False → True; the computation "
+        "differs in argument `params[0][0]`: tensor<16x16xf32> → "
+        "tensor<16x16xf64> ("
+    )
     assert step["hint_ids"] == "cache.options"
     assert "`jax_enable_x64`" in step["hint"]
 
 
 def test_device_count(first, tmp_path):
-    step = _step(_second(first, tmp_path, {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}.items()))
-    assert step["cache"].startswith("miss: devices differ: 1 cpu device → 4 cpu devices (the program runs on 1) (")
+    step = _step(
+        _second(first, tmp_path, {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}.items())
+    )
+    assert step["cache"].startswith(
+        "miss: devices differ: 1 cpu device → 4 cpu devices (the program runs on 1) ("
+    )
     assert step["hint_ids"] == "cache.devices"
 
 
 def test_closure_constant(first, tmp_path):
     step = _step(_second(first, tmp_path, {"PAIR_CONST": "0.7"}.items()))
     model = tmp_path / "b" / "model.py"
-    assert step["cache"].startswith(f"miss: the computation differs first at {model}:6 (`jit(step)/mul`, "
-                                    "`stablehlo.constant`): `5.000000e-01` → `0.699999988` (")
+    assert step["cache"].startswith(
+        f"miss: the computation differs first at {model}:6 (`jit(step)/mul`, "
+        "`stablehlo.constant`): `5.000000e-01` → `0.699999988` ("
+    )
     assert step["hint_ids"] == "cache.constant"
     assert step["hint"].startswith(f"{model}:6 puts a value captured from Python")
 
@@ -143,50 +167,68 @@ def test_closure_constant(first, tmp_path):
 def test_model_line(first, tmp_path):
     step = _step(_second(first, tmp_path, {"PAIR_ACT": "jax.nn.relu"}.items()))
     model = tmp_path / "b" / "model.py"
-    assert step["cache"].startswith(f"miss: the computation differs first at {model}:6 (`jit(step)/jit(relu)`): "
-                                    "`%4 = stablehlo.tanh %3 : tensor<4x16xf32>` → `%4 = call @relu(%3)")
+    assert step["cache"].startswith(
+        f"miss: the computation differs first at {model}:6 (`jit(step)/jit(relu)`): "
+        "`%4 = stablehlo.tanh %3 : tensor<4x16xf32>` → `%4 = call "
+        "@relu(%3)"
+    )
     assert step["hint_ids"] is None  # a change of the program is what it is: no advice
 
 
 def test_matmul_precision(first, tmp_path):
     step = _step(_second(first, tmp_path, {"PAIR_PRECISION": "highest"}.items()))
     model = tmp_path / "b" / "model.py"
-    assert step["cache"].startswith(f"miss: JAX options differ: `jax_default_matmul_precision` None → 'highest'; "
-                                    f"the computation differs first at {model}:6 (`jit(step)/dot_general`, "
-                                    "`stablehlo.dot_general`): `DEFAULT, DEFAULT` → `HIGHEST, HIGHEST` (")
+    assert step["cache"].startswith(
+        f"miss: JAX options differ: `jax_default_matmul_precision` None → 'highest'; "
+        f"the computation differs first at {model}:6 "
+        "(`jit(step)/dot_general`, "
+        "`stablehlo.dot_general`): `DEFAULT, DEFAULT` → `HIGHEST, "
+        "HIGHEST` ("
+    )
     assert step["hint_ids"] == "cache.options"
 
 
 def test_jit_compiler_options(first, tmp_path):
-    step = _step(_second(first, tmp_path, {"PAIR_OPTIONS": '{"xla_cpu_enable_fast_math": true}'}.items()))
-    assert step["cache"].startswith("miss: compile options differ: `env_option_overrides`: [] → "
-                                    "[('xla_cpu_enable_fast_math', True)] (")
+    step = _step(
+        _second(first, tmp_path, {"PAIR_OPTIONS": '{"xla_cpu_enable_fast_math": true}'}.items())
+    )
+    assert step["cache"].startswith(
+        "miss: compile options differ: `env_option_overrides`: [] → "
+        "[('xla_cpu_enable_fast_math', True)] ("
+    )
     assert step["hint_ids"] == "cache.compiler_options"
 
 
-@pytest.mark.skipif(not SECOND_JAX and not os.environ.get("CI"),
-                    reason="set JAXTRACE_SECOND_JAX_PYTHON to a python with another supported JAX")
+@pytest.mark.skipif(
+    not SECOND_JAX and not os.environ.get("CI"),
+    reason="set JAXTRACE_SECOND_JAX_PYTHON to a python with another supported JAX",
+)
 def test_another_jax_version(tmp_path):
     assert SECOND_JAX, "CI must give JAXTRACE_SECOND_JAX_PYTHON (.ci/run)"
     a = _run(tmp_path / "cache", tmp_path / "a", python=SECOND_JAX)
     assert a["jax"] != jax.__version__ and a["faults"] == {}
     b = _run(tmp_path / "cache", tmp_path / "b")
     step = _step(b)
-    assert step["cache"].startswith(f"miss: jaxlib {a['jax']} → {jax.__version__} (JAX {a['jax']} → "
-                                    f"{jax.__version__}); ")
+    assert step["cache"].startswith(
+        f"miss: jaxlib {a['jax']} → {jax.__version__} (JAX {a['jax']} → {jax.__version__}); "
+    )
     assert "differ with it, as each JAX version makes them its own way" in step["cache"]
     assert step["hint_ids"] == "cache.jax_version"
     assert b["faults"] == {}
 
 
-@pytest.mark.skipif(tuple(map(int, jax.__version__.split(".")[:2])) >= (0, 11),
-                    reason="JAX 0.11 keeps the autotune cache's path out of the key")
+@pytest.mark.skipif(
+    tuple(map(int, jax.__version__.split(".")[:2])) >= (0, 11),
+    reason="JAX 0.11 keeps the autotune cache's path out of the key",
+)
 def test_a_moved_cache_is_named(first, tmp_path):
     root, _ = first
     shutil.copytree(root / "as_a_left_it", tmp_path / "moved")
     step = _step(_run(tmp_path / "moved", tmp_path / "b"))
-    assert step["cache"].startswith("miss: compile options differ: "
-                                    "`executable_build_options.debug_options.xla_gpu_per_fusion_autotune_cache_dir`: ")
+    assert step["cache"].startswith(
+        "miss: compile options differ: "
+        "`executable_build_options.debug_options.xla_gpu_per_fusion_autotune_cache_dir`: "
+    )
     assert str(tmp_path / "moved") in step["cache"]
 
 
@@ -203,12 +245,26 @@ def test_a_compile_too_fast_to_cache_is_not_a_miss_and_explains_the_next_one(tmp
 def test_report_over_both_runs_logs(first, tmp_path):
     root, _ = first
     _second(first, tmp_path, {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false"}.items())
-    done = subprocess.run([sys.executable, "-m", "jaxtrace_nb", "report", str(root / "a.jsonl"),
-                           str(tmp_path / "b.jsonl")], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)), check=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jaxtrace_nb",
+            "report",
+            str(root / "a.jsonl"),
+            str(tmp_path / "b.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        check=True,
+    )
     text = done.stdout
     assert "persistent cache: " in text.splitlines()[0]
-    assert "persistent cache miss: XLA flags differ: `--xla_cpu_enable_fast_math=false` added" in text
+    assert (
+        "persistent cache miss: XLA flags differ: `--xla_cpu_enable_fast_math=false` added" in text
+    )
     assert "hint: The runs that share this cache set different `XLA_FLAGS`" in text
 
 
@@ -216,19 +272,38 @@ def test_the_index_is_read_by_load_and_report(first, tmp_path):
     import jaxtrace_nb as jt
 
     root, _ = first
-    _second(first, tmp_path, {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false", "PAIR_CONST": "0.7"}.items())
+    _second(
+        first,
+        tmp_path,
+        {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false", "PAIR_CONST": "0.7"}.items(),
+    )
     keys = jt.load(root / "cache")
     steps = keys[keys["name"] == "jit_step"]
-    assert len(steps) == 2 and steps["written"].all() and steps["function"].tolist() == ["step", "step"]
+    assert (
+        len(steps) == 2
+        and steps["written"].all()
+        and steps["function"].tolist() == ["step", "step"]
+    )
     assert steps["xla_flags"].tolist() == ["", "--xla_cpu_enable_fast_math=false"]
     assert (steps["part: jax_lib version"].nunique(), steps["part: XLA flags"].nunique()) == (1, 2)
-    done = subprocess.run([sys.executable, "-m", "jaxtrace_nb", "report", str(root / "cache")], capture_output=True,
-                          text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)), check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxtrace_nb", "report", str(root / "cache")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        check=True,
+    )
     text = done.stdout
-    assert text.startswith(f"Persistent compilation cache index ({root / 'cache' / 'jaxtrace_nb' / 'index.sqlite'}):")
+    assert text.startswith(
+        f"Persistent compilation cache index ({root / 'cache' / 'jaxtrace_nb' / 'index.sqlite'}):"
+    )
     assert "  jit_step: 2 key(s)\n" in text
-    assert ("      XLA flags differ: `--xla_cpu_enable_fast_math=false` added; the computation differs first (`stablehlo."
-            "constant`): `5.000000e-01` → `0.699999988` (closest earlier key of `jit_step`: the run of ") in text
+    assert (
+        "      XLA flags differ: `--xla_cpu_enable_fast_math=false` added; the computation differs first (`stablehlo."
+        "constant`): `5.000000e-01` → `0.699999988` (closest earlier key of `jit_step`: the "
+        "run of "
+    ) in text
 
 
 def _cached_program(tmp_path, body: str):
@@ -238,19 +313,38 @@ def _cached_program(tmp_path, body: str):
         "import sys, jax, jax.numpy as jnp\n"
         f"jax.config.update('jax_compilation_cache_dir', {str(tmp_path / 'cache')!r})\n"
         "jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)\n"
-        "jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)\n" + body)
+        "jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)\n" + body
+    )
     return script
 
 
 def _run_twice(tmp_path, script, first: str, second: str) -> list[str]:
     """`python -m jaxtrace_nb run --persist runN.jsonl script ARG` with each argument: the outputs."""
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR"))}
+    environment = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("XLA_FLAGS", "JAX_COMPILATION_CACHE_DIR"))
+    }
     environment.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
     outputs = []
     for argument, log in ((first, "run1.jsonl"), (second, "run2.jsonl")):
-        done = subprocess.run([sys.executable, "-m", "jaxtrace_nb", "run", "--persist", str(tmp_path / log),
-                               str(script), argument], env=environment, capture_output=True, text=True, timeout=300,
-                              cwd=tmp_path)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "jaxtrace_nb",
+                "run",
+                "--persist",
+                str(tmp_path / log),
+                str(script),
+                argument,
+            ],
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=tmp_path,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         outputs.append(done.stdout + done.stderr)
     return outputs
@@ -267,11 +361,15 @@ def test_run_and_its_persisted_log_name_the_argument_in_the_users_terms(tmp_path
         "def step(params, x):\n"
         "    return jnp.tanh(x @ params[0][0]) @ params[1]\n"
         "params = [(jnp.ones((4, n)),), jnp.ones((n, 2))]\n"
-        "print(float(step(params, jnp.ones((3, 4))).sum()))\n")
+        "print(float(step(params, jnp.ones((3, 4))).sum()))\n",
+    )
     outputs = _run_twice(tmp_path, script, "8", "16")
     said = "the computation differs in argument `params[0][0]`: tensor<4x8xf32> → tensor<4x16xf32>"
     assert said in outputs[1]
-    persisted = [json.loads(line) for line in (tmp_path / "run2.jsonl").read_text(encoding="utf-8").splitlines()]
+    persisted = [
+        json.loads(line)
+        for line in (tmp_path / "run2.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
     assert any(said in str(value) for record in persisted for value in record.values()), persisted
 
 
@@ -286,20 +384,34 @@ def test_run_locates_a_changed_closure_constant_at_the_users_line(tmp_path):
         "def step(params, x):\n"
         "    y = jnp.tanh(x @ params)\n"
         "    return y * scale\n"
-        "print(float(step(jnp.ones((4, 4)), jnp.ones((3, 4))).sum()))\n")
+        "print(float(step(jnp.ones((4, 4)), jnp.ones((3, 4))).sum()))\n",
+    )
     outputs = _run_twice(tmp_path, script, "0.5", "0.7")
     said = "the computation differs first at prog.py:9 (`jit(step)/mul`, `stablehlo.constant`): `0.5` → `0.7`"
     assert said in outputs[1], outputs[1]
     assert "hint: prog.py:9 puts a value captured from Python" in outputs[1]
-    persisted = [json.loads(line) for line in (tmp_path / "run2.jsonl").read_text(encoding="utf-8").splitlines()]
-    assert any(f"differs first at {script}:9 (`jit(step)/mul`" in str(value)
-               for record in persisted for value in record.values()), persisted
+    persisted = [
+        json.loads(line)
+        for line in (tmp_path / "run2.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
+    assert any(
+        f"differs first at {script}:9 (`jit(step)/mul`" in str(value)
+        for record in persisted
+        for value in record.values()
+    ), persisted
 
 
-# Six runs of one program sharing a cache, as a newcomer tries them: the first compile, a hit, then one
+# Six runs of one program sharing a cache, as a newcomer tries them: the first compile, a hit, then
+# one
 # change per run; two of them change the same part (the model's constant), in different words.
-SIX_RUNS = ({}, {}, {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false"}, {"PAIR_CONST": "0.7"},
-            {"PAIR_CONST": "0.9"}, {"PAIR_ACT": "jax.nn.relu"})
+SIX_RUNS = (
+    {},
+    {},
+    {"XLA_FLAGS": "--xla_cpu_enable_fast_math=false"},
+    {"PAIR_CONST": "0.7"},
+    {"PAIR_CONST": "0.9"},
+    {"PAIR_ACT": "jax.nn.relu"},
+)
 
 
 @pytest.fixture(scope="module")
@@ -307,13 +419,21 @@ def six_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("six")
     logs = [root / f"run{i}.jsonl" for i in range(1, 7)]
     for env, log in zip(SIX_RUNS, logs):
-        _run(root / "cache", root / "work", env.items(), log=log)  # one model file: one function in the reports
+        _run(
+            root / "cache", root / "work", env.items(), log=log
+        )  # one model file: one function in the reports
     return root, logs
 
 
 def _report(*args) -> str:
-    done = subprocess.run([sys.executable, "-m", "jaxtrace_nb", "report", *map(str, args)], capture_output=True,
-                          text=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)), check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxtrace_nb", "report", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        check=True,
+    )
     return done.stdout
 
 
@@ -328,21 +448,34 @@ def _steps_misses(log) -> list[str]:
 def test_a_merged_report_explains_every_miss_it_counts(six_runs):
     root, logs = six_runs
     misses = {log.name: _steps_misses(log) for log in logs}
-    assert [len(m) for m in misses.values()] == [0, 0, 1, 1, 1, 1]  # the first compile and the hit: not notable
+    assert [len(m) for m in misses.values()] == [
+        0,
+        0,
+        1,
+        1,
+        1,
+        1,
+    ]  # the first compile and the hit: not notable
     assert len(set(sum(misses.values(), []))) == 4  # four reasons, each in words of its own
     text = _report(*logs)
     headline = text.splitlines()[0]
-    assert "persistent cache: 1 hit(s), 5 miss(es) (1 of them a first compile with this cache)" \
-        in headline, headline
-    notes = text[text.index("Retraces and notes"):]
+    assert (
+        "persistent cache: 1 hit(s), 5 miss(es) (1 of them a first compile with this cache)"
+        in headline
+    ), headline
+    notes = text[text.index("Retraces and notes") :]
     for log, words in misses.items():
         for said in words:
-            assert notes.count(f"persistent cache miss{said[len('miss'):]}") == 1, (log, said, notes)
+            assert notes.count(f"persistent cache miss{said[len('miss') :]}") == 1, (
+                log,
+                said,
+                notes,
+            )
     for n in (2, 3, 6):  # the notes whatever the number of logs: one, or the first n
         part = _report(*logs[:n]) if n > 1 else _report(logs[2])
         shown = [w for log in (logs[:n] if n > 1 else [logs[2]]) for w in misses[log.name]]
         assert ("Retraces and notes" in part) == bool(shown), (n, part)
-        assert all(f"persistent cache miss{w[len('miss'):]}" in part for w in shown), (n, part)
+        assert all(f"persistent cache miss{w[len('miss') :]}" in part for w in shown), (n, part)
 
 
 def test_the_html_reports_expanded_groups_say_why_each_compile_missed(six_runs, tmp_path):
@@ -351,17 +484,29 @@ def test_the_html_reports_expanded_groups_say_why_each_compile_missed(six_runs, 
 
     root, logs = six_runs
     page = tmp_path / "six.html"
-    subprocess.run([sys.executable, "-m", "jaxtrace_nb", "report", *map(str, logs), "-o", str(page)], check=True,
-                   capture_output=True, timeout=120, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    subprocess.run(
+        [sys.executable, "-m", "jaxtrace_nb", "report", *map(str, logs), "-o", str(page)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
     text = page.read_text(encoding="utf-8")
-    data = text[text.index("<script type='application/json' id='jtnb-data'>"):].split(">", 1)[1]
-    histories = json.loads(data[:data.index("</script>")])["histories"]
+    data = text[text.index("<script type='application/json' id='jtnb-data'>") :].split(">", 1)[1]
+    histories = json.loads(data[: data.index("</script>")])["histories"]
     (step,) = [h for h in histories.values() if h["title"].startswith("step ")]
     events = [e for g in step["groups"] for e in g["events"]]
-    said = {"".join(s[1] for _, spans in e["explanation"] for s in spans) for e in events if e["persistent_cache"]
-            == "miss"}
+    said = {
+        "".join(s[1] for _, spans in e["explanation"] for s in spans)
+        for e in events
+        if e["persistent_cache"] == "miss"
+    }
     for words in sum((_steps_misses(log) for log in logs), []):
-        assert any(f"persistent cache miss{words[len('miss'):]}".replace("`", "") in s for s in said), (words, said)
-    static = html_module.unescape(text[text.index("jtnb-groups"):])
+        assert any(
+            f"persistent cache miss{words[len('miss') :]}".replace("`", "") in s for s in said
+        ), (words, said)
+    static = html_module.unescape(text[text.index("jtnb-groups") :])
     for words in sum((_steps_misses(log) for log in logs), []):
-        assert words[len("miss: "):].replace("`", "")[:60] in static.replace("<code>", "").replace("</code>", "")
+        assert words[len("miss: ") :].replace("`", "")[:60] in static.replace("<code>", "").replace(
+            "</code>", ""
+        )

@@ -7,7 +7,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import pytest
-
 from _support import package_frames, package_frames_on_cache_hits, rows
 
 
@@ -23,8 +22,20 @@ def test_jit_positional_keyword_static_and_donated(jt):
     assert rows(jt, "test_jit_positional_keyword_static_and_donated.<locals>.f") == [
         ("test_jit_positional_keyword_static_and_donated.<locals>.f", "first", None, None, None),
         ("test_jit_positional_keyword_static_and_donated.<locals>.f", "static", "n", "2", "3"),
-        ("test_jit_positional_keyword_static_and_donated.<locals>.f", "static", "mode", "'a'", "'b'"),
-        ("test_jit_positional_keyword_static_and_donated.<locals>.f", "shape", "x", "f32[2]", "f32[2,2]"),
+        (
+            "test_jit_positional_keyword_static_and_donated.<locals>.f",
+            "static",
+            "mode",
+            "'a'",
+            "'b'",
+        ),
+        (
+            "test_jit_positional_keyword_static_and_donated.<locals>.f",
+            "shape",
+            "x",
+            "f32[2]",
+            "f32[2,2]",
+        ),
     ]
 
 
@@ -81,7 +92,10 @@ def test_filter_jit_on_module_methods_and_modules(jt):
     fm(jnp.ones(2))
     eqx.filter_jit(Lin(jnp.ones(3), "relu"))(jnp.ones(3))
     eqx.filter_jit(Lin(jnp.ones(3), "gelu"))(jnp.ones(3))
-    assert [x[1:] for x in rows(jt, "Lin.apply")] == [("first", None, None, None), ("static", "n", "2", "3")]
+    assert [x[1:] for x in rows(jt, "Lin.apply")] == [
+        ("first", None, None, None),
+        ("static", "n", "2", "3"),
+    ]
     assert [x[1:] for x in rows(jt, "Lin.__call__")] == [
         ("first", None, None, None),
         ("shape", "self.w", "f32[2]", "f32[3]"),
@@ -126,9 +140,13 @@ def test_nested_jit_and_control_flow_bodies(jt):
     names = set(df["function"])
     assert "test_nested_jit_and_control_flow_bodies.<locals>.outer" in names
     assert df.loc[df["function"].str.endswith("inner"), "nested"].all()
-    assert not any("body" in n or "lambda" in n for n in names)  # scan/cond bodies are not functions
+    assert not any(
+        "body" in n or "lambda" in n for n in names
+    )  # scan/cond bodies are not functions
     assert df.loc[df["function"].str.endswith("outer"), "compile_s"].notna().all()
-    assert df.loc[df["function"].str.endswith("inner"), "compile_s"].isna().all()  # inlined, not compiled
+    assert (
+        df.loc[df["function"].str.endswith("inner"), "compile_s"].isna().all()
+    )  # inlined, not compiled
 
 
 def test_jitted_before_start_and_recreated_each_call():
@@ -175,6 +193,7 @@ def test_seconds_equal_jax_monitoring(jt):
 
     register(listener)
     try:
+
         @jax.jit
         def timed(x):
             return jnp.sin(x) @ x
@@ -253,5 +272,7 @@ def test_failing_trace_propagates_unchanged(jt):
     import traceback
 
     shown = "".join(traceback.format_tb(info.value.__traceback__))
-    assert "test_probe.py" in shown and package_frames(shown) == []  # our frames are hidden like JAX's own
+    assert (
+        "test_probe.py" in shown and package_frames(shown) == []
+    )  # our frames are hidden like JAX's own
     assert "boom in user code" in str(info.value)

@@ -10,7 +10,6 @@ import pytest
 pytest_plugins = ["pytester"]
 
 
-
 def _lit(pattern: str) -> str:
     """`pattern` for fnmatch_lines with its brackets literal (``f32[3]``); `*` stays a wildcard."""
     return "".join("[[]" if c == "[" else "[]]" if c == "]" else c for c in pattern)
@@ -21,7 +20,7 @@ import os
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 """
 
-_GUARDED = '''
+_GUARDED = """
 import os
 import sys
 
@@ -76,31 +75,47 @@ def test_cache_hits_run_no_package_python():
     frames = package_frames_on_cache_hits(lambda: hot(x, x))
     assert get_session().recording
     assert frames == []
-'''
+"""
 
 
 def test_guard_and_report(pytester):
     pytester.makeconftest(_CONFTEST)
-    pytester.makepyfile(test_guarded=_GUARDED.replace("TESTS_DIR", repr(str(pathlib.Path(__file__).parent))))
+    pytester.makepyfile(
+        test_guarded=_GUARDED.replace("TESTS_DIR", repr(str(pathlib.Path(__file__).parent)))
+    )
     report = pytester.path / "traces.html"
-    result = pytester.runpytest_subprocess("--jaxtrace-max-traces=1", f"--jaxtrace-report={report}", "-p",
-                                           "no:cacheprovider", timeout=180)
+    result = pytester.runpytest_subprocess(
+        "--jaxtrace-max-traces=1",
+        f"--jaxtrace-report={report}",
+        "-p",
+        "no:cacheprovider",
+        timeout=180,
+    )
     result.assert_outcomes(passed=3, failed=2)
     out = result.stdout.str()
-    # The failure names the function, the leaf, before -> after and the hint, at the test's own line.
-    result.stdout.fnmatch_lines([
-        "*_ test_retraces _*",
-        ">*train_step(jnp.ones(4))*the retrace*",
-        _lit("E*RetraceError: train_step (*test_guarded.py:*) was traced 2 times, past max_traces=1.*"
-             "`x`*f32[3] → f32[4]*Hint: *"),
-        "*(jaxtrace_nb: limit set by --jaxtrace-max-traces=1)",
-    ])
+    # The failure names the function, the leaf, before -> after and the hint, at the test's own
+    # line.
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_retraces _*",
+            ">*train_step(jnp.ones(4))*the retrace*",
+            _lit(
+                "E*RetraceError: train_step (*test_guarded.py:*) was traced 2 times, past max_traces=1.*"
+                "`x`*f32[3] → f32[4]*Hint: *"
+            ),
+            "*(jaxtrace_nb: limit set by --jaxtrace-max-traces=1)",
+        ]
+    )
     assert "NOT REACHED" not in out
-    result.stdout.fnmatch_lines([
-        "*_ test_swallowed _*",
-        _lit("E*RetraceError: train_step*traced 2 times, past max_traces=1*`x`*f32[20] → f32[21]*"
-             "(raised inside the test, which caught it; limit set by --jaxtrace-max-traces=1)"),
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_swallowed _*",
+            _lit(
+                "E*RetraceError: train_step*traced 2 times, past max_traces=1*`x`*f32[20] → f32[21]*"
+                "(raised inside the test, which caught it; limit set by --jaxtrace-max-traces=1)"
+            ),
+        ]
+    )
     result.stdout.fnmatch_lines([f"jaxtrace_nb: *{report}*"])
     assert report.exists() and "train_step" in report.read_text(encoding="utf-8")
 
@@ -144,7 +159,9 @@ def test_every_report_format_has_a_test_column(pytester, suffix):
     pytester.makeconftest(_CONFTEST)
     pytester.makepyfile(test_two=_TWO_FUNCTIONS)
     report = pytester.path / f"traces.{suffix}"
-    result = pytester.runpytest_subprocess(f"--jaxtrace-report={report}", "-p", "no:cacheprovider", timeout=180)
+    result = pytester.runpytest_subprocess(
+        f"--jaxtrace-report={report}", "-p", "no:cacheprovider", timeout=180
+    )
     result.assert_outcomes(passed=3)
     text = report.read_text(encoding="utf-8")
     first, second, third = (f"test_two.py::test_{n}" for n in ("first", "second", "third"))
@@ -156,23 +173,41 @@ def test_every_report_format_has_a_test_column(pytester, suffix):
         rows = {line.split()[0]: line[start:].strip() for line in body}
         assert rows == expected, text
     else:
-        static = text[text.index("jtnb-summary"):]
-        static = static[:static.index("</table>")]
-        assert "<th class='jtnb-c-tests' title='the pytest tests (node ids) whose calls traced it'>test</th>" in static
-        cells = re.findall(r"<td class='jtnb-c-function'><code>(\w+)</code></td><td class='jtnb-c-tests'"
-                           r"(?: title='([^']*)')?>([^<]*)</td>", static)
+        static = text[text.index("jtnb-summary") :]
+        static = static[: static.index("</table>")]
+        assert (
+            "<th class='jtnb-c-tests' title='the pytest tests (node ids) whose calls traced it'>test</th>"
+            in static
+        )
+        cells = re.findall(
+            r"<td class='jtnb-c-function'><code>(\w+)</code></td><td class='jtnb-c-tests'"
+            r"(?: title='([^']*)')?>([^<]*)</td>",
+            static,
+        )
         assert {f: shown for f, _, shown in cells} == expected
-        assert {f: title for f, title, _ in cells} == {"only_in_first": "", "shared": f"{first}\n{second}\n{third}"}
-        data = text[text.index("<script type='application/json' id='jtnb-data'>"):].split(">", 1)[1]
-        state = json.loads(data[:data.index("</script>")])["state"]
-        widget = {r["function"]: (r["tests"], r["full"]["tests"]) for r in json.loads(state["rows_json"])
-                  if not r["hidden"]}
-        assert widget == {"only_in_first": (first, ""), "shared": (expected["shared"], f"{first}\n{second}\n{third}")}
+        assert {f: title for f, title, _ in cells} == {
+            "only_in_first": "",
+            "shared": f"{first}\n{second}\n{third}",
+        }
+        data = text[text.index("<script type='application/json' id='jtnb-data'>") :].split(">", 1)[
+            1
+        ]
+        state = json.loads(data[: data.index("</script>")])["state"]
+        widget = {
+            r["function"]: (r["tests"], r["full"]["tests"])
+            for r in json.loads(state["rows_json"])
+            if not r["hidden"]
+        }
+        assert widget == {
+            "only_in_first": (first, ""),
+            "shared": (expected["shared"], f"{first}\n{second}\n{third}"),
+        }
 
 
 def test_marker_alone_guards_only_its_test(pytester):
     pytester.makeconftest(_CONFTEST)
-    pytester.makepyfile(test_marked='''
+    pytester.makepyfile(
+        test_marked="""
 import jax
 import jax.numpy as jnp
 import pytest
@@ -209,20 +244,30 @@ def test_marked_within_limit():
 def test_bare_marker_means_one():
     step(jnp.ones(50), 1)
     step(jnp.ones(51), 1)
-''')
+"""
+    )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", timeout=180)
     result.assert_outcomes(passed=2, failed=2)
-    result.stdout.fnmatch_lines(["*_ test_bare_marker_means_one _*",
-                                 _lit("E*RetraceError: step (*) was traced 2 times, past max_traces=1.*")])
-    result.stdout.fnmatch_lines([
-        "*_ test_marked _*",
-        _lit("E*RetraceError: step (*) was traced 2 times, past max_traces=1.*`x`*f32[30] → f32[31]*"),
-        "*(jaxtrace_nb: limit set by @pytest.mark.jaxtrace(max_traces=1))",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_bare_marker_means_one _*",
+            _lit("E*RetraceError: step (*) was traced 2 times, past max_traces=1.*"),
+        ]
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*_ test_marked _*",
+            _lit(
+                "E*RetraceError: step (*) was traced 2 times, past max_traces=1.*`x`*f32[30] → f32[31]*"
+            ),
+            "*(jaxtrace_nb: limit set by @pytest.mark.jaxtrace(max_traces=1))",
+        ]
+    )
 
 
 def test_inert_without_options_or_markers(pytester):
-    pytester.makepyfile(test_plain='''
+    pytester.makepyfile(
+        test_plain="""
 import sys
 
 
@@ -235,8 +280,11 @@ def test_plugin_is_loaded_and_idle(request):
 
 def test_marker_is_registered(pytestconfig):
     assert any(line.startswith("jaxtrace(max_traces=N)") for line in pytestconfig.getini("markers"))
-''')
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--strict-markers", timeout=120)
+"""
+    )
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--strict-markers", timeout=120
+    )
     result.assert_outcomes(passed=2)
 
 
@@ -250,7 +298,9 @@ def test_help_and_bad_values(pytester):
 
 def test_our_own_session_is_not_recording(request):
     """Merely installed, the plugin changes nothing in this very test session."""
-    if request.config.getoption("jaxtrace_max_traces") is not None or request.config.getoption("jaxtrace_report"):
+    if request.config.getoption("jaxtrace_max_traces") is not None or request.config.getoption(
+        "jaxtrace_report"
+    ):
         pytest.skip("this session was started with a jaxtrace option")
     assert request.config.pluginmanager.has_plugin("jaxtrace")
     assert not request.config.pluginmanager.has_plugin("jaxtrace-active")

@@ -1,9 +1,9 @@
 """The diff on plain data, without JAX."""
 
-from jaxtrace_nb._diagnosis._diagnose import diagnose
 from jaxtrace_nb._adapters.equinox import EqxOrigin
-from jaxtrace_nb._keys._signature import NONE_LEAF, Signature, array_leaf, static_leaf
 from jaxtrace_nb._core._values import summarize_static
+from jaxtrace_nb._diagnosis._diagnose import diagnose
+from jaxtrace_nb._keys._signature import NONE_LEAF, Signature, array_leaf, static_leaf
 
 
 def sig(leaves, *, fun=1, context=(), function_path=None, jit_kind="jit", owners=None):
@@ -39,7 +39,12 @@ def test_structure_none_leaf_hint_names_optax_only_with_evidence():
     old = sig({"opt_state[0].trace.b": array_leaf((2,), "float32")}, owners=owners)
     new = sig({"opt_state[0].trace.b": NONE_LEAF}, owners=owners)
     d = diagnose(new, [old])
-    assert (d.cause, d.leaf, d.before, d.after) == ("structure", "opt_state[0].trace.b", "f32[2]", "None")
+    assert (d.cause, d.leaf, d.before, d.after) == (
+        "structure",
+        "opt_state[0].trace.b",
+        "f32[2]",
+        "None",
+    )
     assert "optim.init" in d.hint and "TraceState" in d.hint
     plain = diagnose(sig({"y": NONE_LEAF}), [sig({"y": array_leaf((2,), "float32")})])
     assert "optax" not in plain.hint and "optim.init" not in plain.hint
@@ -75,14 +80,22 @@ def test_many_changes_listed_up_to_five():
     new = sig({f"x{i}": array_leaf((2,), "float32") for i in range(8)})
     d = diagnose(new, [old])
     assert d.leaf == "x0"
-    assert "`x1` (shape), `x2` (shape), `x3` (shape), `x4` (shape)" in d.explanation and "3 more" in d.explanation
+    assert (
+        "`x1` (shape), `x2` (shape), `x3` (shape), `x4` (shape)" in d.explanation
+        and "3 more" in d.explanation
+    )
 
 
 def test_new_function_and_context():
     leaves = {"x": array_leaf((3,), "float32")}
-    d = diagnose(sig(leaves, fun=2), [sig(leaves)], new_object=True, rerun_note="its cell was re-run")
+    d = diagnose(
+        sig(leaves, fun=2), [sig(leaves)], new_object=True, rerun_note="its cell was re-run"
+    )
     assert d.cause == "new_function" and "re-run" in d.explanation
-    d = diagnose(sig(leaves, context=(("enable_x64", "True"),)), [sig(leaves, context=(("enable_x64", "False"),))])
+    d = diagnose(
+        sig(leaves, context=(("enable_x64", "True"),)),
+        [sig(leaves, context=(("enable_x64", "False"),))],
+    )
     assert d.cause == "context" and "enable_x64" in d.explanation
 
 

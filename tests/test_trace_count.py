@@ -49,11 +49,15 @@ def test_each_body_run_is_one_trace_with_the_change_applied(jt):
     df = jt.log(internal=False)
     df = df[df["kind"] == "trace"]
     assert len(df) == RUNS["make"] == len(expected) + 1
-    rows = [tuple(None if v != v else v for v in r) for r in
-            df[["trace_number", "cause", "leaf", "before", "after"]].itertuples(index=False)]
+    rows = [
+        tuple(None if v != v else v for v in r)
+        for r in df[["trace_number", "cause", "leaf", "before", "after"]].itertuples(index=False)
+    ]
     assert rows[:-1] == [(i, *change) for i, change in enumerate(expected, start=1)]
     number, cause, *_ = rows[-1]
-    assert cause == "new_function" and number == RUNS["make"]  # numbered on at its place, named as new
+    assert (
+        cause == "new_function" and number == RUNS["make"]
+    )  # numbered on at its place, named as new
     assert df["function"].nunique() == 1 and df["location"].nunique() == 1
     summary = jt.summary()
     (traces,) = summary["traces"].tolist()

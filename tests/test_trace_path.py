@@ -20,10 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxtrace_nb._recording import _jax_internals
 from jaxtrace_nb._core._bounded import Bounded
-from jaxtrace_nb._recording._decode import Decoder
 from jaxtrace_nb._keys._jax_layouts import FlatTreeLayout
+from jaxtrace_nb._recording import _jax_internals
+from jaxtrace_nb._recording._decode import Decoder
 from jaxtrace_nb._recording._session import get_session
 
 
@@ -91,18 +91,29 @@ def test_call_site_from_the_remembered_stack_is_the_one_walked(jt, seed, monkeyp
     ]
     this = test_call_site_from_the_remembered_stack_is_the_one_walked
     helper = _line(_via_helper, "# the helper's call")
-    lines = [_line(this, "# way 0"), _line(this, "# way 1"), helper, helper, _line(this, "# way 4"),
-             _line(this, "# way 5"), helper]  # where each way calls `f`, from the source
+    lines = [
+        _line(this, "# way 0"),
+        _line(this, "# way 1"),
+        helper,
+        helper,
+        _line(this, "# way 4"),
+        _line(this, "# way 5"),
+        helper,
+    ]  # where each way calls `f`, from the source
     order = [rng.randrange(len(ways)) for _ in range(12)]
     expected = []
-    for n, i in enumerate((i for i in order for _ in range(rng.randint(1, 3))), start=1):  # some ways repeated
+    for n, i in enumerate(
+        (i for i in order for _ in range(rng.randint(1, 3))), start=1
+    ):  # some ways repeated
         ways[i](jax.ShapeDtypeStruct((n,), jnp.float32) if i == 1 else np.ones(n, np.float32))
         expected.append(lines[i])
     assert decoder is get_session().probe.decoder and len(compared) >= 12
     assert [got for got, _ in compared] == [walked for _, walked in compared]
     assert [got for got, _ in compared] == expected
     assert jt.log(internal=False)["call_site"].tolist() == expected
-    assert any(remembered)  # the remembered stack served the traces that came the same way as the one before
+    assert any(
+        remembered
+    )  # the remembered stack served the traces that came the same way as the one before
 
 
 def _helper_in_another_file():
@@ -123,8 +134,10 @@ def _outer_calls_inner():
         return inner(x) * 2  # the nested call
 
     outer(jnp.ones(2))  # the outer call
-    return {"inner": [_line(_outer_calls_inner, "# the nested call")],
-            "outer": [_line(_outer_calls_inner, "# the outer call")]}
+    return {
+        "inner": [_line(_outer_calls_inner, "# the nested call")],
+        "outer": [_line(_outer_calls_inner, "# the outer call")],
+    }
 
 
 def _calls_of_each_kind():
@@ -170,11 +183,16 @@ def _calls_of_each_kind():
 
     helper = _line(_via_helper, "# the helper's call")
     other_file = _line(_helper_in_another_file().call, "# the helper's call")
-    return {"plain": [_line(this, "# plain, first"), _line(this, "# plain, a new shape")],
-            "filtered": [_line(this, "# filter_jit, first"), _line(this, "# filter_jit, a new static value")],
-            "apply": [_line(this, "# nnx.jit, first"), _line(this, "# nnx.jit, a new shape")],
-            "helped": [helper, other_file],
-            "<lambda>": [_line(this, "# the re-created function's call")] * 2}, _line(this, "# created anew")
+    return {
+        "plain": [_line(this, "# plain, first"), _line(this, "# plain, a new shape")],
+        "filtered": [
+            _line(this, "# filter_jit, first"),
+            _line(this, "# filter_jit, a new static value"),
+        ],
+        "apply": [_line(this, "# nnx.jit, first"), _line(this, "# nnx.jit, a new shape")],
+        "helped": [helper, other_file],
+        "<lambda>": [_line(this, "# the re-created function's call")] * 2,
+    }, _line(this, "# created anew")
 
 
 def test_call_site_is_the_line_that_called(jt):
@@ -186,7 +204,10 @@ def test_call_site_is_the_line_that_called(jt):
     expected.update(_outer_calls_inner())
     df = jt.log(internal=False)
     df = df[df["kind"] == "trace"]
-    got = {name: df[df["function"].str.split(".").str[-1] == name]["call_site"].tolist() for name in expected}
+    got = {
+        name: df[df["function"].str.split(".").str[-1] == name]["call_site"].tolist()
+        for name in expected
+    }
     assert got == expected
     recreated = df[df["function"].str.endswith("<lambda>")]
     assert recreated["cause"].tolist() == ["first", "new_function"]
@@ -201,21 +222,28 @@ def test_call_site_in_a_cell_is_its_line_in_that_cell(shell):
 
     shell.run_cell("%load_ext jaxtrace_nb")
     helper_cell = "def run(f, x):\n    return f(x)  # the helper's call\n"
-    caller_cell = ("@jax.jit\n"
-                   "def step(x):\n"
-                   "    return x + 1\n"
-                   "\n"
-                   "step(jnp.ones(2))  # the call\n"
-                   "run(step, jnp.ones(3))\n")
-    numbers = [shell.run_cell(cell, store_history=True).execution_count for cell in (helper_cell, caller_cell)]
+    caller_cell = (
+        "@jax.jit\n"
+        "def step(x):\n"
+        "    return x + 1\n"
+        "\n"
+        "step(jnp.ones(2))  # the call\n"
+        "run(step, jnp.ones(3))\n"
+    )
+    numbers = [
+        shell.run_cell(cell, store_history=True).execution_count
+        for cell in (helper_cell, caller_cell)
+    ]
 
     def at(n, cell, marker):
         (k,) = [k for k, text in enumerate(cell.splitlines(), start=1) if text.endswith(marker)]
         return f"In[{n}]:{k}"
 
     df = jaxtrace_nb.log(internal=False)
-    assert df["call_site"].tolist() == [at(numbers[1], caller_cell, "# the call"),
-                                        at(numbers[0], helper_cell, "# the helper's call")]
+    assert df["call_site"].tolist() == [
+        at(numbers[1], caller_cell, "# the call"),
+        at(numbers[0], helper_cell, "# the helper's call"),
+    ]
     assert df["cell"].tolist() == [numbers[1]] * 2
 
 
@@ -231,6 +259,7 @@ def _program(jt):
         @functools.partial(jax.jit, static_argnums=1)
         def f(x, n):
             return inner(x) * n
+
         return f
 
     f = make()
@@ -260,8 +289,22 @@ def _program(jt):
     return f, g, inner, broken
 
 
-COLUMNS = ["function", "kind", "trace_number", "cause", "leaf", "before", "after", "explanation", "hint",
-           "nested", "call_site", "eqns", "eqns_total", "jit"]
+COLUMNS = [
+    "function",
+    "kind",
+    "trace_number",
+    "cause",
+    "leaf",
+    "before",
+    "after",
+    "explanation",
+    "hint",
+    "nested",
+    "call_site",
+    "eqns",
+    "eqns_total",
+    "jit",
+]
 
 
 def _logged(jt, program, followed: bool) -> list:
@@ -270,8 +313,10 @@ def _logged(jt, program, followed: bool) -> list:
     unsubscribe = get_session().log.subscribe(lambda event, what: None) if followed else None
     assert get_session().log.followed == followed
     try:
-        # The program's functions live until the log is read: the equations of a trace never compiled
-        # are counted from its program, which JAX holds (and jaxtrace_nb refers to weakly) only while
+        # The program's functions live until the log is read: the equations of a trace never
+        # compiled
+        # are counted from its program, which JAX holds (and jaxtrace_nb refers to weakly) only
+        # while
         # its function lives; in a loaded run our thread can reach it after `program` returned.
         kept = program()
     finally:
@@ -289,7 +334,9 @@ def test_events_built_when_read_are_those_built_at_the_trace(jt):
     logs = [_logged(jt, lambda: _program(jt), followed) for followed in (True, False)]
     assert logs[0] == logs[1]
     causes = [row[3] for row in logs[0]]
-    assert {"first", "shape", "static"} <= set(causes) and any(row[9] for row in logs[0])  # a nested trace
+    assert {"first", "shape", "static"} <= set(causes) and any(
+        row[9] for row in logs[0]
+    )  # a nested trace
 
 
 def test_a_helper_inside_a_trace_is_recognised_from_its_function(jt, monkeypatch):
@@ -299,7 +346,9 @@ def test_a_helper_inside_a_trace_is_recognised_from_its_function(jt, monkeypatch
     layout = get_session().probe.internals.layout
     begun = []
     original = type(layout).begin
-    monkeypatch.setattr(type(layout), "begin", lambda self, frame: begun.append(1) or original(self, frame))
+    monkeypatch.setattr(
+        type(layout), "begin", lambda self, frame: begun.append(1) or original(self, frame)
+    )
 
     @jax.jit
     def nested(x):
@@ -313,8 +362,15 @@ def test_a_helper_inside_a_trace_is_recognised_from_its_function(jt, monkeypatch
         outer.trace(jax.ShapeDtypeStruct((n,), jnp.float32))
     df = jt.log(internal=True)
     assert df.groupby("function")["nested"].agg(["sum", "count"]).to_dict("index") == {
-        "test_a_helper_inside_a_trace_is_recognised_from_its_function.<locals>.outer": {"sum": 0, "count": 8},
-        "test_a_helper_inside_a_trace_is_recognised_from_its_function.<locals>.nested": {"sum": 8, "count": 8}}
+        "test_a_helper_inside_a_trace_is_recognised_from_its_function.<locals>.outer": {
+            "sum": 0,
+            "count": 8,
+        },
+        "test_a_helper_inside_a_trace_is_recognised_from_its_function.<locals>.nested": {
+            "sum": 8,
+            "count": 8,
+        },
+    }
     if isinstance(layout, FlatTreeLayout) and hasattr(jax._src.pjit, "_infer_params"):
         assert len(begun) < 8 * 2 + 3  # one per user trace, the helper's only at its first
     else:  # JAX 0.8 and 0.9.0 have no `_infer_params`: every trace's arguments are read
@@ -331,7 +387,9 @@ def test_trace_end_found_when_not_where_it_was(jt, monkeypatch):
         return x + 1
 
     f(jnp.ones(2))
-    monkeypatch.setattr(_jax_internals, "_TRACE_END_DEPTH", [_jax_internals._TRACE_END_DEPTH[0] + 1])
+    monkeypatch.setattr(
+        _jax_internals, "_TRACE_END_DEPTH", [_jax_internals._TRACE_END_DEPTH[0] + 1]
+    )
     f(jnp.ones(3))
     df = jt.log(internal=False)
     assert df["cause"].tolist() == ["first", "shape"] and df["trace_s"].notna().all()
@@ -387,9 +445,16 @@ def test_a_trace_reads_the_state_its_function_had_when_it_started(jt):
     followed, read = _logged(jt, program, True), _logged(jt, program, False)
     assert followed == read
     assert [(row[2], row[3], row[4], row[9]) for row in read] == [
-        (1, "first", None, True), (2, "static", "n", True), (3, "static", "n", True), (4, "first", None, False),
-        (5, "shape", "x", True), (6, "static", "n", True), (7, "static", "n", True), (8, "shape", "x", False),
-        (9, "static", "n", False)]
+        (1, "first", None, True),
+        (2, "static", "n", True),
+        (3, "static", "n", True),
+        (4, "first", None, False),
+        (5, "shape", "x", True),
+        (6, "static", "n", True),
+        (7, "static", "n", True),
+        (8, "shape", "x", False),
+        (9, "static", "n", False),
+    ]
 
 
 def test_a_trace_that_compiles_eagerly_inside_is_recorded(jt):
@@ -412,8 +477,15 @@ def test_a_trace_that_compiles_eagerly_inside_is_recorded(jt):
     assert followed == read
     df = jt.log()
     outer = df[df["function"].str.endswith("f")]
-    assert outer["kind"].tolist() == ["trace", "trace"] and outer["cause"].tolist() == ["first", "shape"]
-    assert outer["trace_s"].notna().all() and outer["compile_s"].notna().all() and (outer["eqns"] > 0).all()
+    assert outer["kind"].tolist() == ["trace", "trace"] and outer["cause"].tolist() == [
+        "first",
+        "shape",
+    ]
+    assert (
+        outer["trace_s"].notna().all()
+        and outer["compile_s"].notna().all()
+        and (outer["eqns"] > 0).all()
+    )
     assert not outer["nested"].any() and jt.faults() == {}
 
 
@@ -438,7 +510,9 @@ def test_a_trace_whose_end_never_came_fails_at_the_end_of_the_trace_around_it(jt
     @jax.jit
     def f(x):
         with jax.ensure_compile_time_eval():
-            table = jnp.arange(x.shape[0] + 23) * 5  # (sizes no other test traces, not in JAX's caches)
+            table = (
+                jnp.arange(x.shape[0] + 23) * 5
+            )  # (sizes no other test traces, not in JAX's caches)
         return x * table[: x.shape[0]]
 
     f(jnp.ones(6))
@@ -446,7 +520,9 @@ def test_a_trace_whose_end_never_came_fails_at_the_end_of_the_trace_around_it(jt
     df = jt.log()
     outer = df[df["function"].str.endswith("f")]
     assert outer["cause"].tolist() == ["first"] and outer["trace_s"].notna().all()
-    failed = {key.rpartition("::")[2]: state.failed for key, state in get_session().functions.items()}
+    failed = {
+        key.rpartition("::")[2]: state.failed for key, state in get_session().functions.items()
+    }
     assert failed[dropped[0]] == 1 and sum(failed.values()) == 1
     assert jt.faults() == {}
 
@@ -519,9 +595,9 @@ def test_pending_traces_whose_frames_are_gone_fail_and_the_pending_stay_bounded(
     where the stack is too deep to tell which are gone. A pending trace's frame is known by its id
     and its code: a live frame of other code at its address, or the starting trace's own frame,
     is not it."""
+    from jaxtrace_nb._keys._records import Trace
     from jaxtrace_nb._recording import _probe
     from jaxtrace_nb._recording._probe import _MAX_PENDING, Probe
-    from jaxtrace_nb._keys._records import Trace
 
     class Sink:
         failed: list = []
@@ -539,8 +615,11 @@ def test_pending_traces_whose_frames_are_gone_fail_and_the_pending_stay_bounded(
             pending.append(Trace(None, "own frame", 3, id(new), new.f_code))
         probe._fail_gone(pending, new)
 
-    pending = [Trace(None, "outer", 0, *here), Trace(None, "gone", 1, id(object()), frame.f_code),
-               Trace(None, "other code", 2, id(frame), start.__code__)]
+    pending = [
+        Trace(None, "outer", 0, *here),
+        Trace(None, "gone", 1, id(object()), frame.f_code),
+        Trace(None, "other code", 2, id(frame), start.__code__),
+    ]
     start(pending, own=True)
     assert [p.name for p in pending] == ["outer"]
     assert Sink.failed == ["own frame", "other code", "gone"]

@@ -45,7 +45,9 @@ class Box(eqx.Module):
 
 def _leaf(rng: random.Random):
     shape = tuple(rng.randint(1, 3) for _ in range(rng.randint(0, 2)))
-    return jax.core.ShapedArray(shape, rng.choice((jnp.float32, jnp.int32, jnp.bfloat16)), weak_type=rng.random() < 0.2)
+    return jax.core.ShapedArray(
+        shape, rng.choice((jnp.float32, jnp.int32, jnp.bfloat16)), weak_type=rng.random() < 0.2
+    )
 
 
 def _tree(rng: random.Random, depth: int, custom: bool):
@@ -56,8 +58,12 @@ def _tree(rng: random.Random, depth: int, custom: bool):
     kids = [_tree(rng, depth - 1, custom) for _ in range(n)]
     choice = rng.randrange(6 if custom else 3)
     if choice == 0:
-        keys = rng.sample(rng.choice((["w", "b", "x", "a'b", "ü"], [3, 0, 1, 7])) if custom
-                          else ["w", "b", "x", "a'b", "ü"], n)
+        keys = rng.sample(
+            rng.choice((["w", "b", "x", "a'b", "ü"], [3, 0, 1, 7]))
+            if custom
+            else ["w", "b", "x", "a'b", "ü"],
+            n,
+        )
         return dict(zip(keys, kids))
     if choice == 1:
         return kids
@@ -75,8 +81,8 @@ class _without_plans:
     custom nodes too (the reference reading, independent of any plan)."""
 
     def __enter__(self):
-        from jaxtrace_nb._recording import _decode
         from jaxtrace_nb._keys import _walker
+        from jaxtrace_nb._recording import _decode
 
         self._saved = [(m, m.argument_plan) for m in (_plans, _walker, _decode)]
         for module, _ in self._saved:
@@ -119,9 +125,12 @@ def _plan_case(seed: int) -> tuple:
     """(treedef, leaves) of generated tree `seed`, after two leaves of other arguments."""
     rng = random.Random(seed)
     custom = seed % 3 == 0
-    vals, td = jax.tree_util.tree_flatten(_tree(rng, 4, custom), is_leaf=lambda x: isinstance(x, jax.core.ShapedArray))
-    vals = [_leaf(rng), _leaf(rng)] + [Placeholder(aval_leaf(v), 2 + i) if rng.random() < 0.2 else v
-                                       for i, v in enumerate(vals)]
+    vals, td = jax.tree_util.tree_flatten(
+        _tree(rng, 4, custom), is_leaf=lambda x: isinstance(x, jax.core.ShapedArray)
+    )
+    vals = [_leaf(rng), _leaf(rng)] + [
+        Placeholder(aval_leaf(v), 2 + i) if rng.random() < 0.2 else v for i, v in enumerate(vals)
+    ]
     return td, vals
 
 
@@ -132,7 +141,9 @@ def _plans_applied(seed: int) -> int:
     return counted.applied
 
 
-PLANNED_SEEDS = [seed for seed in SEEDS if _plans_applied(seed)]  # a tree with no plannable part: left out
+PLANNED_SEEDS = [
+    seed for seed in SEEDS if _plans_applied(seed)
+]  # a tree with no plannable part: left out
 
 
 def test_most_generated_trees_are_read_through_a_plan():
@@ -142,7 +153,8 @@ def test_most_generated_trees_are_read_through_a_plan():
 
 @pytest.mark.parametrize("seed", PLANNED_SEEDS)
 def test_a_plan_reads_exactly_what_the_walk_reads(seed):
-    # A treedef whose hash an unplannable one of an earlier test had is walked, by design (`tree_plan`):
+    # A treedef whose hash an unplannable one of an earlier test had is walked, by design
+    # (`tree_plan`):
     # this test is about the plan, so it starts from no such memory.
     _plans._UNPLANNED.clear()
     td, vals = _plan_case(seed)
@@ -181,7 +193,9 @@ def test_a_deferred_diagnosis_is_the_one_made_at_the_trace(jt):
     fields = ["trace_number", "cause", "leaf", "before", "after", "explanation", "hint"]
     _retraces("deferred")  # diagnosed when the log is read
     deferred = jt.log(internal=False)[fields]
-    state = next(s for s in get_session().functions.values() if s.identity.name.endswith("<lambda>"))
+    state = next(
+        s for s in get_session().functions.values() if s.identity.name.endswith("<lambda>")
+    )
     kept = state.keys[-1].signature
     assert type(kept) is DeferredSignature and kept.get() is kept.get()
     assert kept.n_leaves == len(kept.get().leaves)
@@ -190,7 +204,14 @@ def test_a_deferred_diagnosis_is_the_one_made_at_the_trace(jt):
         _retraces("eager")
     eager = jt.log(internal=False)[fields]
     assert deferred.to_dict("records") == eager.to_dict("records")
-    assert list(deferred["cause"]) == ["first", "shape", "dtype", "structure", "structure", "structure"]
+    assert list(deferred["cause"]) == [
+        "first",
+        "shape",
+        "dtype",
+        "structure",
+        "structure",
+        "structure",
+    ]
 
 
 def _spec(aval):
@@ -211,20 +232,31 @@ def _read_both_ways(f, calls: list, monkeypatch) -> tuple[list, list, list]:
         layout, decoder = probe.internals.layout, probe.decoder
         local, _ = layout.begin(frame)
         plain = layout.plain_call(local)
-        if plain is not None:  # the plan found by JAX's names (from the 3rd trace) is the one made afresh
+        if (
+            plain is not None
+        ):  # the plan found by JAX's names (from the 3rd trace) is the one made afresh
             try:
                 plain.tree.serialize_using_proto()
                 fresh = _plans._new_call_plan(plain.tree)
             except Exception:
                 fresh = None
             plans.append((_plans.call_plan(plain.tree, plain.names), fresh))
-        fast = decoder.plain_jit_record(plain, nested=False, thread=1, cache_generation=0) if plain else None
+        fast = (
+            decoder.plain_jit_record(plain, nested=False, thread=1, cache_generation=0)
+            if plain
+            else None
+        )
         if fast is None:
             fast_none.append(frame.f_code.co_name)
         else:
             with _without_plans():  # the reference: read argument by argument, every tree walked
-                slow = decoder.trace_record(layout.read(frame, local), nested=False, thread=1, cache_generation=0,
-                                            on_fault=lambda stage, exc: pytest.fail(f"{stage}: {exc!r}"))
+                slow = decoder.trace_record(
+                    layout.read(frame, local),
+                    nested=False,
+                    thread=1,
+                    cache_generation=0,
+                    on_fault=lambda stage, exc: pytest.fail(f"{stage}: {exc!r}"),
+                )
             compared.append((fast, slow))
         return original(frame)
 
@@ -241,8 +273,12 @@ def _read_both_ways(f, calls: list, monkeypatch) -> tuple[list, list, list]:
         jt.reset()
     for fast, slow in compared:
         assert fast.identity == slow.identity and fast.function_ref() is slow.function_ref()
-        assert (fast.nested, fast.thread, fast.cache_generation, fast.arg_names) == \
-            (slow.nested, slow.thread, slow.cache_generation, slow.arg_names)
+        assert (fast.nested, fast.thread, fast.cache_generation, fast.arg_names) == (
+            slow.nested,
+            slow.thread,
+            slow.cache_generation,
+            slow.arg_names,
+        )
         got, expected = fast.signature.get(), slow.signature.get()
         assert list(got.leaves.items()) == list(expected.leaves.items())
         assert got._replace(leaves={}, tree_ref=None) == expected._replace(leaves={}, tree_ref=None)
@@ -267,19 +303,27 @@ def _plain_call_case(seed: int) -> tuple:
     rng = random.Random(seed)
     custom = seed % 4 == 0
     args = [_tree(rng, 3, custom) for _ in range(rng.randint(1, 3))]
-    kwargs = {name: _tree(rng, 2, custom) for name in rng.sample(["z", "a", "m"], rng.randint(0, 2))}
+    kwargs = {
+        name: _tree(rng, 2, custom) for name in rng.sample(["z", "a", "m"], rng.randint(0, 2))
+    }
     static = rng.random() < 0.2
-    plain = not static and all(_plans._new_plan(jax.tree_util.tree_structure(a, is_leaf=_IS_AVAL)) is not None
-                               for a in (*args, *kwargs.values()))
+    plain = not static and all(
+        _plans._new_plan(jax.tree_util.tree_structure(a, is_leaf=_IS_AVAL)) is not None
+        for a in (*args, *kwargs.values())
+    )
     return args, kwargs, static, plain
 
 
-PLAIN_CALL_SEEDS = [seed for seed in range(160) if _plain_call_case(seed)[3]]  # the others are never read at once
+PLAIN_CALL_SEEDS = [
+    seed for seed in range(160) if _plain_call_case(seed)[3]
+]  # the others are never read at once
 
 
 def _needs_whole_treedef() -> None:
     if not _whole_treedef():
-        pytest.skip(f"JAX {jax.__version__} hands a trace its arguments one by one: no call is read at once")
+        pytest.skip(
+            f"JAX {jax.__version__} hands a trace its arguments one by one: no call is read at once"
+        )
 
 
 @pytest.mark.parametrize("seed", PLAIN_CALL_SEEDS)
@@ -295,7 +339,11 @@ def test_a_plain_call_read_at_once_is_the_call_read_argument_by_argument(seed, m
     exec(f"def f({names}, *rest, **kw):\n    return 0", namespace)
     f = jax.jit(namespace["f"], static_argnums=(len(args) - 1,) if static else ())
     calls = []
-    for shape in ((1,), (2,), (3,)):  # the first trace is read argument by argument; retraces may not be
+    for shape in (
+        (1,),
+        (2,),
+        (3,),
+    ):  # the first trace is read argument by argument; retraces may not be
         marker = jax.ShapeDtypeStruct(shape, jnp.float32)
         spec = jax.tree.map(_spec, (args, kwargs), is_leaf=is_aval)
         if static:
@@ -319,9 +367,20 @@ def test_a_function_whose_tree_changes_between_retraces_is_read_as_each_call_is(
     calls = []
     for k in range(8):
         tree = trees[0] if k < 2 else rng.choice(trees)
-        calls.append(((jax.tree.map(_spec, tree, is_leaf=is_aval), jax.ShapeDtypeStruct((k + 1,), jnp.float32)), {}))
+        calls.append(
+            (
+                (
+                    jax.tree.map(_spec, tree, is_leaf=is_aval),
+                    jax.ShapeDtypeStruct((k + 1,), jnp.float32),
+                ),
+                {},
+            )
+        )
     compared, fast_none, plans = _read_both_ways(f, calls, monkeypatch)
-    plain = all(_plans._new_plan(jax.tree_util.tree_structure(t, is_leaf=is_aval)) is not None for t in trees)
+    plain = all(
+        _plans._new_plan(jax.tree_util.tree_structure(t, is_leaf=is_aval)) is not None
+        for t in trees
+    )
     assert plain and len(compared) == 7, fast_none  # every retrace read at once, and compared
     assert len(plans) == 8 and all(got == fresh for got, fresh in plans), plans
 
@@ -337,7 +396,10 @@ def test_a_tree_with_a_str_subclass_key_is_read_but_not_kept(monkeypatch):
     f = jax.jit(lambda tree, marker: 0)
     calls = []
     for k, key in enumerate(("a", Key("a"), Key("a"), "a")):
-        tree = {key: jax.ShapeDtypeStruct((2,), jnp.float32), "b": jax.ShapeDtypeStruct((), jnp.int32)}
+        tree = {
+            key: jax.ShapeDtypeStruct((2,), jnp.float32),
+            "b": jax.ShapeDtypeStruct((), jnp.int32),
+        }
         calls.append(((tree, jax.ShapeDtypeStruct((k + 1,), jnp.float32)), {}))
 
     kept: list = []  # after each trace: the treedefs the decoder keeps
@@ -347,8 +409,9 @@ def test_a_tree_with_a_str_subclass_key_is_read_but_not_kept(monkeypatch):
         kept.append([entry[4] for entry in get_session().probe.decoder._named_plans.values()])
         return result
 
-    compared, fast_none, _ = _read_both_ways(type("F", (), {"trace": staticmethod(trace_and_look)}), calls,
-                                             monkeypatch)
+    compared, fast_none, _ = _read_both_ways(
+        type("F", (), {"trace": staticmethod(trace_and_look)}), calls, monkeypatch
+    )
     assert len(compared) == (3 if _whole_treedef() else 0), fast_none
     # (The first trace is read argument by argument.) Not kept after the Key-keyed calls; kept after
     # the str-keyed one.

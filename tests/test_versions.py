@@ -9,14 +9,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import pytest
+from _support import display_texts as _texts
+from _support import rows
 from jax._src.interpreters import partial_eval as pe
 
 import jaxtrace_nb
 from jaxtrace_nb._recording import _jax_internals
 from jaxtrace_nb._recording._session import get_session
-
-from _support import rows
-from _support import display_texts as _texts
 
 REDUCED_NOTICE = "per function name only (no retrace causes"
 
@@ -68,6 +67,7 @@ def test_installed_jax_gets_the_full_probe_inside_the_supported_range(capsys):
     jaxtrace_nb.reset()
     jaxtrace_nb.start()
     try:
+
         @jax.jit
         def f(x):
             return x + 1
@@ -119,7 +119,9 @@ def test_reduced_records_traces_and_seconds_per_function_name(reduced):
         mine = df[df["function"] == name]
         assert mine["kind"].tolist() == ["trace", "trace"]
         assert mine["trace_number"].tolist() == [1, 2]
-        assert mine["cause"].tolist()[0] == "first" and mine["cause"].isna().tolist()[1]  # not diagnosed
+        assert (
+            mine["cause"].tolist()[0] == "first" and mine["cause"].isna().tolist()[1]
+        )  # not diagnosed
         assert mine[["trace_s", "lower_s", "compile_s"]].notna().all().all()
         assert mine["leaf"].isna().all()
     summary = jaxtrace_nb.summary().set_index("function")
@@ -136,8 +138,10 @@ def test_reduced_load_ext_and_tracewatch_in_ipython(reduced, shell, capsys):
     assert result.success
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and REDUCED_NOTICE in lines[0]
-    result = shell.run_cell("%%tracewatch\ndef double(x):\n    return x * 2\n"
-                            "f = jax.jit(double)\nf(1.0)\nf(jnp.ones(3))\n")
+    result = shell.run_cell(
+        "%%tracewatch\ndef double(x):\n    return x * 2\n"
+        "f = jax.jit(double)\nf(1.0)\nf(jnp.ones(3))\n"
+    )
     assert result.success
     text = _texts(shell)[-1]
     assert ["double", "2", "2"] in [line.split()[:3] for line in text.splitlines()]
@@ -153,7 +157,9 @@ def newer(monkeypatch):
     jaxtrace_nb.stop()
     jaxtrace_nb.reset()
     lo, _ = _jax_internals.SUPPORTED_JAX
-    monkeypatch.setattr(_jax_internals, "SUPPORTED_JAX", (lo, _jax_internals.version_tuple(jax.__version__)))
+    monkeypatch.setattr(
+        _jax_internals, "SUPPORTED_JAX", (lo, _jax_internals.version_tuple(jax.__version__))
+    )
     monkeypatch.setattr(_self_check, "_RESULT", [])
     yield
     jaxtrace_nb.stop()
@@ -175,18 +181,25 @@ def test_newer_jax_records_in_full_after_its_self_check_passes(newer, capsys):
     assert rows(jaxtrace_nb)[-1][1:] == ("shape", "x", "f32[2]", "f32[3]")
 
 
-def test_newer_jax_with_a_broken_decoder_falls_back_and_says_which_check_failed(newer, monkeypatch, capsys):
+def test_newer_jax_with_a_broken_decoder_falls_back_and_says_which_check_failed(
+    newer, monkeypatch, capsys
+):
     from jaxtrace_nb._keys import _walker
 
     real = _walker.aval_leaf
 
     def wrong_dtype(aval):  # a decoder that misreads a newer JAX's types
         leaf = real(aval)
-        return leaf._replace(text=leaf.text.replace("i32", "f32"), token=leaf.token[:2] + ("float32",) + leaf.token[3:])
+        return leaf._replace(
+            text=leaf.text.replace("i32", "f32"),
+            token=leaf.token[:2] + ("float32",) + leaf.token[3:],
+        )
 
     monkeypatch.setattr(_walker, "aval_leaf", wrong_dtype)
     jaxtrace_nb.start()
     line = capsys.readouterr().err.strip()
-    assert "self-check failed (a new dtype: expected ('dtype', 'x', 'f32[3]', 'i32[3]')" in line, line
+    assert "self-check failed (a new dtype: expected ('dtype', 'x', 'f32[3]', 'i32[3]')" in line, (
+        line
+    )
     assert REDUCED_NOTICE in line and len(line.splitlines()) == 1
     assert _trace_point().__module__ != "jaxtrace_nb._recording._probe"  # no JAX internal touched

@@ -16,10 +16,18 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxtrace_nb._recording import _measure
-from jaxtrace_nb._views._census import census, optimal_buckets, parse_shape, pick, schemes, simplest, suggestion_text
-from jaxtrace_nb._recording._lineprof import OTHER, profile_rows
 from jaxtrace_nb._log._events import Event
+from jaxtrace_nb._recording import _measure
+from jaxtrace_nb._recording._lineprof import OTHER, profile_rows
+from jaxtrace_nb._views._census import (
+    census,
+    optimal_buckets,
+    parse_shape,
+    pick,
+    schemes,
+    simplest,
+    suggestion_text,
+)
 
 HERE = Path(__file__).resolve().parent
 
@@ -56,7 +64,9 @@ def test_an_unrolled_loop_line_holds_its_equations(jt):
 
 def test_an_equinox_transformer_profile_sums_to_its_equations(jt):
     sys.path.insert(0, str(HERE.parent / "benchmarks"))
-    from _programs import transformer_step  # an Equinox transformer: attention, LayerNorm, MLP blocks
+    from _programs import (
+        transformer_step,
+    )  # an Equinox transformer: attention, LayerNorm, MLP blocks
 
     step, inputs = transformer_step(n_blocks=2, d=16, heads=2, seq=8, batch=2, vocab=64)
     step(*inputs)
@@ -65,7 +75,9 @@ def test_an_equinox_transformer_profile_sums_to_its_equations(jt):
     rows = profile_rows(event.line_profile)
     assert sum(own for _, own, _ in rows) == event.eqns_total > 300
     locations = [loc for loc, _, _ in rows if loc != OTHER]
-    assert all("_programs.py" in loc for loc in locations), locations  # Equinox's lines fold into ours
+    assert all("_programs.py" in loc for loc in locations), (
+        locations
+    )  # Equinox's lines fold into ours
     assert not any("equinox" in loc or "site-packages" in loc for loc, _, _ in rows)
 
 
@@ -79,7 +91,9 @@ def test_the_profile_is_made_off_the_trace_path_and_lazily(jt, monkeypatch):
     jt.get_session().log.events()
     walked = []
     original = LineProfiler.profile
-    monkeypatch.setattr(LineProfiler, "profile", lambda self, j, *a: walked.append(1) or original(self, j, *a))
+    monkeypatch.setattr(
+        LineProfiler, "profile", lambda self, j, *a: walked.append(1) or original(self, j, *a)
+    )
 
     def f(x):
         return jnp.sin(x) * 2
@@ -186,9 +200,15 @@ def test_a_traces_size_and_unrolled_loop_are_measured_off_the_trace_path(jt, mon
     deadline = time.monotonic() + 30
     while probe.measurer._unprofiled and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert measured and set(measured) == {"jaxtrace_nb-profile"}  # (with JAX's own helpers it compiles)
+    assert measured and set(measured) == {
+        "jaxtrace_nb-profile"
+    }  # (with JAX's own helpers it compiles)
     (event,) = [e for e in jt.get_session().log.events() if e.function.endswith("simulate_again")]
-    assert event.eqns_total > 100 and event.loop_repeats >= 16 and event.loop_line.endswith(f":{LOOP_LINE}")
+    assert (
+        event.eqns_total > 100
+        and event.loop_repeats >= 16
+        and event.loop_line.endswith(f":{LOOP_LINE}")
+    )
     assert "unrolled_loop" in event.hint_ids and event.compile_s_per_keqn > 0
     assert sum(own for _, own, _ in profile_rows(event.line_profile)) == event.eqns_total
     assert set(measured) == {"jaxtrace_nb-profile"}
@@ -197,7 +217,8 @@ def test_a_traces_size_and_unrolled_loop_are_measured_off_the_trace_path(jt, mon
 
 @pytest.mark.parametrize("share", ["unbounded", "tiny"])
 def test_a_compile_that_ends_before_our_thread_measures_its_program_itself_if_xla_reads_need_it(
-        jt, monkeypatch, share):
+    jt, monkeypatch, share
+):
     """With our thread held up, the compile's end measures the program on the user's thread only
     where XLA's reads may fit the compile's budget (they need its size): with no bound on their
     share it does and reads them; with a share no read fits (as a persistent cache hit's short
@@ -228,7 +249,9 @@ def test_a_compile_that_ends_before_our_thread_measures_its_program_itself_if_xl
     assert measured == ([me] if share == "unbounded" else ["jaxtrace_nb-profile"])
     assert walked == ["jaxtrace_nb-profile"]
     (event,) = [e for e in jt.get_session().log.events() if e.function.endswith("k")]
-    assert event.eqns_total == 2 and event.compile_s_per_keqn == pytest.approx(event.compile_s / 0.002)
+    assert event.eqns_total == 2 and event.compile_s_per_keqn == pytest.approx(
+        event.compile_s / 0.002
+    )
     assert (event.flops is not None) == (share == "unbounded")
     assert sum(own for _, own, _ in profile_rows(event.line_profile)) == 2
     assert jt.faults() == {}
@@ -276,7 +299,9 @@ def test_a_trace_evicted_from_those_waiting_is_measured_and_its_profile_given_up
     assert measured == [threading.current_thread().name] and walked == []
     events = {e.function.split(".")[-1]: e for e in jt.get_session().log.events() if not e.internal}
     assert events["first"].eqns_total == 2 and events["first"].line_profile is None
-    assert events["second"].eqns_total == 2 and profile_rows(events["second"].line_profile)  # made at the read
+    assert events["second"].eqns_total == 2 and profile_rows(
+        events["second"].line_profile
+    )  # made at the read
     assert jt.faults() == {}
     del kept
 
@@ -334,8 +359,9 @@ def test_background_runs_jobs_in_order_and_starts_again_after_a_fork():
         _, status = os.waitpid(pid, 0)
         print("child", os.waitstatus_to_exitcode(status))
     """)
-    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60,
-                         cwd=HERE.parent)
+    out = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=60, cwd=HERE.parent
+    )
     assert out.stdout.strip() == "child 0", out.stderr
 
 
@@ -353,7 +379,7 @@ def test_equations_grouped_by_traceback_count_as_each_equation_alone(jt):
         def loss(params, x):
             for w, b in params:
                 x = jnp.tanh(x @ w + b)
-            return jnp.mean(x ** 2)
+            return jnp.mean(x**2)
 
         return jax.value_and_grad(loss)(params, x)
 
@@ -365,8 +391,10 @@ def test_equations_grouped_by_traceback_count_as_each_equation_alone(jt):
             v = helper(v) + i if i % 2 else jnp.exp(v)
         return v
 
-    programs = [jax.make_jaxpr(mlp_step)([(jnp.ones((4, 4)), jnp.zeros(4))] * 16, jnp.ones((2, 4))).jaxpr,
-                jax.make_jaxpr(loop)(jnp.ones(3)).jaxpr]
+    programs = [
+        jax.make_jaxpr(mlp_step)([(jnp.ones((4, 4)), jnp.zeros(4))] * 16, jnp.ones((2, 4))).jaxpr,
+        jax.make_jaxpr(loop)(jnp.ones(3)).jaxpr,
+    ]
     for jaxpr in programs:
         profiler = LineProfiler(decoder.is_library, decoder.location)
         stacks = [profiler.user_stack(eqn.source_info.traceback) for eqn in jaxpr.eqns]
@@ -377,12 +405,19 @@ def test_equations_grouped_by_traceback_count_as_each_equation_alone(jt):
         assert walked.own == own and walked.under == under
         # and in the same order (the ranking keeps it among lines with equal counts)
         assert list(walked.own) == list(own) and list(walked.under) == list(under)
-        assert walked.total == len(jaxpr.eqns) and walked.orphans == sum(not stack for stack in stacks)
+        assert walked.total == len(jaxpr.eqns) and walked.orphans == sum(
+            not stack for stack in stacks
+        )
 
 
 def test_profile_rows_are_bounded_and_plain():
-    assert profile_rows(None) == [] and profile_rows("not json") == [] and profile_rows("[[1]]") == []
-    assert profile_rows('[["a.py:3",2,5],["<other>",1,null]]') == [("a.py:3", 2, 5), ("<other>", 1, None)]
+    assert (
+        profile_rows(None) == [] and profile_rows("not json") == [] and profile_rows("[[1]]") == []
+    )
+    assert profile_rows('[["a.py:3",2,5],["<other>",1,null]]') == [
+        ("a.py:3", 2, 5),
+        ("<other>", 1, None),
+    ]
 
 
 # ------------------------------------------------------------------ shape census
@@ -397,7 +432,10 @@ def test_the_bucket_programme_is_optimal():
 
         for k in range(1, len(sizes) + 1):
             found = optimal_buckets(weights, k)
-            brute = min(cost(tuple(sorted(set(c) | {sizes[-1]}))) for c in itertools.combinations(sizes, k - 1))
+            brute = min(
+                cost(tuple(sorted(set(c) | {sizes[-1]})))
+                for c in itertools.combinations(sizes, k - 1)
+            )
             assert len(found) <= k and found[-1] == sizes[-1] and cost(found) == brute
 
 
@@ -412,14 +450,58 @@ def test_schemes_count_compiles_and_padding_exactly():
     assert pick(list(found.values()), 0.15).name == "buckets(3)"
     assert simplest(list(found.values()), 0.15) is None  # multiple_of(8) pads 43 %
     assert simplest(list(found.values()), 0.5).name == "multiple_of(8)"
-    assert parse_shape("f32[32,3]") == ("f32", (32, 3)) and parse_shape("i32[] (weak)") == ("i32", ())
+    assert parse_shape("f32[32,3]") == ("f32", (32, 3)) and parse_shape("i32[] (weak)") == (
+        "i32",
+        (),
+    )
     assert parse_shape("None") is None
 
 
 # Tokens per function in CPython's standard library (3.11.7, `tokenize`; 14,896 functions), frozen
 # as 41 quantiles (0 %, 2.5 %, …, 100 %): a real length distribution available offline everywhere.
-STDLIB_TOKENS_QUANTILES = [6, 9, 10, 12, 13, 14, 15, 16, 18, 19, 20, 21, 23, 24, 25, 26, 28, 29, 31, 32, 34, 36, 39,
-                           41, 44, 47, 49, 53, 58, 63, 69, 75, 84, 93, 105, 119, 136, 161, 203, 284, 2153]
+STDLIB_TOKENS_QUANTILES = [
+    6,
+    9,
+    10,
+    12,
+    13,
+    14,
+    15,
+    16,
+    18,
+    19,
+    20,
+    21,
+    23,
+    24,
+    25,
+    26,
+    28,
+    29,
+    31,
+    32,
+    34,
+    36,
+    39,
+    41,
+    44,
+    47,
+    49,
+    53,
+    58,
+    63,
+    69,
+    75,
+    84,
+    93,
+    105,
+    119,
+    136,
+    161,
+    203,
+    284,
+    2153,
+]
 
 
 def replayed_batch_lengths(batches=1000, batch=8, max_len=512, seed=0):
@@ -427,7 +509,9 @@ def replayed_batch_lengths(batches=1000, batch=8, max_len=512, seed=0):
     to its longest: the lengths a dynamically padded training loop hands its step."""
     rng = np.random.default_rng(seed)
     u = rng.random(batches * batch)
-    lengths = np.interp(u, np.linspace(0, 1, len(STDLIB_TOKENS_QUANTILES)), STDLIB_TOKENS_QUANTILES).round()
+    lengths = np.interp(
+        u, np.linspace(0, 1, len(STDLIB_TOKENS_QUANTILES)), STDLIB_TOKENS_QUANTILES
+    ).round()
     return np.minimum(lengths.astype(int), max_len).reshape(batches, batch).max(axis=1)
 
 
@@ -444,15 +528,23 @@ def test_suggested_buckets_compile_at_most_as_stated_when_run(jt):
     for n in lengths:
         step(np.zeros((8, int(n)), np.float32))
     df = jt.shape_census(full=True)
-    mine = df[(df["function"] == "test_suggested_buckets_compile_at_most_as_stated_when_run.<locals>.step")]
+    mine = df[
+        (
+            df["function"]
+            == "test_suggested_buckets_compile_at_most_as_stated_when_run.<locals>.step"
+        )
+    ]
     as_is = mine[mine["scheme"] == "as is"].iloc[0]
     assert as_is["compiles"] == as_is["shapes_seen"] == len(set(lengths.tolist())) > 100
     (suggested,) = mine[mine["suggested"]].itertuples()
     assert suggested.padding <= 0.15 and suggested.compiles < 20
     checked = {"suggested": suggested} | {
-        name: mine[mine["scheme"] == name].iloc[0] for name in ("multiple_of(64)", "pow2")}
+        name: mine[mine["scheme"] == name].iloc[0] for name in ("multiple_of(64)", "pow2")
+    }
     for name, row in checked.items():
-        bounds = [int(b) for b in (row.buckets if hasattr(row, "buckets") else row["buckets"]).split(",")]
+        bounds = [
+            int(b) for b in (row.buckets if hasattr(row, "buckets") else row["buckets"]).split(",")
+        ]
         stated = int(row.compiles if hasattr(row, "compiles") else row["compiles"])
 
         def padded(x):
@@ -470,6 +562,7 @@ def test_suggested_buckets_compile_at_most_as_stated_when_run(jt):
 def test_the_census_shows_the_suggestion_first_then_a_few_alternatives(jt):
     """The docstring's example, run: per leaf the pick, three others (each kind's best first), "as
     is"; the full table on request, and each short row equal to its row there."""
+
     @jax.jit
     def step(tokens, mask):
         return tokens.sum() + mask.sum()
@@ -481,9 +574,21 @@ def test_the_census_shows_the_suggestion_first_then_a_few_alternatives(jt):
         step(np.zeros((8, 96), np.int32), np.ones((m,), np.int32))
     short, full = jt.shape_census(step), jt.shape_census(step, full=True)
     tokens = short[short["leaf"] == "tokens"]
-    assert tokens["scheme"].tolist() == ["buckets(5)", "buckets(6)", "multiple_of(16)", "pow2", "as is"]
+    assert tokens["scheme"].tolist() == [
+        "buckets(5)",
+        "buckets(6)",
+        "multiple_of(16)",
+        "pow2",
+        "as is",
+    ]
     assert tokens["suggested"].tolist() == [True, False, False, False, False]
-    assert tokens["buckets"].iloc[0] == "34,58,96,136,250" and tokens["compiles"].tolist() == [5, 6, 9, 5, 12]
+    assert tokens["buckets"].iloc[0] == "34,58,96,136,250" and tokens["compiles"].tolist() == [
+        5,
+        6,
+        9,
+        5,
+        12,
+    ]
     assert tokens["padding"].round(3).tolist() == [0.121, 0.077, 0.076, 0.312, 0.0]
     assert set(short["leaf"]) == set(full["leaf"]) == {"tokens", "mask"}
     for leaf, rows in short.groupby("leaf", sort=False):
@@ -491,8 +596,12 @@ def test_the_census_shows_the_suggestion_first_then_a_few_alternatives(jt):
         assert everything["scheme"].iloc[0] == "as is" and len(everything) > len(rows)
         assert rows["scheme"].iloc[-1] == "as is" and len(rows) <= 5
         assert rows["suggested"].iloc[0] == everything["suggested"].any()
-        in_full = {r["scheme"]: r for r in everything.drop(columns="seconds_est").to_dict("records")}
-        assert all(r == in_full[r["scheme"]] for r in rows.drop(columns="seconds_est").to_dict("records"))
+        in_full = {
+            r["scheme"]: r for r in everything.drop(columns="seconds_est").to_dict("records")
+        }
+        assert all(
+            r == in_full[r["scheme"]] for r in rows.drop(columns="seconds_est").to_dict("records")
+        )
     assert len(full[full["leaf"] == "tokens"]) == 19
     picked = jt.shape_census(step, alternatives=0)
     assert picked[picked["leaf"] == "tokens"]["scheme"].tolist() == ["buckets(5)", "as is"]
@@ -523,14 +632,23 @@ def test_every_suggested_code_runs_over_the_sizes_seen_and_past_the_largest(jt):
             exec(code, scope)
             return scope["n"]
 
-        assert [run(n) for n in lengths] == [next(b for b in bounds if b >= n) for n in lengths], row.scheme
+        assert [run(n) for n in lengths] == [next(b for b in bounds if b >= n) for n in lengths], (
+            row.scheme
+        )
         padded = [run(n) for n in past]
         assert all(p >= n for p, n in zip(padded, past)), row.scheme
-        assert len(set(padded)) <= 4 if row.scheme.startswith("buckets") else len(set(padded)) <= len(past) // 8 + 1, \
-            (row.scheme, sorted(set(padded)))
-    (found,) = [c for c in census(jt.get_session().log.events()) if c.function.endswith("<locals>.step")]
+        assert (
+            len(set(padded)) <= 4
+            if row.scheme.startswith("buckets")
+            else len(set(padded)) <= len(past) // 8 + 1
+        ), (row.scheme, sorted(set(padded)))
+    (found,) = [
+        c for c in census(jt.get_session().log.events()) if c.function.endswith("<locals>.step")
+    ]
     bucketed = next(s for s in found.candidates if s.name.startswith("buckets"))
-    assert "past the largest: its next multiple" in suggestion_text(found._replace(pick=bucketed, simplest=None))
+    assert "past the largest: its next multiple" in suggestion_text(
+        found._replace(pick=bucketed, simplest=None)
+    )
 
 
 # ------------------------------------------------------------------ timeline
@@ -538,14 +656,46 @@ def _events(n_processes=1):
     t = datetime.datetime(2026, 1, 1, 12, 0, 0)
     out = []
     for p in range(n_processes):
-        for i, (fn, cause) in enumerate([("train_step", "first"), ("eval<step>", "first"), ("train_step", "shape"),
-                                         ("train_step", "shape")]):
-            out.append(Event(time=t + datetime.timedelta(seconds=3 * i + 0.1 * p), function=fn, kind="trace",
-                             location="/home/me/train.py:40", internal=False, cause=cause, leaf="x<script>",
-                             before="f32[8,3]", after="f32[5,3]", trace_number=i + 1, trace_s=0.1, lower_s=0.01,
-                             compile_s=1.0 + i, key=f"k::{fn}", host="node-a", process=p, seq=len(out)))
-    out.append(Event(time=t, function="nested", kind="trace", internal=False, key="k::nested", trace_number=1,
-                     seq=len(out)))  # no compile: no mark
+        for i, (fn, cause) in enumerate(
+            [
+                ("train_step", "first"),
+                ("eval<step>", "first"),
+                ("train_step", "shape"),
+                ("train_step", "shape"),
+            ]
+        ):
+            out.append(
+                Event(
+                    time=t + datetime.timedelta(seconds=3 * i + 0.1 * p),
+                    function=fn,
+                    kind="trace",
+                    location="/home/me/train.py:40",
+                    internal=False,
+                    cause=cause,
+                    leaf="x<script>",
+                    before="f32[8,3]",
+                    after="f32[5,3]",
+                    trace_number=i + 1,
+                    trace_s=0.1,
+                    lower_s=0.01,
+                    compile_s=1.0 + i,
+                    key=f"k::{fn}",
+                    host="node-a",
+                    process=p,
+                    seq=len(out),
+                )
+            )
+    out.append(
+        Event(
+            time=t,
+            function="nested",
+            kind="trace",
+            internal=False,
+            key="k::nested",
+            trace_number=1,
+            seq=len(out),
+        )
+    )  # no compile: no mark
     return out
 
 
@@ -581,11 +731,21 @@ def test_a_live_reports_caption_is_the_timelines(seed):
     seconds = [None, float("nan"), 0.0, 0.125, 0.5, 2.25]
     for seq in range(rng.randrange(1, 40)):
         fn = rng.choice(["step", "eval", "loss", "pjit"])
-        e = Event(time=None if rng.random() < 0.05 else t0 + datetime.timedelta(seconds=rng.randrange(100) / 8),
-                  function=fn, kind=rng.choice(["trace", "trace", "compile"]), internal=fn == "pjit",
-                  key=rng.choice([f"k::{fn}", f"k::{fn}", ""]), host=rng.choice(["a", "b"]),
-                  process=rng.choice([0, 0, 1]) if seed % 2 else 0, seq=seq, trace_s=rng.choice(seconds),
-                  lower_s=rng.choice(seconds), compile_s=rng.choice(seconds))
+        e = Event(
+            time=None
+            if rng.random() < 0.05
+            else t0 + datetime.timedelta(seconds=rng.randrange(100) / 8),
+            function=fn,
+            kind=rng.choice(["trace", "trace", "compile"]),
+            internal=fn == "pjit",
+            key=rng.choice([f"k::{fn}", f"k::{fn}", ""]),
+            host=rng.choice(["a", "b"]),
+            process=rng.choice([0, 0, 1]) if seed % 2 else 0,
+            seq=seq,
+            trace_s=rng.choice(seconds),
+            lower_s=rng.choice(seconds),
+            compile_s=rng.choice(seconds),
+        )
         report.add(e)
         if e.compile_s is None and rng.random() < 0.5:
             late.append(e)
@@ -632,15 +792,27 @@ def test_a_saved_plot_timeline_keeps_every_label_inside_the_figure(jt, tmp_path)
     fig = ax.figure
     fig.savefig(tmp_path / "timeline.png")
     renderer = fig.canvas.get_renderer()
-    def drawn_ticks(a):  # (matplotlib keeps labels of ticks past the axis' limits, and does not draw them)
+
+    def drawn_ticks(
+        a,
+    ):  # (matplotlib keeps labels of ticks past the axis' limits, and does not draw them)
         low, high = sorted(a.get_ylim())
         return [t for t in a.get_yticklabels() if low <= t.get_position()[1] <= high]
 
-    texts = [t for a in fig.axes for t in (*drawn_ticks(a), a.title, a.xaxis.label, a.yaxis.label) if t.get_text()]
-    assert "…rain_step_with_a_learning_rate_schedule  ×3" in [t.get_text()[:44] for t in texts]  # its tail
+    texts = [
+        t
+        for a in fig.axes
+        for t in (*drawn_ticks(a), a.title, a.xaxis.label, a.yaxis.label)
+        if t.get_text()
+    ]
+    assert "…rain_step_with_a_learning_rate_schedule  ×3" in [
+        t.get_text()[:44] for t in texts
+    ]  # its tail
     for t in texts:
         box = t.get_window_extent(renderer)
-        assert box.x0 >= 0 and box.x1 <= fig.bbox.x1 and box.y0 >= 0 and box.y1 <= fig.bbox.y1, t.get_text()
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.x1 and box.y0 >= 0 and box.y1 <= fig.bbox.y1, (
+            t.get_text()
+        )
 
 
 # ----------------------------------------------------------- Trace Event Format
@@ -651,7 +823,11 @@ def test_export_writes_integer_nanosecond_stages_one_track_per_process(tmp_path)
     doc = json.loads(Path(path).read_text())
     slices = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     assert len(slices) == 8 * 3
-    names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    names = {
+        e["args"]["name"]
+        for e in doc["traceEvents"]
+        if e["ph"] == "M" and e["name"] == "process_name"
+    }
     assert names == {"process 0 on node-a", "process 1 on node-a"}
     for a, b in zip(slices, slices[1:]):
         if (a["pid"], a["tid"]) == (b["pid"], b["tid"]):
@@ -681,13 +857,17 @@ def test_perfetto_reads_the_export_back(perfetto, tmp_path, jt):
     for n in (1, 2, 3):
         step(jnp.ones(n))
     live = json.loads(Path(jt.export(tmp_path / "live.trace.json")).read_text())
-    merged = json.loads(Path(jt.export(tmp_path / "two.trace.json", events=_frame(_events(2)))).read_text())
+    merged = json.loads(
+        Path(jt.export(tmp_path / "two.trace.json", events=_frame(_events(2)))).read_text()
+    )
     for doc in (live, merged):
         tp = perfetto()
         tp.load(json.dumps(doc).encode())
         slices = tp.query("select count(*) as n from slice")[0]["n"]
         assert slices == sum(1 for e in doc["traceEvents"] if e["ph"] == "X")
-        bad = tp.query("select name, value from stats where value > 0 and severity in ('error', 'data_loss')")
+        bad = tp.query(
+            "select name, value from stats where value > 0 and severity in ('error', 'data_loss')"
+        )
         assert bad == []
     processes = {r["name"] for r in tp.query("select name from process where name is not null")}
     assert processes == {"process 0 on node-a", "process 1 on node-a"}
@@ -695,25 +875,36 @@ def test_perfetto_reads_the_export_back(perfetto, tmp_path, jt):
     assert threads == {"train_step", "eval<step>"}
     counters = tp.query("select count(*) as n from counter")[0]["n"]
     assert counters == 8
-    tracks = {r["name"] for r in tp.query("select distinct t.name from counter c "
-                                          "join counter_track t on c.track_id = t.id")}
-    assert tracks == {"cumulative compile seconds"}  # Perfetto names a counter's track "<name> <argument>"
+    tracks = {
+        r["name"]
+        for r in tp.query(
+            "select distinct t.name from counter c join counter_track t on c.track_id = t.id"
+        )
+    }
+    assert tracks == {
+        "cumulative compile seconds"
+    }  # Perfetto names a counter's track "<name> <argument>"
 
 
 def test_perfetto_flags_a_broken_trace(perfetto):
     """The reader is a real check: overlapping slices on one track are dropped and counted."""
     tp = perfetto()
-    events = [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 10},
-              {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 5, "dur": 10}]
+    events = [
+        {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0, "dur": 10},
+        {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 5, "dur": 10},
+    ]
     tp.load(json.dumps({"traceEvents": events}).encode())
-    dropped = tp.query("select value from stats where name = 'slice_drop_overlapping_complete_event'")
+    dropped = tp.query(
+        "select value from stats where name = 'slice_drop_overlapping_complete_event'"
+    )
     assert dropped and dropped[0]["value"] == 1
 
 
 # ------------------------------------------------------------- reports
 def test_the_cli_report_and_the_html_report_show_where_and_when(tmp_path):
     program = tmp_path / "prog.py"
-    program.write_text(textwrap.dedent("""
+    program.write_text(
+        textwrap.dedent("""
         import jax, jax.numpy as jnp, numpy as np
         def velocity(state):
             return jnp.stack([state[1], -jnp.sin(state[0])])
@@ -728,25 +919,49 @@ def test_the_cli_report_and_the_html_report_show_where_and_when(tmp_path):
         simulate(jnp.ones(2))
         for n in (3, 5, 9, 17, 33):
             step(np.zeros((n, 2), np.float32))
-    """))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
+    """)
+    )
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")])
+    )
     log = tmp_path / "log.jsonl"
-    subprocess.run([sys.executable, "-m", "jaxtrace_nb", "run", "--persist", str(log), str(program)], check=True,
-                   env=env, capture_output=True, cwd=tmp_path)
-    out = subprocess.run([sys.executable, "-m", "jaxtrace_nb", "report", str(log)], check=True, env=env,
-                         capture_output=True, text=True, cwd=tmp_path).stdout
+    subprocess.run(
+        [sys.executable, "-m", "jaxtrace_nb", "run", "--persist", str(log), str(program)],
+        check=True,
+        env=env,
+        capture_output=True,
+        cwd=tmp_path,
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "jaxtrace_nb", "report", str(log)],
+        check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    ).stdout
     assert "Compile timeline: 6 compile(s) of 2 function(s)" in out
     assert "Where the equations come from" in out and "prog.py:8" in out
     assert "step `x` dim 0: 5 size(s): 3, 5, 9, 17, 33" in out
     html_path = tmp_path / "r.html"
-    subprocess.run([sys.executable, "-m", "jaxtrace_nb", "report", str(log), "-o", str(html_path)], check=True,
-                   env=env, capture_output=True, cwd=tmp_path)
+    subprocess.run(
+        [sys.executable, "-m", "jaxtrace_nb", "report", str(log), "-o", str(html_path)],
+        check=True,
+        env=env,
+        capture_output=True,
+        cwd=tmp_path,
+    )
     page = html_path.read_text()
-    assert page.count("class='jtnb-mark'") == 6 and "jtnb-profile-table" in page and "jtnb-census" in page
+    assert (
+        page.count("class='jtnb-mark'") == 6
+        and "jtnb-profile-table" in page
+        and "jtnb-census" in page
+    )
     assert str(tmp_path) not in page.replace(str(log), "")
 
 
-# JAX's events so far, in `seen` (listeners registered before ours come before them), for the scripts below
+# JAX's events so far, in `seen` (listeners registered before ours come before them), for the
+# scripts below
 _COUNT_JAX_EVENTS = textwrap.dedent("""
     seen = {"lookups": 0, "hits": 0, "compiles": 0}
 
@@ -764,12 +979,18 @@ _COUNT_JAX_EVENTS = textwrap.dedent("""
     jax.monitoring.register_event_duration_secs_listener(on_duration)
 """)
 
+
 def _run_with_a_cache(script: str, tmp_path, case: str) -> dict:
     """What `script` prints last (JSON), run on CPU with a persistent cache under `tmp_path`."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "cache"), case], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "cache"), case],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -825,7 +1046,9 @@ _SERVED_BY_THE_CACHE = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("cache", ["used", "skipped"])
-def test_with_the_persistent_cache_a_program_is_walked_beside_xlas_compile_or_after_its_load(tmp_path, cache):
+def test_with_the_persistent_cache_a_program_is_walked_beside_xlas_compile_or_after_its_load(
+    tmp_path, cache
+):
     """With JAX's persistent cache on, a program the cache has no entry of is queued to our thread
     at JAX's lookup, before XLA compiles it; one the cache serves is queued only after its load (the
     compile's end), never during it. Where JAX looks nothing up (the option on, the cache skipped),
@@ -833,21 +1056,39 @@ def test_with_the_persistent_cache_a_program_is_walked_beside_xlas_compile_or_af
     events end with the same columns."""
     out = _run_with_a_cache(_SERVED_BY_THE_CACHE, tmp_path, cache)
     assert out["faults"] == {}
-    queued = {phase: [(seen, delay) for p, seen, delay in out["queued"] if p == phase]
-              for phase in ("miss", "hit", "read")}
-    assert queued["miss"] and len(queued["hit"]) == 1 and not queued["read"]  # (JAX's own helpers compile first)
+    queued = {
+        phase: [(seen, delay) for p, seen, delay in out["queued"] if p == phase]
+        for phase in ("miss", "hit", "read")
+    }
+    assert (
+        queued["miss"] and len(queued["hit"]) == 1 and not queued["read"]
+    )  # (JAX's own helpers compile first)
     after = "at its end"
     if cache == "used":
         assert out["cache"][0].startswith("miss: the first compile") and out["cache"][1] == "hit"
         # looked up, not compiled yet: walked as XLA compiles
-        assert all(seen["lookups"] == seen["compiles"] + 1 and delay is None for seen, delay in queued["miss"])
+        assert all(
+            seen["lookups"] == seen["compiles"] + 1 and delay is None
+            for seen, delay in queued["miss"]
+        )
         ((served, delay),) = queued["hit"]
-        assert served["hits"] == 1 and served["compiles"] == served["lookups"] and delay == after  # after its load
+        assert (
+            served["hits"] == 1 and served["compiles"] == served["lookups"] and delay == after
+        )  # after its load
     else:
-        assert all(seen["lookups"] == 0 and seen["compiles"] >= 1 and delay == after
-                   for seen, delay in queued["miss"] + queued["hit"])
-    assert {tuple(w) for w in out["walks"]} == {("miss", "jaxtrace_nb-profile"), ("hit", "jaxtrace_nb-profile")}
-    assert out["eqns"][-2:] == [3, 3] and out["profiled"][-2:] == [True, True] and out["per_keqn"][-2:] == [True] * 2
+        assert all(
+            seen["lookups"] == 0 and seen["compiles"] >= 1 and delay == after
+            for seen, delay in queued["miss"] + queued["hit"]
+        )
+    assert {tuple(w) for w in out["walks"]} == {
+        ("miss", "jaxtrace_nb-profile"),
+        ("hit", "jaxtrace_nb-profile"),
+    }
+    assert (
+        out["eqns"][-2:] == [3, 3]
+        and out["profiled"][-2:] == [True, True]
+        and out["per_keqn"][-2:] == [True] * 2
+    )
 
 
 _SERVED_BACK_TO_BACK = textwrap.dedent("""
@@ -919,8 +1160,8 @@ def test_a_hand_off_at_a_compiles_end_never_waits_for_our_thread():
     queues a job of its own (the parent's job is not in the child's thread)."""
     import os
 
-    from jaxtrace_nb._recording._measure import Measurer
     from jaxtrace_nb._keys._records import Trace
+    from jaxtrace_nb._recording._measure import Measurer
 
     class Jobs:
         def __init__(self):
@@ -944,7 +1185,11 @@ def test_a_hand_off_at_a_compiles_end_never_waits_for_our_thread():
     assert list(measurer._compiled) == unmade[1:3] and measurer._compiled_pid == os.getpid()
     measurer._compiled_pid = -1  # as in a forked child: the job waiting is the parent's
     measurer._after_compile(unmade[3])
-    assert [name for name, _, _ in jobs.submitted] == ["_make_later", "_walk_compiled", "_walk_compiled"]
+    assert [name for name, _, _ in jobs.submitted] == [
+        "_make_later",
+        "_walk_compiled",
+        "_walk_compiled",
+    ]
     assert all(u.queued for u in unmade)
 
 
@@ -990,8 +1235,13 @@ def test_a_compile_that_raised_after_its_lookup_gets_no_verdict_and_leaves_none(
     verdict: before, the one that raised read "not cached: compiled in about …"."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    done = subprocess.run([sys.executable, "-c", _A_LOOKUP_THAT_RAISED, str(tmp_path / "cache")], env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _A_LOOKUP_THAT_RAISED, str(tmp_path / "cache")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out == {"raised": True, "verdicts": {"<lambda>": None, "g": None}, "faults": {}}

@@ -15,8 +15,22 @@ import pkgutil
 from . import _registry
 from ._registry import Adapter, Choice, Evidence, Hint, JitWrapper, Library, register
 
-__all__ = ["Adapter", "Choice", "Evidence", "Hint", "JitWrapper", "Library", "register", "active", "adapters",
-           "choose_hint", "hints", "library_packages", "origins", "wrapper_package"]
+__all__ = [
+    "Adapter",
+    "Choice",
+    "Evidence",
+    "Hint",
+    "JitWrapper",
+    "Library",
+    "register",
+    "active",
+    "adapters",
+    "choose_hint",
+    "hints",
+    "library_packages",
+    "origins",
+    "wrapper_package",
+]
 
 
 def _import_adapters() -> None:
@@ -40,7 +54,9 @@ def active() -> tuple:
 
 def library_packages() -> tuple[str, ...]:
     """The packages whose frames and functions are the libraries', not the user's."""
-    return tuple(dict.fromkeys(package for adapter in _registry.registered() for package in adapter.packages))
+    return tuple(
+        dict.fromkeys(package for adapter in _registry.registered() for package in adapter.packages)
+    )
 
 
 def wrapper_package(jit_kind: str) -> str | None:
@@ -53,7 +69,11 @@ def wrapper_package(jit_kind: str) -> str | None:
 
 def origins() -> dict[str, str]:
     """Each origin of a static value -> how a hint names its mechanism (" (`static_argnums`/...)")."""
-    return {origin: words for adapter in _registry.registered() for origin, words in adapter.origins.items()}
+    return {
+        origin: words
+        for adapter in _registry.registered()
+        for origin, words in adapter.origins.items()
+    }
 
 
 def hints() -> tuple[Hint, ...]:

@@ -14,20 +14,26 @@ from __future__ import annotations
 import collections.abc
 from typing import Any, NamedTuple
 
-from .._keys._signature import node_leaf
 from .._core._values import clip, summarize_static
 from .._core._vocabulary import StrEnum
+from .._keys._signature import node_leaf
 
 _GRAPHLIB = ("flax.nnx.graph", "flaxlib")  # graphlib from Flax 0.12.1, graph in 0.12.0
-_HIDDEN_PREFIX = "_pytree__"  # NNX's bookkeeping attributes (which attributes are data; a lock state)
-DEFAULT_METADATA = frozenset({"hijax", "ref", "eager_sharding"})  # every Variable's, not worth showing
+_HIDDEN_PREFIX = (
+    "_pytree__"  # NNX's bookkeeping attributes (which attributes are data; a lock state)
+)
+DEFAULT_METADATA = frozenset(
+    {"hijax", "ref", "eager_sharding"}
+)  # every Variable's, not worth showing
 
 
 def is_type(obj: Any, name: str, modules: tuple | str) -> bool:
     """Whether `obj`'s type is named `name` and defined in `modules` (a module, or prefixes of one)."""
     t = type(obj)
     module = getattr(t, "__module__", "") or ""
-    return t.__name__ == name and (module.startswith(modules) if isinstance(modules, tuple) else module == modules)
+    return t.__name__ == name and (
+        module.startswith(modules) if isinstance(modules, tuple) else module == modules
+    )
 
 
 class Unexpected(Exception):
@@ -95,7 +101,11 @@ def key_style(t: Any) -> str:
     try:
         if issubclass(t, collections.abc.Mapping):
             return "key"
-        if issubclass(t, collections.abc.Sequence) and not issubclass(t, (str, bytes)) and "_fields" not in dir(t):
+        if (
+            issubclass(t, collections.abc.Sequence)
+            and not issubclass(t, (str, bytes))
+            and "_fields" not in dir(t)
+        ):
             return "index"  # a list, a tuple, an nnx.List; not a NamedTuple
     except Exception:  # a hostile metaclass
         pass
@@ -133,7 +143,11 @@ def graph_node_leaf(t: Any, keys: list):
     style = key_style(t)
     if style == "key":
         shown = [key_text(k, "key")[1:-1] for k in keys]
-        text = f"{name} with keys {', '.join(shown[:6])}{', …' if len(shown) > 6 else ''}" if shown else f"empty {name}"
+        text = (
+            f"{name} with keys {', '.join(shown[:6])}{', …' if len(shown) > 6 else ''}"
+            if shown
+            else f"empty {name}"
+        )
         token = ("nnx node", qualified(t), tuple(shown))
     elif style == "index":
         text, token = f"{name} of {len(keys)}", ("nnx node", qualified(t), len(keys))
@@ -173,8 +187,13 @@ class _Reader:
         if target is None:
             raise Unexpected(f"a reference to an unknown node {index!r}")
         if shown:
-            self.entries.append(Entry(EntryKind.NODE, path, node_leaf(("nnx ref", target),
-                                                              clip(f"the same object as {target}", 120))))
+            self.entries.append(
+                Entry(
+                    EntryKind.NODE,
+                    path,
+                    node_leaf(("nnx ref", target), clip(f"the same object as {target}", 120)),
+                )
+            )
 
     def node(self, nodedef: Any, keys: tuple, path: str, shown: bool) -> None:
         kind = kind_of(nodedef)
@@ -204,12 +223,16 @@ class _Reader:
         if nodedef.index is not None:
             self.refs[nodedef.index] = self.prefix + path
         t = _type_of(nodedef)
-        if t is type(None) and not int(nodedef.num_attributes):  # None held by a graph node: a None leaf
+        if t is type(None) and not int(
+            nodedef.num_attributes
+        ):  # None held by a graph node: a None leaf
             if shown:
                 self.entries.append(Entry(EntryKind.LEAF, path, None))
             return
         style = key_style(t)
-        helper = (getattr(t, "__module__", "") or "").startswith("flax.nnx.helpers")  # nnx.List, nnx.Dict
+        helper = (getattr(t, "__module__", "") or "").startswith(
+            "flax.nnx.helpers"
+        )  # nnx.List, nnx.Dict
         shown_keys = []
         for _ in range(int(nodedef.num_attributes)):
             try:

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping, NamedTuple, Protocol
 from .._core._vocabulary import JitKind
 
 if TYPE_CHECKING:
+    from .._core._vocabulary import Cause
     from .._keys._calls import DecodedCall
     from .._keys._jax_layouts import TraceStart
     from .._keys._signature import Leaf
-    from .._core._vocabulary import Cause
     from .._keys._walker import Walker
 
 

@@ -25,13 +25,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .._keys._calls import DecodedCall, SkeletonArg
-from .._keys._leaves import Placeholder, custom_node_leaf
 from .._core._values import name_values_by
 from .._core._vocabulary import Cause, LeafKind, StrEnum
+from .._keys._calls import DecodedCall, SkeletonArg
+from .._keys._leaves import Placeholder, custom_node_leaf
 from ._registry import Evidence, Hint, Library, register
 from .equinox import EqxOrigin, decode_filter_jit, filter_jit_function
-
 
 name_values_by("lineax._tags._HasRepr", "string")  # Lineax's operator tags: `symmetric_tag`, ...
 
@@ -51,17 +50,27 @@ class Diffrax(Library):
     origins = {
         DiffraxOrigin.SAVEAT: " (an option of `diffrax.SaveAt`: what `diffeqsolve` saves, which shapes its output)",
         DiffraxOrigin.MAX_STEPS: " (`max_steps` of `diffrax.diffeqsolve`: it sizes the buffers `diffeqsolve` "
-                                 "compiles, so it is a Python int, never an array)",
+        "compiles, so it is a Python int, never an array)",
     }
     hints = (
-        Hint("diffrax.component",
-             "{p} was a `{before}` and is now a `{after}`: `diffrax.diffeqsolve` compiles once for each type of "
-             "solver, step-size controller, term and adjoint it is given, so a different one compiles again, as "
-             "expected when comparing them.", False),
-        Hint("diffrax.saveat",
-             "{p} is part of the `diffrax.SaveAt`, which decides what `diffeqsolve` saves and so the shape of its "
-             "output: each new choice (another number of times in `ts`, `ts` given or not) compiles again, as "
-             "expected when it changes.", False),
+        Hint(
+            "diffrax.component",
+            "{p} was a `{before}` and is now a `{after}`: `diffrax.diffeqsolve` compiles once for "
+            "each type of "
+            "solver, step-size controller, term and adjoint it is given, so a different one "
+            "compiles again, as "
+            "expected when comparing them.",
+            False,
+        ),
+        Hint(
+            "diffrax.saveat",
+            "{p} is part of the `diffrax.SaveAt`, which decides what `diffeqsolve` saves and so "
+            "the shape of its "
+            "output: each new choice (another number of times in `ts`, `ts` given or not) "
+            "compiles again, as "
+            "expected when it changes.",
+            False,
+        ),
     )
 
     def decode_call(self, start, decoder) -> DecodedCall | None:
@@ -71,7 +80,10 @@ class Diffrax(Library):
         call = decode_filter_jit(start)
         if call is None:
             return None
-        arguments = [(name, _max_steps(part) if name == "max_steps" else part) for name, part in call.arguments]
+        arguments = [
+            (name, _max_steps(part) if name == "max_steps" else part)
+            for name, part in call.arguments
+        ]
         return call._replace(arguments=arguments)
 
     def walk_node(self, walker, path: str, obj: Any) -> bool:
@@ -83,17 +95,27 @@ class Diffrax(Library):
         old, new = evidence.old, evidence.new
         if evidence.cause not in (Cause.STRUCTURE, Cause.SHAPE):
             return None
-        if (old is not None and new is not None and old.kind == new.kind == LeafKind.NODE and old.type_name != new.type_name
-                and _is_diffrax_type(old.type_name) and _is_diffrax_type(new.type_name)):
-            return "diffrax.component", {"before": _short(old.type_name), "after": _short(new.type_name)}
+        if (
+            old is not None
+            and new is not None
+            and old.kind == new.kind == LeafKind.NODE
+            and old.type_name != new.type_name
+            and _is_diffrax_type(old.type_name)
+            and _is_diffrax_type(new.type_name)
+        ):
+            return "diffrax.component", {
+                "before": _short(old.type_name),
+                "after": _short(new.type_name),
+            }
         if evidence.owner.startswith("diffrax.") and evidence.owner.endswith(".SaveAt"):
             return "diffrax.saveat", {}
         return None
 
 
 def _is_diffeqsolve(fun: Any) -> bool:
-    return (getattr(fun, "__name__", None) == "diffeqsolve"
-            and (getattr(fun, "__module__", None) or "").startswith("diffrax"))
+    return getattr(fun, "__name__", None) == "diffeqsolve" and (
+        getattr(fun, "__module__", None) or ""
+    ).startswith("diffrax")
 
 
 def _is(obj: Any, name: str) -> bool:
@@ -111,7 +133,11 @@ def _short(qualified: str) -> str:
 
 def _retagged(item: Any, origin: str) -> Any:
     """`item` with `origin` when it is a static leaf Equinox made (a non-array value), else as is."""
-    if type(item) is Placeholder and item.leaf.kind == LeafKind.STATIC and item.leaf.origin == EqxOrigin.FILTER_JIT:
+    if (
+        type(item) is Placeholder
+        and item.leaf.kind == LeafKind.STATIC
+        and item.leaf.origin == EqxOrigin.FILTER_JIT
+    ):
         return Placeholder(item.leaf._replace(origin=origin), item.index)
     return item
 
@@ -144,6 +170,6 @@ def _walk_saveat(walker, prefix: str, saveat: Any) -> bool:
         return False
     walker.node(prefix, custom_node_leaf(type(saveat), len(fields)))
     for name, value in fields:
-        for inner, item in (subs if name == "subs" else [(name, value)]):
+        for inner, item in subs if name == "subs" else [(name, value)]:
             walker.emit(f"{prefix}.{inner}", _retagged(item, DiffraxOrigin.SAVEAT))
     return True

@@ -15,11 +15,19 @@ import dataclasses
 import sys
 from typing import Any
 
-from .._keys._calls import DecodedCall, SkeletonArg, TreeArg, arg_name, parameters, raw_identity, src_from_debug
-from .._keys._leaves import Placeholder, aval_leaf
-from .._keys._signature import static_leaf
 from .._core._values import printable, summarize_static
 from .._core._vocabulary import Cause, JitKind, Origin, StrEnum
+from .._keys._calls import (
+    DecodedCall,
+    SkeletonArg,
+    TreeArg,
+    arg_name,
+    parameters,
+    raw_identity,
+    src_from_debug,
+)
+from .._keys._leaves import Placeholder, aval_leaf
+from .._keys._signature import static_leaf
 from ._registry import Evidence, Hint, JitWrapper, Library, register
 
 
@@ -40,19 +48,36 @@ class Equinox(Library):
         EqxOrigin.STATIC_FIELD: " (`eqx.field(static=True)`)",
     }
     hints = (
-        Hint("static.filter_jit_number",
-             "`eqx.filter_jit` treats a Python {type} as static, so every new value of {p} compiles again: pass "
-             "`jnp.asarray(...)` to make it a traced array.", True),
-        Hint("static.eqx_field",
-             "{p} is an `eqx.field(static=True)`: every new value compiles again. If it changes, make it an ordinary "
-             "field holding an array.", True),
-        Hint("static.library_field",
-             "{p} is a static field that `{owner}` declares (`eqx.field(static=True)` in its library): each new "
-             "value compiles again, by the library's design.", False),
-        Hint("static.library_number",
-             "{p} is a Python {type} given to a library's `eqx.filter_jit` function, which treats it as static: each "
-             "new value compiles again. Whether the library accepts an array there is its own choice (its "
-             "documentation says).", False),
+        Hint(
+            "static.filter_jit_number",
+            "`eqx.filter_jit` treats a Python {type} as static, so every new value of {p} "
+            "compiles again: pass "
+            "`jnp.asarray(...)` to make it a traced array.",
+            True,
+        ),
+        Hint(
+            "static.eqx_field",
+            "{p} is an `eqx.field(static=True)`: every new value compiles again. If it changes, "
+            "make it an ordinary "
+            "field holding an array.",
+            True,
+        ),
+        Hint(
+            "static.library_field",
+            "{p} is a static field that `{owner}` declares (`eqx.field(static=True)` in its "
+            "library): each new "
+            "value compiles again, by the library's design.",
+            False,
+        ),
+        Hint(
+            "static.library_number",
+            "{p} is a Python {type} given to a library's `eqx.filter_jit` function, which treats "
+            "it as static: each "
+            "new value compiles again. Whether the library accepts an array there is its own "
+            "choice (its "
+            "documentation says).",
+            False,
+        ),
     )
 
     def wraps(self, fun: Any) -> bool:
@@ -75,11 +100,15 @@ class Equinox(Library):
         if evidence.cause != Cause.STATIC or new.by_identity:
             return None
         if new.origin == EqxOrigin.FILTER_JIT and new.type_name in ("int", "float", "complex"):
-            if evidence.library:  # (Diffrax rejects a tracer as `max_steps`: the fix is not the user's to make)
+            if (
+                evidence.library
+            ):  # (Diffrax rejects a tracer as `max_steps`: the fix is not the user's to make)
                 return "static.library_number", {"type": new.type_name}
             return "static.filter_jit_number", {"type": new.type_name}
         if new.origin == EqxOrigin.STATIC_FIELD:
-            if evidence.owner_is_library:  # (Lineax's operator `tags`: the library's own static field)
+            if (
+                evidence.owner_is_library
+            ):  # (Lineax's operator `tags`: the library's own static field)
                 return "static.library_field", {"owner": evidence.owner.rsplit(".", 1)[-1]}
             return "static.eqx_field", {}
         return None
@@ -87,24 +116,37 @@ class Equinox(Library):
 
 def _is_filter_jit(fun: Any) -> bool:
     code = getattr(fun, "__code__", None)
-    return (code is not None and code.co_name == "fun_wrapped"
-            and code.co_filename.replace("\\", "/").endswith("equinox/_jit.py"))
+    return (
+        code is not None
+        and code.co_name == "fun_wrapped"
+        and code.co_filename.replace("\\", "/").endswith("equinox/_jit.py")
+    )
 
 
 def filter_jit_function(start) -> Any:
     """The function (or module) `eqx.filter_jit` wraps in the traced call `start`, else None."""
-    if not _is_filter_jit(start.fun) or len(start.positional) != 3 or not start.positional[2].static:
+    if (
+        not _is_filter_jit(start.fun)
+        or len(start.positional) != 3
+        or not start.positional[2].static
+    ):
         return None
     try:
         (fun_leaves, fun_td), _, _ = start.positional[2].value
     except (TypeError, ValueError):
         return None
-    return fun_leaves[0] if fun_td.num_leaves == 1 and fun_td.num_nodes == 1 and fun_leaves else None
+    return (
+        fun_leaves[0] if fun_td.num_leaves == 1 and fun_td.num_nodes == 1 and fun_leaves else None
+    )
 
 
 def decode_filter_jit(start) -> DecodedCall | None:
     """An ``eqx.filter_jit`` call in the user's names (see the module's docstring); None for another call."""
-    if not _is_filter_jit(start.fun) or len(start.positional) != 3 or not start.positional[2].static:
+    if (
+        not _is_filter_jit(start.fun)
+        or len(start.positional) != 3
+        or not start.positional[2].static
+    ):
         return None
     donate, nodonate, static = start.positional
     if donate.static or nodonate.static:
@@ -116,7 +158,9 @@ def decode_filter_jit(start) -> DecodedCall | None:
         return _merged(dynamic.get(part, []), static_leaves)
 
     arguments, identity, function_leaf, user_fun = [], None, None, None
-    if not (fun_td.num_leaves == 1 and fun_td.num_nodes == 1):  # eqx.filter_jit(module): its __call__
+    if not (
+        fun_td.num_leaves == 1 and fun_td.num_nodes == 1
+    ):  # eqx.filter_jit(module): its __call__
         module = fun_td.unflatten(merge("fun", fun_leaves))
         arguments.append(("self", SkeletonArg(module)))
         identity = _module_call_identity(module, start.debug_info)
@@ -139,10 +183,20 @@ def decode_filter_jit(start) -> DecodedCall | None:
         names.append(str(key))
     if user_fun is not None:
         qualname = printable(raw_identity(user_fun, start.debug_info)[0])
-        function_leaf = (qualname, static_leaf(summarize_static(user_fun), Origin.FUNCTION, user_fun))
+        function_leaf = (
+            qualname,
+            static_leaf(summarize_static(user_fun), Origin.FUNCTION, user_fun),
+        )
     # Equinox binds every argument with inspect.signature: how it was passed never matters.
     call_how = tuple((name, "position") for name in names)
-    return DecodedCall(jit_kind=JitKind.EQUINOX, user_fun=user_fun, identity=identity, arguments=arguments, function_leaf=function_leaf, call=call_how)
+    return DecodedCall(
+        jit_kind=JitKind.EQUINOX,
+        user_fun=user_fun,
+        identity=identity,
+        arguments=arguments,
+        function_leaf=function_leaf,
+        call=call_how,
+    )
 
 
 def _merged(avals: list, static_leaves: list) -> list:
@@ -153,7 +207,9 @@ def _merged(avals: list, static_leaves: list) -> list:
         if aval is not None:
             merged.append(Placeholder(aval_leaf(aval), index))
         else:
-            merged.append(Placeholder(static_leaf(summarize_static(static), EqxOrigin.FILTER_JIT, static)))
+            merged.append(
+                Placeholder(static_leaf(summarize_static(static), EqxOrigin.FILTER_JIT, static))
+            )
     return merged
 
 

@@ -29,14 +29,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._core._values import clip, summarize_static
+from .._core._vocabulary import Cause, JitKind, Origin, StrEnum
 from .._keys._calls import DecodedCall, SkeletonArg, TreeArg
 from .._keys._leaves import Placeholder, keystr
 from .._keys._signature import node_leaf
-from .._core._values import clip, summarize_static
-from .._core._vocabulary import Cause, JitKind, Origin, StrEnum
-from ._nnx_graph import DEFAULT_METADATA, EntryKind, Refs, graph_node_leaf, is_hidden, is_type, key_style, key_text, kind_of
+from ._nnx_graph import (
+    DEFAULT_METADATA,
+    EntryKind,
+    Refs,
+    graph_node_leaf,
+    is_hidden,
+    is_type,
+    key_style,
+    key_text,
+    keyed_leaves,
+    kind_of,
+    qualified,
+)
 from ._nnx_graph import Unexpected as _Unexpected
-from ._nnx_graph import keyed_leaves, qualified
 from ._nnx_graph import read as _read
 from ._registry import Evidence, Hint, JitWrapper, Library, register
 
@@ -56,16 +67,30 @@ class FlaxNnx(Library):
     precedence = 10
     origins = {NnxOrigin.ATTRIBUTE: " (a Python attribute of an NNX module)"}
     hints = (
-        Hint("static.nnx_optax",
-             "{p} holds an optax transformation, kept in the NNX graph's static part. One built again (e.g. a new "
-             "`nnx.Optimizer` each epoch) compares unequal even when built alike: its functions compare by "
-             "identity. Create the optimizer once and reuse it.", True),
-        Hint("static.nnx_identity",
-             "{p} is a plain Python attribute of an NNX module, kept in its static graph, and now holds a new object "
-             "that looks the same but compares unequal (by identity): create it once and reuse it.", True),
-        Hint("static.nnx_attribute",
-             "{p} is a plain Python attribute of an NNX module, kept in its static graph: every new value compiles "
-             "again. Hold it in an `nnx.Variable` to trace it instead.", True),
+        Hint(
+            "static.nnx_optax",
+            "{p} holds an optax transformation, kept in the NNX graph's static part. One built "
+            "again (e.g. a new "
+            "`nnx.Optimizer` each epoch) compares unequal even when built alike: its functions "
+            "compare by "
+            "identity. Create the optimizer once and reuse it.",
+            True,
+        ),
+        Hint(
+            "static.nnx_identity",
+            "{p} is a plain Python attribute of an NNX module, kept in its static graph, and now "
+            "holds a new object "
+            "that looks the same but compares unequal (by identity): create it once and reuse "
+            "it.",
+            True,
+        ),
+        Hint(
+            "static.nnx_attribute",
+            "{p} is a plain Python attribute of an NNX module, kept in its static graph: every "
+            "new value compiles "
+            "again. Hold it in an `nnx.Variable` to trace it instead.",
+            True,
+        ),
     )
 
     def wraps(self, fun: Any) -> bool:
@@ -76,7 +101,9 @@ class FlaxNnx(Library):
         if user_fun is None:
             return None
         try:
-            base = decoder.plain_call(start)  # names from `f` (JitFn is update_wrapper-ed to it), static args
+            base = decoder.plain_call(
+                start
+            )  # names from `f` (JitFn is update_wrapper-ed to it), static args
         except Exception:
             return None
         refs = Refs()
@@ -85,7 +112,14 @@ class FlaxNnx(Library):
             if type(part) is TreeArg:
                 part = _graph_arg(part, refs)
             arguments.append((name, part))
-        return DecodedCall(jit_kind=JitKind.NNX, user_fun=user_fun, identity=None, arguments=arguments, function_leaf=None, call=base.call)
+        return DecodedCall(
+            jit_kind=JitKind.NNX,
+            user_fun=user_fun,
+            identity=None,
+            arguments=arguments,
+            function_leaf=None,
+            call=base.call,
+        )
 
     def walk_node(self, walker, path: str, obj: Any) -> bool:
         return _walk_node(walker, path, obj)
@@ -94,8 +128,12 @@ class FlaxNnx(Library):
         old, new = evidence.old, evidence.new
         if evidence.cause != Cause.STATIC or new.by_identity or new.origin != NnxOrigin.ATTRIBUTE:
             return None
-        if old is not None and old.text == new.text:  # alike, yet unequal: a new object compared by identity inside
-            return ("static.nnx_optax" if new.type_name.startswith("optax") else "static.nnx_identity"), {}
+        if (
+            old is not None and old.text == new.text
+        ):  # alike, yet unequal: a new object compared by identity inside
+            return (
+                "static.nnx_optax" if new.type_name.startswith("optax") else "static.nnx_identity"
+            ), {}
         return "static.nnx_attribute", {}
 
 
@@ -145,8 +183,11 @@ def _graph_arg(part: TreeArg, refs: Refs):
         return _Graph(*parts, refs)
 
     try:
-        rebuilt = jax.tree_util.tree_map(replace, skeleton,
-                                         is_leaf=lambda x: type(x) is Placeholder or _graph_parts(x) is not None)
+        rebuilt = jax.tree_util.tree_map(
+            replace,
+            skeleton,
+            is_leaf=lambda x: type(x) is Placeholder or _graph_parts(x) is not None,
+        )
     except Exception:
         return part
     return SkeletonArg(rebuilt) if found else part
@@ -158,7 +199,9 @@ def _graph_parts(x: Any) -> tuple | None:
         if is_type(x, "NodeStates", "flax.nnx.extract"):
             return object.__getattribute__(x, "_graphdef"), object.__getattribute__(x, "states")
         if is_type(x, "TreeState", "flax.nnx.extract"):
-            return object.__getattribute__(x, "graphdef"), (object.__getattribute__(x, "__state__"),)
+            return object.__getattribute__(x, "graphdef"), (
+                object.__getattribute__(x, "__state__"),
+            )
     except AttributeError:
         return None
     return None
@@ -167,7 +210,11 @@ def _graph_parts(x: Any) -> tuple | None:
 def _walk_graph(walker, prefix: str, graph: _Graph) -> None:
     walker.forget_owner(prefix)  # the walker's note of the `_Graph` stand-in itself
     states = graph.states
-    flat = states[0] if type(states) is tuple and len(states) == 1 and type(states[0]) is list else None
+    flat = (
+        states[0]
+        if type(states) is tuple and len(states) == 1 and type(states[0]) is list
+        else None
+    )
     try:
         keyed = None if flat is not None else keyed_leaves(states)
         if flat is None and keyed is None:
@@ -200,7 +247,9 @@ def _walk_node(walker, prefix: str, obj: Any) -> bool:
     if type(obj) is _Graph:
         _walk_graph(walker, prefix, obj)
         return True
-    if kind_of(obj) == "GraphDef":  # nnx.split's GraphDef under a plain jax.jit: its Python attributes
+    if (
+        kind_of(obj) == "GraphDef"
+    ):  # nnx.split's GraphDef under a plain jax.jit: its Python attributes
         try:
             entries = _read(obj, None, Refs(), prefix).entries
         except Exception:
@@ -211,7 +260,9 @@ def _walk_node(walker, prefix: str, obj: Any) -> bool:
                 walker.static(prefix + entry.path, entry.payload, NnxOrigin.ATTRIBUTE)
             elif entry.kind == EntryKind.NODE:
                 walker.node(prefix + entry.path, entry.payload)
-            elif entry.kind == EntryKind.LEAF:  # (a None: the arrays are the State's, another argument)
+            elif (
+                entry.kind == EntryKind.LEAF
+            ):  # (a None: the arrays are the State's, another argument)
                 walker.emit(prefix + entry.path, entry.payload)
         return True
     if _is_variable(obj):
@@ -264,8 +315,14 @@ def _walk_variable(walker, prefix: str, obj: Any) -> bool:
         text = t_name = type(obj).__name__
         if shown:
             text += f" {summarize_static(shown).text}"
-        walker.node(prefix, node_leaf(("nnx variable", qualified(type(obj)), summarize_static(metadata).token),
-                                      clip(text, 120), t_name))
+        walker.node(
+            prefix,
+            node_leaf(
+                ("nnx variable", qualified(type(obj)), summarize_static(metadata).token),
+                clip(text, 120),
+                t_name,
+            ),
+        )
     walker.emit(prefix, value)
     return True
 
@@ -276,7 +333,9 @@ def _walk_pytree(walker, prefix: str, obj: Any) -> bool:
     import jax
 
     aux = _node_data(obj)
-    if type(aux) is tuple and len(aux) == 2 and type(aux[1]) is tuple:  # Flax 0.12.0: ((static key, value), ...)
+    if (
+        type(aux) is tuple and len(aux) == 2 and type(aux[1]) is tuple
+    ):  # Flax 0.12.0: ((static key, value), ...)
         try:
             aux = (aux[0], tuple(k for k, _ in aux[1]), tuple(v for _, v in aux[1]))
         except (TypeError, ValueError):

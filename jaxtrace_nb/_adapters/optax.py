@@ -16,17 +16,31 @@ class Optax(Library):
     name = module = "optax"
     precedence = 20
     hints = (
-        Hint("dtype.optax",
-             "{p} lives in optax's `{owner}`, created by the optimizer's `init`: its dtype follows the parameters "
-             "given to `init`. Initialise the optimizer with parameters of the dtype you train with.", True),
-        Hint("identity.optax",
-             "{p} is part of an optax transformation re-created with the same name; it compares by identity: build "
-             "the optimizer once and reuse the same object.", True),
-        Hint("structure.optax_none",
-             "{p} in optax's `{owner}` switched between an array and None: the optimizer state changes structure "
-             "when gradients are None for some leaves (frozen parameters). Initialise the optimizer state with the "
-             "same filter that selects the trainable leaves, e.g. `optim.init(eqx.filter(model, filter_spec))`.",
-             True),
+        Hint(
+            "dtype.optax",
+            "{p} lives in optax's `{owner}`, created by the optimizer's `init`: its dtype follows "
+            "the parameters "
+            "given to `init`. Initialise the optimizer with parameters of the dtype you train "
+            "with.",
+            True,
+        ),
+        Hint(
+            "identity.optax",
+            "{p} is part of an optax transformation re-created with the same name; it compares by "
+            "identity: build "
+            "the optimizer once and reuse the same object.",
+            True,
+        ),
+        Hint(
+            "structure.optax_none",
+            "{p} in optax's `{owner}` switched between an array and None: the optimizer state "
+            "changes structure "
+            "when gradients are None for some leaves (frozen parameters). Initialise the "
+            "optimizer state with the "
+            "same filter that selects the trainable leaves, e.g. `optim.init(eqx.filter(model, "
+            "filter_spec))`.",
+            True,
+        ),
     )
 
     def hint(self, evidence: Evidence):

@@ -39,9 +39,14 @@ class Jax(Library):
         PytreeOrigin.STRUCT_FIELD: " (a dataclass field declared `pytree_node=False`, e.g. `flax.struct.field`)",
     }
     hints = (
-        Hint("static.dataclass_meta",
-             "{p} is a meta field of a `jax.tree_util.register_dataclass` pytree, part of the tree's structure: every "
-             "new value compiles again. Declare it a data field holding an array to trace it.", True),
+        Hint(
+            "static.dataclass_meta",
+            "{p} is a meta field of a `jax.tree_util.register_dataclass` pytree, part of the "
+            "tree's structure: every "
+            "new value compiles again. Declare it a data field holding an array to trace "
+            "it.",
+            True,
+        ),
     )
 
     def walk_node(self, walker, path: str, obj: Any) -> bool:
@@ -49,7 +54,11 @@ class Jax(Library):
 
     def hint(self, evidence: Evidence):
         new = evidence.new
-        if evidence.cause == Cause.STATIC and not new.by_identity and new.origin == PytreeOrigin.DATACLASS_META:
+        if (
+            evidence.cause == Cause.STATIC
+            and not new.by_identity
+            and new.origin == PytreeOrigin.DATACLASS_META
+        ):
             return "static.dataclass_meta", {}
         return None
 
@@ -62,7 +71,9 @@ def _walk_node(walker, prefix: str, obj: Any) -> bool:
         for i, arg in enumerate(obj.args):
             walker.emit(f"{prefix}.args[{i}]", arg)
         for key, arg in obj.keywords.items():
-            walker.emit(f"{prefix}.keywords[{key!r}]" if type(key) is str else f"{prefix}.keywords[?]", arg)
+            walker.emit(
+                f"{prefix}.keywords[{key!r}]" if type(key) is str else f"{prefix}.keywords[?]", arg
+            )
         return True
     if isinstance(obj, tuple) and hasattr(type(obj), "_fields"):  # a NamedTuple: no metadata
         return False
@@ -77,16 +88,22 @@ def _walk_node(walker, prefix: str, obj: Any) -> bool:
         # Its fields that are not children are its metadata (``meta_fields=[...]``, or declared
         # ``field(metadata={"static": True})``), unless another adapter showed them already
         # (an ``eqx.Module``'s static fields).
-        children = {_child_name(k) for k, _ in
-                    jax.tree_util.tree_flatten_with_path(obj, is_leaf=lambda x: x is not obj)[0]}
-        meta = [f for f in dataclasses.fields(obj)
-                if f.name not in children and walker.leaf(f"{prefix}.{f.name}") is None]
+        children = {
+            _child_name(k)
+            for k, _ in jax.tree_util.tree_flatten_with_path(obj, is_leaf=lambda x: x is not obj)[0]
+        }
+        meta = [
+            f
+            for f in dataclasses.fields(obj)
+            if f.name not in children and walker.leaf(f"{prefix}.{f.name}") is None
+        ]
         # `flax.struct.field(pytree_node=False)` is another mechanism than `register_dataclass`'s
         # meta fields, with another fix: the hint for the latter does not apply to it.
         struct = [f.name for f in meta if f.metadata.get("pytree_node", True) is False]
         walker.static_fields(prefix, obj, struct, PytreeOrigin.STRUCT_FIELD)
-        walker.static_fields(prefix, obj, [f.name for f in meta if f.name not in struct],
-                             PytreeOrigin.DATACLASS_META)
+        walker.static_fields(
+            prefix, obj, [f.name for f in meta if f.name not in struct], PytreeOrigin.DATACLASS_META
+        )
         return False
     if aux is None or (type(aux) in (tuple, list) and not aux):
         return False

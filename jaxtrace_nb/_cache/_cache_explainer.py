@@ -20,16 +20,18 @@ import time
 import weakref
 from collections.abc import Callable
 
-from ._cache_index import IndexWriter, Reader, RunInfo, index_path
-from ._cache_words import MISS, Retrace, compile_option_changes, explain, verdict
+from .._core._vocabulary import EventKind
 from .._diagnosis._diagnose import join_hints, join_ids
-from .._log._events import Event, EventLog
 from .._diagnosis._module_diff import Difference, Differs, first_difference
 from .._keys._records import CACHE_KEY_COMPONENTS, CacheComparison, CacheKeyRecord, EarlierKey
-from .._core._vocabulary import EventKind
+from .._log._events import Event, EventLog
+from ._cache_index import IndexWriter, Reader, RunInfo, index_path
+from ._cache_words import MISS, Retrace, compile_option_changes, explain, verdict
 
 MAX_PENDING = 256
-SETTLE_S = 10.0  # a read waits at most this long for the index's answers (another process may hold it)
+SETTLE_S = (
+    10.0  # a read waits at most this long for the index's answers (another process may hold it)
+)
 EXIT_FLUSH_S = 5.0  # at exit, records still queued get this long to reach the index
 _ALL: weakref.WeakSet = weakref.WeakSet()  # every explainer, flushed at exit
 UNREAD = Difference(Differs.UNREAD, "", "")  # the modules were not compared
@@ -42,8 +44,15 @@ class CacheExplainer:
     a source location as the log keeps it (a notebook cell as ``In[5]:3``); `is_library(path)` tells
     a library's file from the user's."""
 
-    def __init__(self, log: EventLog, *, fault: Callable[[str, BaseException], None], host: Callable[[], str],
-                 place: Callable[[str], str], is_library: Callable[[str], bool]):
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        fault: Callable[[str, BaseException], None],
+        host: Callable[[], str],
+        place: Callable[[str], str],
+        is_library: Callable[[str], bool],
+    ):
         self._log = log
         self._fault = fault
         self._host = host
@@ -70,18 +79,34 @@ class CacheExplainer:
         writer = self._writer(path) if path is not None else None
         if writer is None:
             return
-        explains = event is not None and record.outcome != "hit" and record.eligible and bool(record.components)
-        job = writer.submit(record, compare=explains, function=event.function if event is not None else None,
-                            location=event.location if event is not None else None)
+        explains = (
+            event is not None
+            and record.outcome != "hit"
+            and record.eligible
+            and bool(record.components)
+        )
+        job = writer.submit(
+            record,
+            compare=explains,
+            function=event.function if event is not None else None,
+            location=event.location if event is not None else None,
+        )
         if not explains:
             return
         if job is None:
-            self._said(event, f"{MISS} (not explained: {writer.error or 'the index beside the cache is busy'})")
+            self._said(
+                event,
+                f"{MISS} (not explained: {writer.error or 'the index beside the cache is busy'})",
+            )
             return
         pending = self._pending
-        pending.append((event, record._replace(module_bytes=None, module_located=self._located(record)), job))
+        pending.append(
+            (event, record._replace(module_bytes=None, module_located=self._located(record)), job)
+        )
         while len(pending) > MAX_PENDING:
-            self._said(pending.popleft()[0], f"{MISS} (not explained: too many misses waited for a view)")
+            self._said(
+                pending.popleft()[0], f"{MISS} (not explained: too many misses waited for a view)"
+            )
 
     def _writer(self, path: str) -> IndexWriter | None:
         writer = self._writers.get(path)
@@ -122,7 +147,9 @@ class CacheExplainer:
         try:
             comparison = job.comparison
             if comparison is None:
-                self._said(event, f"{MISS} (not explained: {job.error or 'the index did not answer'})")
+                self._said(
+                    event, f"{MISS} (not explained: {job.error or 'the index did not answer'})"
+                )
                 return
             options = computation = None
             differing = comparison.differing
@@ -130,12 +157,26 @@ class CacheExplainer:
             if closest is not None and "jax_lib version" not in differing:
                 if "compile_options" in differing:
                     options = _decoded_options(closest.compile_options, record.compile_options)
-                if "computation" in differing:  # (a helper's is not shown: its modules are not compared)
-                    computation = UNREAD if event.internal else \
-                        self._computation(closest.module_bytes, record, comparison.module_bytes)
-            words = explain(record, comparison, run=self.run, options=options, computation=computation,
-                            retrace=Retrace(event.cause, event.leaf) if event.kind == EventKind.TRACE else None,
-                            location=event.location, place=self._place)
+                if (
+                    "computation" in differing
+                ):  # (a helper's is not shown: its modules are not compared)
+                    computation = (
+                        UNREAD
+                        if event.internal
+                        else self._computation(
+                            closest.module_bytes, record, comparison.module_bytes
+                        )
+                    )
+            words = explain(
+                record,
+                comparison,
+                run=self.run,
+                options=options,
+                computation=computation,
+                retrace=Retrace(event.cause, event.leaf) if event.kind == EventKind.TRACE else None,
+                location=event.location,
+                place=self._place,
+            )
             event.persistent_cache = words.text
             if words.hint_id:
                 event.hint = join_hints(event.hint, words.hint)
@@ -204,7 +245,9 @@ def index_report(path: str) -> str:
         by_name: dict[str, list] = {}
         for name, seen, key in keys:
             by_name.setdefault(name, []).append((seen, key))
-        lines = [f"Persistent compilation cache index ({path}): {len(keys)} key(s) of {len(by_name)} computation(s)"]
+        lines = [
+            f"Persistent compilation cache index ({path}): {len(keys)} key(s) of {len(by_name)} computation(s)"
+        ]
         names = sorted(by_name, key=lambda n: -max(k.last_seen for _, k in by_name[n]))
         for name in names[:MAX_INDEX_NAMES]:
             entries = by_name[name]
@@ -214,7 +257,9 @@ def index_report(path: str) -> str:
                 if i:
                     lines.append(f"      {_against(reader, key, [k for _, k in entries[:i]])}")
         if len(names) > MAX_INDEX_NAMES:
-            lines.append(f"  … {len(names) - MAX_INDEX_NAMES} more computation(s) (jt.load of the cache directory)")
+            lines.append(
+                f"  … {len(names) - MAX_INDEX_NAMES} more computation(s) (jt.load of the cache directory)"
+            )
         return "\n".join(lines)
     finally:
         reader.close()
@@ -222,11 +267,15 @@ def index_report(path: str) -> str:
 
 def _key_line(key: EarlierKey, seen: int) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(key.first_seen))
-    outcome = {"written": "written", "hit": "a hit", "not_written": "not written"}.get(key.outcome, key.outcome)
+    outcome = {"written": "written", "hit": "a hit", "not_written": "not written"}.get(
+        key.outcome, key.outcome
+    )
     reason = f" ({key.reason})" if key.reason else ""
     where = f", for `{key.function}` at {key.location}" if key.function and key.location else ""
-    return (f"{when}, pid {key.pid} on {key.host}{where}: computed {seen} time(s), last {outcome}{reason}; "
-            f"JAX {key.facts.get('jax', '?')}")
+    return (
+        f"{when}, pid {key.pid} on {key.host}{where}: computed {seen} time(s), last {outcome}{reason}; "
+        f"JAX {key.facts.get('jax', '?')}"
+    )
 
 
 def _against(reader: Reader, key: EarlierKey, earlier: list[EarlierKey]) -> str:
@@ -249,12 +298,36 @@ def _against(reader: Reader, key: EarlierKey, earlier: list[EarlierKey]) -> str:
                 computation = first_difference(canonical_text(old), canonical_text(new))
             except Exception:
                 computation = None
-    options = _decoded_options(other.compile_options, key.compile_options) \
-        if "compile_options" in differing and "jax_lib version" not in differing else None
+    options = (
+        _decoded_options(other.compile_options, key.compile_options)
+        if "compile_options" in differing and "jax_lib version" not in differing
+        else None
+    )
     name = key.key.rpartition("-")[0]
-    record = CacheKeyRecord(key=key.key, module_name=name, components=key.components, facts=key.facts, outcome=key.outcome, reason=key.reason, eligible=True, seconds=None, cache_dir="", compile_options=key.compile_options, module_bytes=None, module_ref=None)
-    words = explain(record, CacheComparison(same=None, closest=other, differing=differing, entry_exists=None, module_bytes=None), run="", options=options,
-                    computation=computation, location=key.location)
+    record = CacheKeyRecord(
+        key=key.key,
+        module_name=name,
+        components=key.components,
+        facts=key.facts,
+        outcome=key.outcome,
+        reason=key.reason,
+        eligible=True,
+        seconds=None,
+        cache_dir="",
+        compile_options=key.compile_options,
+        module_bytes=None,
+        module_ref=None,
+    )
+    words = explain(
+        record,
+        CacheComparison(
+            same=None, closest=other, differing=differing, entry_exists=None, module_bytes=None
+        ),
+        run="",
+        options=options,
+        computation=computation,
+        location=key.location,
+    )
     return words.text.removeprefix(f"{MISS}: ")
 
 

@@ -31,8 +31,8 @@ import zlib
 from collections.abc import Callable
 from typing import NamedTuple
 
-from ._jax_cache_key import entry_path
 from .._keys._records import CACHE_KEY_COMPONENTS, CacheComparison, CacheKeyRecord, EarlierKey
+from ._jax_cache_key import entry_path
 
 SCHEMA = 1
 MAX_KEYS_PER_NAME = 256
@@ -43,13 +43,16 @@ MAX_MODULES_BYTES = 256 << 20
 MAX_QUEUED = 1024  # records waiting in the writer's queue (as many again in a batch it gathers); more are dropped
 BUSY_TIMEOUT_S = 10.0
 _PRUNE_EVERY = 256  # writes between two global prunings (and one at the first write)
-_MAX_BATCH = 64  # records in one of the writer's transactions (other processes wait for its write lock)
+_MAX_BATCH = (
+    64  # records in one of the writer's transactions (other processes wait for its write lock)
+)
 _CANDIDATES = MAX_KEYS_PER_NAME  # every key of a name is compared with a new one
 # The writer starts once no record has come for this long (unless a flush or a read asks sooner),
 # and then writes every record waiting in one transaction: its Python would otherwise take the GIL
 # from the user's thread in the work JAX does right after a compile (its output shardings, the cache
 # write, the first call), which then waits for it; and a burst of compiles (a warm start's hits, a
-# tenth of a second apart) wakes it once, not once a compile (`docs/performance.md`, "Persistent cache").
+# tenth of a second apart) wakes it once, not once a compile (`docs/performance.md`, "Persistent
+# cache").
 WRITE_DELAY_S = 0.25
 MAX_WRITE_WAIT_S = 2.0  # ... but no record waits longer than this for a quiet moment
 INDEX_DIR = "jaxtrace_nb"
@@ -87,8 +90,22 @@ CREATE TABLE IF NOT EXISTS modules(
 );
 CREATE INDEX IF NOT EXISTS modules_by_name ON modules(module_name, last_seen);
 """
-_KEY_COLUMNS = ("key", "run", "host", "pid", "first_seen", "last_seen", "function", "location", "outcome",
-                "reason", "written", "components", "facts", "compile_options")
+_KEY_COLUMNS = (
+    "key",
+    "run",
+    "host",
+    "pid",
+    "first_seen",
+    "last_seen",
+    "function",
+    "location",
+    "outcome",
+    "reason",
+    "written",
+    "components",
+    "facts",
+    "compile_options",
+)
 
 
 def index_path(cache_dir: str) -> str | None:
@@ -111,19 +128,27 @@ def connect(path: str, *, create: bool = True) -> sqlite3.Connection:
     elif not os.path.exists(path):
         raise FileNotFoundError(path)
     uri = f"file:{path}" + ("" if create else "?mode=ro")
-    con = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+    con = sqlite3.connect(
+        uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+    )
     try:
         con.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
         if create:
-            con.execute("PRAGMA journal_mode=WAL")  # kept in the file: every later connection uses it
+            con.execute(
+                "PRAGMA journal_mode=WAL"
+            )  # kept in the file: every later connection uses it
             con.execute("PRAGMA synchronous=NORMAL")
-            con.executescript(_DDL)  # each statement on its own (IF NOT EXISTS: any process may come first)
+            con.executescript(
+                _DDL
+            )  # each statement on its own (IF NOT EXISTS: any process may come first)
         schema = con.execute("SELECT value FROM meta WHERE name='schema'").fetchone()
         if create and schema is None:
             with _transaction(con):
                 con.execute("INSERT OR IGNORE INTO meta VALUES('schema', ?)", (str(SCHEMA),))
         elif schema is not None and schema[0] != str(SCHEMA):
-            raise sqlite3.DatabaseError(f"index schema {schema[0]} is not {SCHEMA} (another jaxtrace_nb version)")
+            raise sqlite3.DatabaseError(
+                f"index schema {schema[0]} is not {SCHEMA} (another jaxtrace_nb version)"
+            )
     except BaseException:
         con.close()
         raise
@@ -173,50 +198,79 @@ class RunInfo:
         self.run = f"{host}:{self.pid}:{time.time_ns():x}"
 
 
-def compare(con: sqlite3.Connection, record: CacheKeyRecord, location: str | None) -> CacheComparison:
+def compare(
+    con: sqlite3.Connection, record: CacheKeyRecord, location: str | None
+) -> CacheComparison:
     """`record`'s key against the index: the same key seen before, else the closest other key of
     the same name (fewest differing parts; then fewest differing argument types and JAX options,
     for keys whose parts differ alike (`_finer`); then one compiled for the same function; then one
     whose module is kept; then the most recent), and which parts differ. Reads only (never waits
     for a writer)."""
-    row = con.execute(f"SELECT {', '.join(_KEY_COLUMNS)} FROM keys WHERE key=?", (record.key,)).fetchone()
+    row = con.execute(
+        f"SELECT {', '.join(_KEY_COLUMNS)} FROM keys WHERE key=?", (record.key,)
+    ).fetchone()
     if row is not None:
         same = _earlier(row)
         exists = None
         entry = entry_path(record.cache_dir, record.key) if same.written else None
         if entry is not None:
             exists = os.path.exists(entry)
-        return CacheComparison(same=same, closest=None, differing=(), entry_exists=exists, module_bytes=None)
+        return CacheComparison(
+            same=same, closest=None, differing=(), entry_exists=exists, module_bytes=None
+        )
     mine = dict(record.components)
     best = None
     # Only what ranks a candidate is decoded (its parts' hashes); the closest one's row after. (One
     # query: another process may prune a key between two.)
-    location_at, components_at, seen_at, facts_at = (_KEY_COLUMNS.index(c)
-                                                     for c in ("location", "components", "last_seen", "facts"))
+    location_at, components_at, seen_at, facts_at = (
+        _KEY_COLUMNS.index(c) for c in ("location", "components", "last_seen", "facts")
+    )
     for *row, kept in con.execute(
-            f"SELECT {', '.join(_KEY_COLUMNS)}, EXISTS(SELECT 1 FROM modules WHERE modules.computation = "
-            "keys.computation) FROM keys WHERE module_name=? AND key<>? ORDER BY last_seen DESC LIMIT ?",
-            (record.module_name, record.key, _CANDIDATES)):
+        f"SELECT {', '.join(_KEY_COLUMNS)}, EXISTS(SELECT 1 FROM modules WHERE "
+        "modules.computation = "
+        "keys.computation) FROM keys WHERE module_name=? AND key<>? ORDER BY last_seen DESC "
+        "LIMIT ?",
+        (record.module_name, record.key, _CANDIDATES),
+    ):
         theirs = dict(json.loads(row[components_at]))
         if set(theirs) != set(mine):
             continue
-        differing = tuple(name for name in CACHE_KEY_COMPONENTS if name in mine and theirs[name] != mine[name])
+        differing = tuple(
+            name for name in CACHE_KEY_COMPONENTS if name in mine and theirs[name] != mine[name]
+        )
         # (a computation that differs is told best against an earlier key whose module is kept)
-        rank = (len(differing), _finer(record.facts, row[facts_at]), row[location_at] != location,
-                "computation" in differing and not kept, -float(row[seen_at]))
+        rank = (
+            len(differing),
+            _finer(record.facts, row[facts_at]),
+            row[location_at] != location,
+            "computation" in differing and not kept,
+            -float(row[seen_at]),
+        )
         if best is None or rank < best[0]:
             best = (rank, row, differing)
     if best is None:
-        return CacheComparison(same=None, closest=None, differing=(), entry_exists=None, module_bytes=None)
+        return CacheComparison(
+            same=None, closest=None, differing=(), entry_exists=None, module_bytes=None
+        )
     _, row, differing = best
     earlier = _earlier(row)
     if "computation" in differing and "jax_lib version" not in differing:
-        data = con.execute("SELECT data FROM modules WHERE computation=?",
-                           (dict(earlier.components).get("computation"),)).fetchone()
+        data = con.execute(
+            "SELECT data FROM modules WHERE computation=?",
+            (dict(earlier.components).get("computation"),),
+        ).fetchone()
         if data is not None:
             earlier = earlier._replace(module_bytes=zlib.decompress(data[0]))
-        return CacheComparison(same=None, closest=earlier, differing=differing, entry_exists=None, module_bytes=record.module_bytes)
-    return CacheComparison(same=None, closest=earlier, differing=differing, entry_exists=None, module_bytes=None)
+        return CacheComparison(
+            same=None,
+            closest=earlier,
+            differing=differing,
+            entry_exists=None,
+            module_bytes=record.module_bytes,
+        )
+    return CacheComparison(
+        same=None, closest=earlier, differing=differing, entry_exists=None, module_bytes=None
+    )
 
 
 def _finer(mine: dict, theirs_json: str) -> int:
@@ -227,7 +281,10 @@ def _finer(mine: dict, theirs_json: str) -> int:
         theirs = json.loads(theirs_json)
     except (TypeError, ValueError):
         return 0
-    a, b = dict(map(tuple, mine.get("arguments") or ())), dict(map(tuple, theirs.get("arguments") or ()))
+    a, b = (
+        dict(map(tuple, mine.get("arguments") or ())),
+        dict(map(tuple, theirs.get("arguments") or ())),
+    )
     n = sum(1 for path in a.keys() | b.keys() if a.get(path) != b.get(path))
     x, y = mine.get("options") or {}, theirs.get("options") or {}
     return n + sum(1 for name in x.keys() | y.keys() if x.get(name) != y.get(name))
@@ -235,6 +292,7 @@ def _finer(mine: dict, theirs_json: str) -> int:
 
 class _Prepared(NamedTuple):
     """A record's rows as they are written, the compression done (outside the write lock)."""
+
     record: CacheKeyRecord
     computation: str
     written: int
@@ -250,11 +308,23 @@ def _prepared(record: CacheKeyRecord) -> _Prepared | None:
         module = zlib.compress(record.module_bytes, 1)
         if len(module) > MAX_MODULE_BYTES:
             module = None
-    return _Prepared(record=record, computation=dict(record.components).get("computation", ""), written=1 if record.outcome == "written" else 0, module=module, options=zlib.compress(record.compile_options, 1) if record.compile_options else None)
+    return _Prepared(
+        record=record,
+        computation=dict(record.components).get("computation", ""),
+        written=1 if record.outcome == "written" else 0,
+        module=module,
+        options=zlib.compress(record.compile_options, 1) if record.compile_options else None,
+    )
 
 
-def put(con: sqlite3.Connection, record: CacheKeyRecord, who: RunInfo, function: str | None,
-        location: str | None, now: float | None = None) -> None:
+def put(
+    con: sqlite3.Connection,
+    record: CacheKeyRecord,
+    who: RunInfo,
+    function: str | None,
+    location: str | None,
+    now: float | None = None,
+) -> None:
     """Remember `record`'s key (and its canonical module, for a key that missed), in one transaction,
     keeping the per-name bounds."""
     prepared = _prepared(record)
@@ -263,33 +333,74 @@ def put(con: sqlite3.Connection, record: CacheKeyRecord, who: RunInfo, function:
             _put_rows(con, prepared, who, function, location, time.time() if now is None else now)
 
 
-def _put_rows(con: sqlite3.Connection, prepared: _Prepared, who: RunInfo, function: str | None,
-              location: str | None, now: float) -> None:
+def _put_rows(
+    con: sqlite3.Connection,
+    prepared: _Prepared,
+    who: RunInfo,
+    function: str | None,
+    location: str | None,
+    now: float,
+) -> None:
     """`put`'s statements, inside a transaction of the caller's."""
     record, computation, written, module, options = prepared
     updated = con.execute(
         "UPDATE keys SET last_seen=?, seen=seen+1, run=?, host=?, pid=?, outcome=?, reason=?, "
-        "written=max(written, ?), function=coalesce(?, function), location=coalesce(?, location) WHERE key=?",
-        (now, who.run, who.host, who.pid, record.outcome, record.reason, written, function, location,
-         record.key)).rowcount
+        "written=max(written, ?), function=coalesce(?, function), location=coalesce(?, location) "
+        "WHERE key=?",
+        (
+            now,
+            who.run,
+            who.host,
+            who.pid,
+            record.outcome,
+            record.reason,
+            written,
+            function,
+            location,
+            record.key,
+        ),
+    ).rowcount
     if not updated:
         con.execute(
-            "INSERT INTO keys(key, module_name, first_seen, last_seen, run, host, pid, function, location, outcome, "
+            "INSERT INTO keys(key, module_name, first_seen, last_seen, run, host, pid, function, "
+            "location, outcome, "
             "reason, written, components, facts, compile_options, computation) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (record.key, record.module_name, now, now, who.run, who.host, who.pid, function, location,
-             record.outcome, record.reason, written, json.dumps(record.components),
-             json.dumps(record.facts, default=str), options, computation))
-        con.execute("DELETE FROM keys WHERE module_name=? AND key NOT IN (SELECT key FROM keys WHERE "
-                    "module_name=? ORDER BY last_seen DESC LIMIT ?)",
-                    (record.module_name, record.module_name, MAX_KEYS_PER_NAME))
+            (
+                record.key,
+                record.module_name,
+                now,
+                now,
+                who.run,
+                who.host,
+                who.pid,
+                function,
+                location,
+                record.outcome,
+                record.reason,
+                written,
+                json.dumps(record.components),
+                json.dumps(record.facts, default=str),
+                options,
+                computation,
+            ),
+        )
+        con.execute(
+            "DELETE FROM keys WHERE module_name=? AND key NOT IN (SELECT key FROM keys WHERE "
+            "module_name=? ORDER BY last_seen DESC LIMIT ?)",
+            (record.module_name, record.module_name, MAX_KEYS_PER_NAME),
+        )
     if module is not None:
-        con.execute("INSERT INTO modules(computation, module_name, size, data, last_seen) VALUES (?, ?, ?, ?, ?) "
-                    "ON CONFLICT(computation) DO UPDATE SET last_seen=excluded.last_seen",
-                    (computation, record.module_name, len(module), module, now))
-        con.execute("DELETE FROM modules WHERE module_name=? AND computation NOT IN (SELECT computation FROM "
-                    "modules WHERE module_name=? ORDER BY last_seen DESC LIMIT ?)",
-                    (record.module_name, record.module_name, MAX_MODULES_PER_NAME))
+        con.execute(
+            "INSERT INTO modules(computation, module_name, size, data, last_seen) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT(computation) DO UPDATE SET last_seen=excluded.last_seen",
+            (computation, record.module_name, len(module), module, now),
+        )
+        con.execute(
+            "DELETE FROM modules WHERE module_name=? AND computation NOT IN (SELECT computation FROM "
+            "modules WHERE module_name=? ORDER BY last_seen DESC LIMIT ?)",
+            (record.module_name, record.module_name, MAX_MODULES_PER_NAME),
+        )
 
 
 def prune(con: sqlite3.Connection) -> None:
@@ -300,10 +411,14 @@ def prune(con: sqlite3.Connection) -> None:
 
 
 def _prune_rows(con: sqlite3.Connection) -> None:
-    con.execute("DELETE FROM keys WHERE key NOT IN (SELECT key FROM keys ORDER BY last_seen DESC LIMIT ?)",
-                (MAX_KEYS,))
+    con.execute(
+        "DELETE FROM keys WHERE key NOT IN (SELECT key FROM keys ORDER BY last_seen DESC LIMIT ?)",
+        (MAX_KEYS,),
+    )
     total, doomed = 0, []
-    for computation, size in con.execute("SELECT computation, size FROM modules ORDER BY last_seen DESC"):
+    for computation, size in con.execute(
+        "SELECT computation, size FROM modules ORDER BY last_seen DESC"
+    ):
         total += size
         if total > MAX_MODULES_BYTES:
             doomed.append((computation,))
@@ -326,14 +441,17 @@ class Reader:
 
     def keys(self) -> list[tuple[str, int, EarlierKey]]:
         """(computation name, times computed, the key) of every key, oldest first."""
-        rows = self._con.execute(f"SELECT module_name, seen, {', '.join(_KEY_COLUMNS)} FROM keys "
-                                 "ORDER BY first_seen").fetchall()
+        rows = self._con.execute(
+            f"SELECT module_name, seen, {', '.join(_KEY_COLUMNS)} FROM keys ORDER BY first_seen"
+        ).fetchall()
         return [(name, seen, _earlier(row)) for name, seen, *row in rows]
 
     def module(self, key: EarlierKey) -> bytes | None:
         """The canonical module of `key`, when the index kept it."""
-        row = self._con.execute("SELECT data FROM modules WHERE computation=?",
-                                (dict(key.components).get("computation"),)).fetchone()
+        row = self._con.execute(
+            "SELECT data FROM modules WHERE computation=?",
+            (dict(key.components).get("computation"),),
+        ).fetchone()
         return zlib.decompress(row[0]) if row is not None else None
 
     def close(self) -> None:
@@ -341,9 +459,39 @@ class Reader:
 
 
 def _earlier(row) -> EarlierKey:
-    (key, run, host, pid, first_seen, last_seen, function, location, outcome, reason, written, components, facts,
-     options) = row
-    return EarlierKey(key=key, run=run, host=host, pid=int(pid), first_seen=float(first_seen), last_seen=float(last_seen), function=function, location=location, outcome=outcome, reason=reason or "", written=bool(written), components=tuple(tuple(p) for p in json.loads(components)), facts=json.loads(facts), compile_options=zlib.decompress(options) if options else None, module_bytes=None)
+    (
+        key,
+        run,
+        host,
+        pid,
+        first_seen,
+        last_seen,
+        function,
+        location,
+        outcome,
+        reason,
+        written,
+        components,
+        facts,
+        options,
+    ) = row
+    return EarlierKey(
+        key=key,
+        run=run,
+        host=host,
+        pid=int(pid),
+        first_seen=float(first_seen),
+        last_seen=float(last_seen),
+        function=function,
+        location=location,
+        outcome=outcome,
+        reason=reason or "",
+        written=bool(written),
+        components=tuple(tuple(p) for p in json.loads(components)),
+        facts=json.loads(facts),
+        compile_options=zlib.decompress(options) if options else None,
+        module_bytes=None,
+    )
 
 
 # ------------------------------------------------------------------ writer thread
@@ -355,8 +503,15 @@ class Job:
 
     __slots__ = ("record", "compare", "function", "location", "came", "done", "comparison", "error")
 
-    def __init__(self, record: CacheKeyRecord, compare: bool, function: str | None, location: str | None):
-        self.record, self.compare, self.function, self.location = record, compare, function, location
+    def __init__(
+        self, record: CacheKeyRecord, compare: bool, function: str | None, location: str | None
+    ):
+        self.record, self.compare, self.function, self.location = (
+            record,
+            compare,
+            function,
+            location,
+        )
         self.came = time.monotonic()
         self.done = threading.Event()
         self.comparison: CacheComparison | None = None
@@ -374,15 +529,27 @@ class IndexWriter:
         self.who = who
         self._fault = fault
         self._queue: queue.Queue = queue.Queue(maxsize=MAX_QUEUED)
-        self._hurried = threading.Event()  # write the records queued now without waiting for a quiet moment
+        self._hurried = (
+            threading.Event()
+        )  # write the records queued now without waiting for a quiet moment
         self.dropped = 0
-        self.error: str | None = None  # why the index cannot be used (it then takes no more records)
+        self.error: str | None = (
+            None  # why the index cannot be used (it then takes no more records)
+        )
         self._writes = 0
-        self._thread = threading.Thread(target=self._run, name="jaxtrace_nb-cache-index", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="jaxtrace_nb-cache-index", daemon=True
+        )
         self._thread.start()
 
-    def submit(self, record: CacheKeyRecord, *, compare: bool, function: str | None = None,
-               location: str | None = None) -> Job | None:
+    def submit(
+        self,
+        record: CacheKeyRecord,
+        *,
+        compare: bool,
+        function: str | None = None,
+        location: str | None = None,
+    ) -> Job | None:
         if self.error is not None:
             return None
         job = Job(record, compare, function, location)
@@ -427,7 +594,9 @@ class IndexWriter:
             closing = self._gather(batch, block=True)
             if not closing and self._quiet_wait(batch):
                 closing = True
-            closing = self._gather(batch, block=False) or closing  # whatever came meanwhile: in this batch
+            closing = (
+                self._gather(batch, block=False) or closing
+            )  # whatever came meanwhile: in this batch
             if self._queue.empty():
                 self._hurried.clear()  # every record hurried is in this batch
             con = self._write(con, batch)
@@ -483,7 +652,7 @@ class IndexWriter:
                 con = self._open()
             written = 0
             while written < len(jobs) and con is not None:
-                con = self._write_batch(con, jobs[written:written + _MAX_BATCH])
+                con = self._write_batch(con, jobs[written : written + _MAX_BATCH])
                 written += _MAX_BATCH
             for job in jobs[written:]:  # the index cannot be opened, or its connection was lost
                 job.error = self.error or "the index's connection was left inside a transaction"
@@ -538,7 +707,8 @@ class IndexWriter:
         try:
             return connect(self.path)
         except Exception as e:
-            self.error = f"the index beside the cache ({self.path}) cannot be used: {type(e).__name__}: {e}"
+            self.error = (
+                f"the index beside the cache ({self.path}) cannot be used: {type(e).__name__}: {e}"
+            )
             self._fault("persistent cache index", e)
             return None
-

@@ -36,8 +36,8 @@ import weakref
 from typing import Any, Callable
 
 from .._core._bounded import Bounded
-from .._keys._records import CACHE_KEY_COMPONENTS, CacheKeyRecord
 from .._core._values import clip, printable
+from .._keys._records import CACHE_KEY_COMPONENTS, CacheKeyRecord
 
 REQUEST_EVENT = "/jax/compilation_cache/compile_requests_use_cache"
 TASK_EVENT = "/jax/compilation_cache/tasks_using_cache"
@@ -49,13 +49,26 @@ _MAX_DEVICES_READ = 64  # device kinds are read from at most this many devices
 _MAX_FLAGS = 64
 # The parts with a readable text: the others (the computation, compile options, accelerator
 # config) are serialized protos, compared by hash and worded when a view asks (`_jax_cache_text`).
-_READABLE_COMPONENTS = ("jax_lib version", "backend version", "XLA flags", "compression", "custom_hook")
+_READABLE_COMPONENTS = (
+    "jax_lib version",
+    "backend version",
+    "XLA flags",
+    "compression",
+    "custom_hook",
+)
 _TEXTS = Bounded(256)  # a part's chunks -> their texts
 # JAX options that change the program JAX lowers (so its "computation" part), named in the words.
-PROGRAM_OPTIONS = ("jax_enable_x64", "jax_default_matmul_precision", "jax_numpy_dtype_promotion",
-                   "jax_numpy_rank_promotion", "jax_default_prng_impl", "jax_threefry_partitionable",
-                   "jax_softmax_custom_jvp", "jax_use_shardy_partitioner",
-                   "jax_compilation_cache_include_metadata_in_key")
+PROGRAM_OPTIONS = (
+    "jax_enable_x64",
+    "jax_default_matmul_precision",
+    "jax_numpy_dtype_promotion",
+    "jax_numpy_rank_promotion",
+    "jax_default_prng_impl",
+    "jax_threefry_partitionable",
+    "jax_softmax_custom_jvp",
+    "jax_use_shardy_partitioner",
+    "jax_compilation_cache_include_metadata_in_key",
+)
 _NEEDED_LOCALS = ("cache_key", "module_name", "computation", "backend", "devices", "host_callbacks")
 
 
@@ -92,10 +105,18 @@ class _KeyHash:
     def close(self, name: str) -> None:
         """The part `name` is complete (JAX has just logged it)."""
         chunks = self._chunks if self._size <= _KEEP_PART_BYTES else None
-        if not self.parts and len(self._chunks) == 1 and self._size == len(self._chunks[0]) <= _MAX_MODULE_BYTES:
-            self.module_bytes = self._chunks[0]  # the computation: JAX's one update of its canonical module
+        if (
+            not self.parts
+            and len(self._chunks) == 1
+            and self._size == len(self._chunks[0]) <= _MAX_MODULE_BYTES
+        ):
+            self.module_bytes = self._chunks[
+                0
+            ]  # the computation: JAX's one update of its canonical module
             chunks = None
-        self.parts.append((str(name), self._part.hexdigest(), tuple(chunks) if chunks is not None else None))
+        self.parts.append(
+            (str(name), self._part.hexdigest(), tuple(chunks) if chunks is not None else None)
+        )
         self._part = hashlib.sha256()
         self._size = 0
         self._chunks = []
@@ -112,7 +133,9 @@ class _HashlibFor:
         return getattr(self._real, name)
 
     def sha256(self, data: bytes = b"", **kwargs):
-        if kwargs or sys._getframe(1).f_code is not self._get_code:  # JAX's DEBUG re-hash, or another caller
+        if (
+            kwargs or sys._getframe(1).f_code is not self._get_code
+        ):  # JAX's DEBUG re-hash, or another caller
             return self._real.sha256(data, **kwargs)
         tee = _KeyHash(data)
         self._keep(tee)
@@ -122,10 +145,21 @@ class _HashlibFor:
 class Pending:
     """A compile between its cache lookup and its end, on one thread."""
 
-    __slots__ = ("key", "module_name", "parts", "module_bytes", "module_ref", "backend", "devices",
-                 "host_callbacks", "outcome")
+    __slots__ = (
+        "key",
+        "module_name",
+        "parts",
+        "module_bytes",
+        "module_ref",
+        "backend",
+        "devices",
+        "host_callbacks",
+        "outcome",
+    )
 
-    def __init__(self, key, module_name, parts, module_bytes, module_ref, backend, devices, host_callbacks):
+    def __init__(
+        self, key, module_name, parts, module_bytes, module_ref, backend, devices, host_callbacks
+    ):
         self.key, self.module_name, self.parts = key, module_name, parts
         self.module_bytes, self.module_ref = module_bytes, module_ref
         self.backend, self.devices, self.host_callbacks = backend, devices, host_callbacks
@@ -249,26 +283,47 @@ class KeyReader:
         except TypeError:
             module_ref = None
         callbacks = local.get("host_callbacks")
-        return Pending(key, str(local.get("module_name") or key.rpartition("-")[0]),
-                       tuple(tee.parts) if tee is not None else (), tee.module_bytes if tee is not None else None,
-                       module_ref, local.get("backend"), local.get("devices"),
-                       len(callbacks) if callbacks is not None else 0)
+        return Pending(
+            key,
+            str(local.get("module_name") or key.rpartition("-")[0]),
+            tuple(tee.parts) if tee is not None else (),
+            tee.module_bytes if tee is not None else None,
+            module_ref,
+            local.get("backend"),
+            local.get("devices"),
+            len(callbacks) if callbacks is not None else 0,
+        )
 
     def finish(self, pending: Pending, seconds: float | None) -> CacheKeyRecord:
         """The compile ended after `seconds`: its record, with why JAX did not write it, if it did not."""
         outcome = {"hit": "hit", "written": "written"}.get(pending.outcome, "not_written")
         parts = pending.parts
         names = tuple(name for name, _, _ in parts)
-        components = tuple((name, digest) for name, digest, _ in parts) if names == CACHE_KEY_COMPONENTS else ()
+        components = (
+            tuple((name, digest) for name, digest, _ in parts)
+            if names == CACHE_KEY_COMPONENTS
+            else ()
+        )
         chunks = {name: texts for name, _, texts in parts}
         hit = outcome == "hit"
-        reason, eligible = self._not_written(pending, seconds) if outcome == "not_written" else ("", True)
+        reason, eligible = (
+            self._not_written(pending, seconds) if outcome == "not_written" else ("", True)
+        )
         return CacheKeyRecord(
-            key=pending.key, module_name=pending.module_name, components=components,
-            facts=self._facts(pending, chunks), outcome=outcome, reason=reason, eligible=eligible,
-            seconds=seconds, cache_dir=self._cache_dir(), compile_options=_joined(chunks.get("compile_options")),
-            module_bytes=None if hit else pending.module_bytes, module_ref=None if hit else pending.module_ref,
-            arg_paths=() if hit else _argument_paths(pending.module_ref))
+            key=pending.key,
+            module_name=pending.module_name,
+            components=components,
+            facts=self._facts(pending, chunks),
+            outcome=outcome,
+            reason=reason,
+            eligible=eligible,
+            seconds=seconds,
+            cache_dir=self._cache_dir(),
+            compile_options=_joined(chunks.get("compile_options")),
+            module_bytes=None if hit else pending.module_bytes,
+            module_ref=None if hit else pending.module_ref,
+            arg_paths=() if hit else _argument_paths(pending.module_ref),
+        )
 
     def _facts(self, pending: Pending, chunks: dict) -> dict:
         """The readable side of the key's parts (texts, numbers and lists only)."""
@@ -315,18 +370,29 @@ class KeyReader:
         if process:
             return f"only process 0 writes the cache, and this is process {process}", True
         if pending.host_callbacks and not writes_callbacks:
-            return ("it uses host callbacks (`jax.debug.print`, `jax.pure_callback`, …), which this JAX never "
-                    "caches"), False
+            return (
+                "it uses host callbacks (`jax.debug.print`, `jax.pure_callback`, …), which this JAX never "
+                "caches"
+            ), False
         if seconds is not None and seconds < min_time:
-            return (f"compiled in {seconds:.3f} s, under `jax_persistent_cache_min_compile_time_secs`="
-                    f"{min_time:g}"), False
+            return (
+                f"compiled in {seconds:.3f} s, under `jax_persistent_cache_min_compile_time_secs`="
+                f"{min_time:g}"
+            ), False
         if seconds is not None and seconds < min_time + 0.05 * max(1.0, min_time):
-            return (f"compiled in about {seconds:.3f} s, at `jax_persistent_cache_min_compile_time_secs`="
-                    f"{min_time:g} (JAX times the XLA compile alone, a little less)"), False
+            return (
+                f"compiled in about {seconds:.3f} s, at `jax_persistent_cache_min_compile_time_secs`="
+                f"{min_time:g} (JAX times the XLA compile alone, a little less)"
+            ), False
         if min_size > 0:
-            return (f"its entry was under `jax_persistent_cache_min_entry_size_bytes`={min_size} (or JAX could "
-                    "not write it)"), False
-        return "JAX did not write its entry (larger than `jax_compilation_cache_max_size`, or the write failed)", True
+            return (
+                f"its entry was under `jax_persistent_cache_min_entry_size_bytes`={min_size} (or JAX could "
+                "not write it)"
+            ), False
+        return (
+            "JAX did not write its entry (larger than `jax_compilation_cache_max_size`, or the write failed)",
+            True,
+        )
 
     def stored(self, key: str) -> bool | None:
         """Whether JAX's cache holds an entry of `key` now (its lookup will likely hit); None where
@@ -341,7 +407,9 @@ class KeyReader:
             cache = self._modules[1]._cache
             path = getattr(cache, "_path", None) or getattr(cache, "path", None)
             if path is None:
-                inner = getattr(cache, "_cache", None)  # a cache that checks contents wraps the files
+                inner = getattr(
+                    cache, "_cache", None
+                )  # a cache that checks contents wraps the files
                 path = getattr(inner, "_path", None) or getattr(inner, "path", None)
             if path is None:
                 path = self._modules[2].compilation_cache_dir.value
@@ -366,7 +434,11 @@ def _detect() -> str:
         return f"JAX's persistent cache modules are not importable ({type(e).__name__})"
     get = getattr(cache_key, "get", None)
     names = getattr(getattr(get, "__code__", None), "co_names", ())
-    if "hashlib" not in names or "_log_cache_key_hash" not in names or not hasattr(cache_key, "hashlib"):
+    if (
+        "hashlib" not in names
+        or "_log_cache_key_hash" not in names
+        or not hasattr(cache_key, "hashlib")
+    ):
         return "JAX's persistent cache key is computed in a way jaxtrace_nb does not know"
     compile_fn = getattr(compiler, "compile_or_get_cached", None)
     local_names = getattr(getattr(compile_fn, "__code__", None), "co_varnames", ())
@@ -374,7 +446,10 @@ def _detect() -> str:
         return "JAX's compile_or_get_cached does not hold what jaxtrace_nb reads"
     if not callable(getattr(compilation_cache, "is_persistent_cache_enabled", None)):
         return "JAX's compilation cache has no is_persistent_cache_enabled"
-    for state in (getattr(config, "compilation_cache_dir", None), getattr(config, "enable_compilation_cache", None)):
+    for state in (
+        getattr(config, "compilation_cache_dir", None),
+        getattr(config, "enable_compilation_cache", None),
+    ):
         if state is None or not hasattr(state, "_update_global_hook"):
             return "JAX's compilation cache options cannot be followed"
     return ""

@@ -64,7 +64,9 @@ class Background:
             if self._queue is None or self._pid != os.getpid():
                 jobs: queue.SimpleQueue = queue.SimpleQueue()
                 self._hurried = threading.Event()  # (a forked child's copy may be set)
-                threading.Thread(target=_run, args=(jobs, self._hurried), name=self.name, daemon=True).start()
+                threading.Thread(
+                    target=_run, args=(jobs, self._hurried), name=self.name, daemon=True
+                ).start()
                 self._queue, self._pid = jobs, os.getpid()
             return self._queue
 

@@ -47,7 +47,7 @@ def _short_path(path: str, cwd: str, _path_entries: int) -> str:
     parts = norm.split(os.sep)
     for marker in _PACKAGE_DIRS:  # also for a log written on another machine
         if marker in parts:
-            inside = parts[len(parts) - 1 - parts[::-1].index(marker) + 1:]
+            inside = parts[len(parts) - 1 - parts[::-1].index(marker) + 1 :]
             if inside:
                 return "/".join(inside) + sep + line
     if norm.startswith(cwd + os.sep):
@@ -126,7 +126,7 @@ def seconds(value) -> str:
 
 def tail(text: str, width: int) -> str:
     """`text` in `width` characters: whole, or its tail after "…" (a qualified name's last part says most)."""
-    return text if len(text) <= width else "…" + text[len(text) - width + 1:]
+    return text if len(text) <= width else "…" + text[len(text) - width + 1 :]
 
 
 def listed(items: list[str], most: int = 2) -> str:

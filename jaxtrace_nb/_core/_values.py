@@ -151,7 +151,7 @@ def _fmt_one(obj: Any, budget: _Budget, depth: int) -> str:
         except AttributeError:
             value = None
         if type(value) is str:
-            return value[:budget.chars]
+            return value[: budget.chars]
     if module == "numpy" or module.startswith("numpy."):
         if t.__name__.endswith("DType") or t.__name__ == "dtype":
             return f"dtype({getattr(obj, 'name', '?')})"
@@ -170,12 +170,16 @@ def _fmt_one(obj: Any, budget: _Budget, depth: int) -> str:
             close = ",)"
         return _fmt_items(open_, close, ((None, x) for x in obj), len(obj), budget, depth)
     if isinstance(obj, dict):  # (a subclass's items read by dict's own methods: no user code runs)
-        pairs = collections.OrderedDict.items(obj) if t is collections.OrderedDict else dict.items(obj)
+        pairs = (
+            collections.OrderedDict.items(obj) if t is collections.OrderedDict else dict.items(obj)
+        )
         items = ((_fmt(k, budget, depth + 1), v) for k, v in pairs)
         open_, close = ("{", "}") if t is dict else (f"{t.__name__}({{", "})")
         return _fmt_items(open_, close, items, dict.__len__(obj), budget, depth, ": ")
     if t in (set, frozenset):
-        return _fmt_items(f"{t.__name__}({{", "})", ((None, x) for x in obj), len(obj), budget, depth)
+        return _fmt_items(
+            f"{t.__name__}({{", "})", ((None, x) for x in obj), len(obj), budget, depth
+        )
     if dataclasses.is_dataclass(obj):
         fields = [f.name for f in dataclasses.fields(obj)]
         items = ((f, object.__getattribute__(obj, f)) for f in fields)
@@ -233,4 +237,6 @@ def summarize_static(obj: Any) -> StaticInfo:
         except Exception:
             h = None
         token = ("value", type_name, h, text)
-    return StaticInfo(text=text, type_name=type_name, name=name, by_identity=by_identity, token=token)
+    return StaticInfo(
+        text=text, type_name=type_name, name=name, by_identity=by_identity, token=token
+    )

@@ -38,7 +38,8 @@ class LoweringKind(StrEnum):
     """The kind of a signature read at a lowering (its `Signature.jit_kind`)."""
 
     LOWERING = "lowering"  # the function's own traced program
-    # A program JAX derived from a jitted function's traced program, keeping no argument names (a JVP
+    # A program JAX derived from a jitted function's traced program, keeping no argument names (a
+    # JVP
     # or a transpose, under `jax.grad`, `jax.vjp`, `jax.jvp`).
     DERIVED = "lowering (derived)"
     # Another program with the function's argument names, kept as derived from it (batched by

@@ -31,7 +31,9 @@ from typing import Any
 _HELD_SCALARS = (int, float, bool, complex, type(None), type(Ellipsis))
 _MAX_HELD_CHARS = 256
 _MAX_HELD_ITEMS = 16
-_MAX_CANONICAL_ATOMS = 1024  # values and fields a plain form may hold (a string costs one per 16 characters)
+_MAX_CANONICAL_ATOMS = (
+    1024  # values and fields a plain form may hold (a string costs one per 16 characters)
+)
 _MAX_CANONICAL_DEPTH = 8
 
 
@@ -106,8 +108,11 @@ def _canonical(obj: Any, depth: int, budget: list) -> Any:
             raise _NoForm from None
     if dataclasses.is_dataclass(obj) and _generated_eq(t):
         _spend(budget, 1)  # a dataclass's own ``==``: the same class, then its compared fields
-        fields = tuple(_canonical(object.__getattribute__(obj, f.name), depth + 1, budget)
-                       for f in dataclasses.fields(obj) if f.compare)
+        fields = tuple(
+            _canonical(object.__getattribute__(obj, f.name), depth + 1, budget)
+            for f in dataclasses.fields(obj)
+            if f.compare
+        )
         return ("dataclass", module, t.__qualname__, id(t), fields)
     raise _NoForm
 
@@ -127,7 +132,13 @@ def differing_part(old: Witness, new: Witness) -> str | None:
     if a is _MISSING or b is _MISSING:
         return None
     fields = new.fields if new.fields == old.fields else None
-    if type(a) is tuple and len(a) == 5 and a[:1] == ("dataclass",) and type(b) is tuple and b[:1] == ("dataclass",):
+    if (
+        type(a) is tuple
+        and len(a) == 5
+        and a[:1] == ("dataclass",)
+        and type(b) is tuple
+        and b[:1] == ("dataclass",)
+    ):
         a, b = a[4], b[4]
     return _first_difference(a, b, fields)
 
@@ -141,7 +152,11 @@ def _first_difference(a: Any, b: Any, fields: tuple | None) -> str | None:
                 continue
             where = f".{fields[i]}" if fields is not None and i < len(fields) else f"[{i}]"
             inner = _first_difference(x, y, None)
-            return f"{where}{inner if inner and inner[:1] in '.[' else ': ' + (inner or '')}".rstrip(": ")
+            return (
+                f"{where}{inner if inner and inner[:1] in '.[' else ': ' + (inner or '')}".rstrip(
+                    ": "
+                )
+            )
         return None
     if type(a) is weakref.ReferenceType or type(b) is weakref.ReferenceType:
         return "another object"
@@ -179,7 +194,9 @@ def _generated_eq(t: type) -> bool:
     params = getattr(t, "__dataclass_params__", None)
     eq = t.__dict__.get("__eq__")
     code = getattr(eq, "__code__", None)
-    return bool(params is not None and params.eq and code is not None and code.co_filename == "<string>")
+    return bool(
+        params is not None and params.eq and code is not None and code.co_filename == "<string>"
+    )
 
 
 class Witness:
@@ -232,7 +249,9 @@ class Witness:
             mine, theirs = self.type_ref, other.type_ref
             if mine is None or theirs is None or mine() is not theirs():
                 return False
-        if (self.held is _MISSING) != (other.held is _MISSING) and not (self.by_identity or other.by_identity):
+        if (self.held is _MISSING) != (other.held is _MISSING) and not (
+            self.by_identity or other.by_identity
+        ):
             return False  # a plain form and an object without one: not of one class, nor equal
         a, b = self.value(), other.value()
         if a is _MISSING or b is _MISSING:

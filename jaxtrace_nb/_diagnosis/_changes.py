@@ -7,10 +7,10 @@ replaced as a whole is one change, not one per element). Pure, no JAX.
 
 from __future__ import annotations
 
-from .._keys._signature import ArrayToken, Change, Leaf, is_custom_node, same_for_jax
 from .._core._values import clip
 from .._core._vocabulary import Cause, LeafKind
 from .._core._witness import Witness, differing_part
+from .._keys._signature import ArrayToken, Change, Leaf, is_custom_node, same_for_jax
 
 
 def is_argument(path: str) -> bool:
@@ -24,8 +24,11 @@ def classify(change: Change, function_path: str | None = None) -> Cause:
     if old is None or new is None:
         return Cause.STRUCTURE
     if old.kind != new.kind:
-        if LeafKind.STATIC in (old.kind, new.kind) and LeafKind.NONE not in (old.kind, new.kind) \
-                and LeafKind.NODE not in (old.kind, new.kind):
+        if (
+            LeafKind.STATIC in (old.kind, new.kind)
+            and LeafKind.NONE not in (old.kind, new.kind)
+            and LeafKind.NODE not in (old.kind, new.kind)
+        ):
             return Cause.STATIC
         return Cause.STRUCTURE
     if new.kind == LeafKind.ARRAY:
@@ -33,16 +36,22 @@ def classify(change: Change, function_path: str | None = None) -> Cause:
         if type(a) is not ArrayToken or type(b) is not ArrayToken:
             return Cause.SHAPE if a != b else Cause.SHARDING
         if a.abstract != b.abstract:
-            return Cause.DTYPE  # another kind of abstract value (an array and a mutable ref): its type
+            return (
+                Cause.DTYPE
+            )  # another kind of abstract value (an array and a mutable ref): its type
         if a.dtype != b.dtype and (is_key_dtype(a.dtype) or is_key_dtype(b.dtype)):
-            return Cause.DTYPE  # a PRNG key of another kind (a raw uint32 key, a typed key): not a shape to pad
+            return (
+                Cause.DTYPE
+            )  # a PRNG key of another kind (a raw uint32 key, a typed key): not a shape to pad
         if a.shape != b.shape:
             return Cause.SHAPE
         if a.dtype != b.dtype:
             return Cause.DTYPE
         if a.weak != b.weak:
             return Cause.WEAK_TYPE
-        return Cause.SHARDING  # the placement part of the type: mesh axes, varying axes, memory space
+        return (
+            Cause.SHARDING
+        )  # the placement part of the type: mesh axes, varying axes, memory space
     if new.kind == LeafKind.STATIC:
         return Cause.NEW_FUNCTION if change.path == function_path else Cause.STATIC
     return Cause.STRUCTURE
@@ -58,7 +67,9 @@ def describe(change: Change, cause: Cause) -> tuple[str, str]:
     old, new = change.old, change.new
     absent = "(not passed)" if is_argument(change.path) else "(absent)"
     if old is None or new is None:
-        return (clip(old.text) if old is not None else absent), (clip(new.text) if new is not None else absent)
+        return (clip(old.text) if old is not None else absent), (
+            clip(new.text) if new is not None else absent
+        )
     if old.detail == new.detail:  # the placement (a compile's) did not change: show the types
         return alike_told_apart(old, new, clip(old.text), clip(new.text))
     if cause == Cause.SHARDING:
@@ -101,9 +112,16 @@ def collapse(changes: list[Change]) -> list[Change]:
             entry[1] = entry[1] if entry[1] is not None else new
         else:
             merged[path] = [old, new]
-    replaced = [path for path, (old, new) in merged.items()
-                if (old is not None and new is not None and (old.kind != new.kind or replaced_container(old, new)))
-                or ((old is None) != (new is None) and (old or new).kind == LeafKind.NODE)]
+    replaced = [
+        path
+        for path, (old, new) in merged.items()
+        if (
+            old is not None
+            and new is not None
+            and (old.kind != new.kind or replaced_container(old, new))
+        )
+        or ((old is None) != (new is None) and (old or new).kind == LeafKind.NODE)
+    ]
     out = []
     for path, (old, new) in merged.items():
         if any(under(path, p) for p in replaced):
@@ -119,12 +137,23 @@ def collapse(changes: list[Change]) -> list[Change]:
 def replaced_container(old: Leaf, new: Leaf) -> bool:
     """Two node leaves of different container types (a ``dict`` and a ``FrozenDict``, a ``list`` and
     a ``tuple``, two classes of one name): one container replaced by another, not changed."""
-    return old.kind == new.kind == LeafKind.NODE and old.type_name != new.type_name or (
-        is_custom_node(old) and is_custom_node(new)
-        and old.witness is not None and new.witness is not None and not same_for_jax(old, new))
+    return (
+        old.kind == new.kind == LeafKind.NODE
+        and old.type_name != new.type_name
+        or (
+            is_custom_node(old)
+            and is_custom_node(new)
+            and old.witness is not None
+            and new.witness is not None
+            and not same_for_jax(old, new)
+        )
+    )
 
 
 def under(path: str, prefix: str) -> bool:
     """Whether `path` lies inside the value at `prefix` (an element, a field, its metadata)."""
-    return path != prefix and path.startswith(prefix) and (path[len(prefix)] in ".[" or
-                                                          path[len(prefix):].startswith(" ("))
+    return (
+        path != prefix
+        and path.startswith(prefix)
+        and (path[len(prefix)] in ".[" or path[len(prefix) :].startswith(" ("))
+    )

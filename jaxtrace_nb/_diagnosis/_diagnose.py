@@ -14,21 +14,37 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from . import _hints as hints
-from ._changes import classify, collapse, describe, under
-from .._keys._records import Unrolled
 from .._core._values import clip
-from .._keys._signature import (NODE_SUFFIX, Change, Signature, call_changes, closest, context_changes, diff_leaves,
-                         same_for_jax, same_key, search, uncertain_paths)
 from .._core._vocabulary import Cause, LoweringKind
 from .._core._witness import Witness
+from .._keys._records import Unrolled
+from .._keys._signature import (
+    NODE_SUFFIX,
+    Change,
+    Signature,
+    call_changes,
+    closest,
+    context_changes,
+    diff_leaves,
+    same_for_jax,
+    same_key,
+    search,
+    uncertain_paths,
+)
+from . import _hints as hints
+from ._changes import classify, collapse, describe, under
 
 CAUSES = tuple(cause.value for cause in Cause)  # the DataFrame's categories, in this order
 
 _MAX_LISTED = 5
 _WHAT = {
-    Cause.SHAPE: "shape", Cause.DTYPE: "dtype", Cause.WEAK_TYPE: "weak type", Cause.STATIC: "static value",
-    Cause.STRUCTURE: "structure", Cause.SHARDING: "placement", Cause.NEW_FUNCTION: "function",
+    Cause.SHAPE: "shape",
+    Cause.DTYPE: "dtype",
+    Cause.WEAK_TYPE: "weak type",
+    Cause.STATIC: "static value",
+    Cause.STRUCTURE: "structure",
+    Cause.SHARDING: "placement",
+    Cause.NEW_FUNCTION: "function",
 }
 
 
@@ -43,17 +59,35 @@ class Diagnosis(NamedTuple):
     hint_id: str | None = None  # the hint's id in `_hints.HINTS` (None: no hint)
 
 
-FIRST = Diagnosis(cause=Cause.FIRST, leaf=None, before=None, after=None, explanation="First trace of this function.", hint="")
+FIRST = Diagnosis(
+    cause=Cause.FIRST,
+    leaf=None,
+    before=None,
+    after=None,
+    explanation="First trace of this function.",
+    hint="",
+)
+
+
 def first_after_failures(failed: int) -> Diagnosis:
     """The first completed trace of a function, after `failed` attempts that raised."""
     if not failed:
         return FIRST
-    return FIRST._replace(explanation=f"First completed trace of this function ({failed} earlier attempt(s) "
-                                      "raised while tracing, so JAX cached nothing for them).")
+    return FIRST._replace(
+        explanation=f"First completed trace of this function ({failed} earlier attempt(s) "
+        "raised while tracing, so JAX cached nothing for them)."
+    )
 
 
-NOT_DIAGNOSED = Diagnosis(cause=None, leaf=None, before=None, after=None, explanation="jaxtrace_nb could not diagnose this trace (an internal error, "
-                          "counted in jt.faults()).", hint="")
+NOT_DIAGNOSED = Diagnosis(
+    cause=None,
+    leaf=None,
+    before=None,
+    after=None,
+    explanation="jaxtrace_nb could not diagnose this trace (an internal error, "
+    "counted in jt.faults()).",
+    hint="",
+)
 
 
 class InvariantError(Exception):
@@ -61,7 +95,14 @@ class InvariantError(Exception):
 
 
 NO_SIGNATURE = "No signature was recorded for this trace (its arguments could not be decoded)."
-REDUCED = Diagnosis(cause=None, leaf=None, before=None, after=None, explanation="Reduced mode: the cause of a retrace is not available on this JAX version.", hint="")
+REDUCED = Diagnosis(
+    cause=None,
+    leaf=None,
+    before=None,
+    after=None,
+    explanation="Reduced mode: the cause of a retrace is not available on this JAX version.",
+    hint="",
+)
 
 
 def _q(path: str) -> str:
@@ -74,10 +115,19 @@ SHARDING_HINT = hints.text("sharding")
 
 
 # ------------------------------------------------------------------ diagnose
-def diagnose(new: Signature, previous: Sequence[Signature], *, new_object: bool = False,
-             rerun_note: str | None = None, cache_cleared: bool = False, dropped: Sequence[Signature] = (),
-             numbers: Sequence[int] = (), dropped_numbers: Sequence[int] = (), forgotten: int = 0,
-             evicted: bool = False) -> Diagnosis:
+def diagnose(
+    new: Signature,
+    previous: Sequence[Signature],
+    *,
+    new_object: bool = False,
+    rerun_note: str | None = None,
+    cache_cleared: bool = False,
+    dropped: Sequence[Signature] = (),
+    numbers: Sequence[int] = (),
+    dropped_numbers: Sequence[int] = (),
+    forgotten: int = 0,
+    evicted: bool = False,
+) -> Diagnosis:
     """Explain the trace with signature `new` of a function whose keys JAX still holds are
     `previous` (oldest first).
 
@@ -93,35 +143,55 @@ def diagnose(new: Signature, previous: Sequence[Signature], *, new_object: bool 
     if not previous and not dropped:
         return FIRST
     pool, pool_numbers = list(previous), list(numbers)
-    if new_object or not previous:  # JAX compares with no earlier key: the closest of all names the change
+    if (
+        new_object or not previous
+    ):  # JAX compares with no earlier key: the closest of all names the change
         pool, pool_numbers = list(dropped) + pool, list(dropped_numbers) + pool_numbers
         if len(pool_numbers) == len(pool):  # oldest first, as `search` breaks its last ties
             order = sorted(range(len(pool)), key=pool_numbers.__getitem__)
             pool, pool_numbers = [pool[i] for i in order], [pool_numbers[i] for i in order]
     found = search(new, pool)
     old = pool[found.index]
-    cleared = _CLEARED_ALL if cache_cleared else _CLEARED_OWN if evicted and not new_object else None
-    d = checked(_diagnose(new, old, collapse(found.changes), found.context, new_object, rerun_note, cleared),
-                new, old)
+    cleared = (
+        _CLEARED_ALL if cache_cleared else _CLEARED_OWN if evicted and not new_object else None
+    )
+    d = checked(
+        _diagnose(
+            new, old, collapse(found.changes), found.context, new_object, rerun_note, cleared
+        ),
+        new,
+        old,
+    )
     number = pool_numbers[found.index] if len(pool_numbers) == len(pool) else None
     notes = [_tie_note(new, pool, pool_numbers, found)]
     if d.cause != Cause.UNKNOWN:
         if not previous and not new_object:
-            notes.append(f"{cleared} since {_trace(number, 'its last trace')}, so JAX held no earlier "
-                         "key of this function to compare with; the change named is against the closest key it "
-                         "held before." if cleared else
-                         "JAX no longer held any earlier key of this function object; the change named is against "
-                         "the closest key it held before.")
+            notes.append(
+                f"{cleared} since {_trace(number, 'its last trace')}, so JAX held no earlier "
+                "key of this function to compare with; the change named is against the "
+                "closest key it "
+                "held before."
+                if cleared
+                else "JAX no longer held any earlier key of this function object; the change "
+                "named is against "
+                "the closest key it held before."
+            )
         elif previous and not new_object:
             same = [n for n, sig in zip(dropped_numbers, dropped) if same_key(new, sig)]
             if same:
-                notes.append(f"The key is identical to trace #{same[-1]}'s, which JAX no longer held"
-                             + (" (its caches were cleared since)." if cache_cleared else "."))
+                notes.append(
+                    f"The key is identical to trace #{same[-1]}'s, which JAX no longer held"
+                    + (" (its caches were cleared since)." if cache_cleared else ".")
+                )
             elif cache_cleared:
-                notes.append("JAX's caches were cleared (`jax.clear_caches()`) since this function's last trace.")
+                notes.append(
+                    "JAX's caches were cleared (`jax.clear_caches()`) since this function's last trace."
+                )
     if forgotten:
-        notes.append(f"(jaxtrace_nb's bound on kept keys dropped {forgotten} earlier key(s) of this function that "
-                     "JAX may still hold: a closer one may exist.)")
+        notes.append(
+            f"(jaxtrace_nb's bound on kept keys dropped {forgotten} earlier key(s) of this function that "
+            "JAX may still hold: a closer one may exist.)"
+        )
     notes = [n for n in notes if n]
     if not notes:
         return d
@@ -143,7 +213,11 @@ def _tie_note(new: Signature, pool: list, numbers: list, found) -> str:
     others, seen = [], set()
     for i in found.ties[:_MAX_TIES_READ]:
         old = pool[i]
-        paths = tuple(sorted({c.path for c in collapse(diff_leaves(new, old))} | set(context_changes(new, old))))
+        paths = tuple(
+            sorted(
+                {c.path for c in collapse(diff_leaves(new, old))} | set(context_changes(new, old))
+            )
+        )
         if not paths or set(paths) == named or paths in seen:
             continue
         seen.add(paths)
@@ -155,8 +229,15 @@ def _tie_note(new: Signature, pool: list, numbers: list, found) -> str:
     return "As close: " + "; ".join(others) + "."
 
 
-def _diagnose(new: Signature, old: Signature, changes: list[Change], ctx: list[str], new_object: bool,
-              rerun_note: str | None, cleared: str | None) -> Diagnosis:
+def _diagnose(
+    new: Signature,
+    old: Signature,
+    changes: list[Change],
+    ctx: list[str],
+    new_object: bool,
+    rerun_note: str | None,
+    cleared: str | None,
+) -> Diagnosis:
     function_change = [c for c in changes if c.path == new.function_path]
     if new_object or function_change:
         return _new_function(new, changes, function_change, rerun_note)
@@ -167,12 +248,24 @@ def _diagnose(new: Signature, old: Signature, changes: list[Change], ctx: list[s
     moved = call_changes(new, old)
     if moved:
         name, was, now = moved[0]
-        return Diagnosis(cause=Cause.STRUCTURE, leaf=name, before=f"by {was}", after=f"by {now}", explanation=f"{_q(name)} was passed by {was} and is now passed by {now}: JAX's cache key keeps positional and "
-            "keyword arguments apart, so the call has a new input structure.", hint=hints.text("structure.call", name), distance=len(moved), hint_id="structure.call")
+        return Diagnosis(
+            cause=Cause.STRUCTURE,
+            leaf=name,
+            before=f"by {was}",
+            after=f"by {now}",
+            explanation=f"{_q(name)} was passed by {was} and is now passed by {now}: JAX's cache key keeps positional and "
+            "keyword arguments apart, so the call has a new input "
+            "structure.",
+            hint=hints.text("structure.call", name),
+            distance=len(moved),
+            hint_id="structure.call",
+        )
     return _same_key(new, old, cleared)
 
 
-_NAMED_CAUSES = frozenset({Cause.SHAPE, Cause.DTYPE, Cause.WEAK_TYPE, Cause.STATIC, Cause.STRUCTURE, Cause.SHARDING})
+_NAMED_CAUSES = frozenset(
+    {Cause.SHAPE, Cause.DTYPE, Cause.WEAK_TYPE, Cause.STATIC, Cause.STRUCTURE, Cause.SHARDING}
+)
 
 
 def checked(d: Diagnosis, new: Signature, old: Signature) -> Diagnosis:
@@ -180,12 +273,18 @@ def checked(d: Diagnosis, new: Signature, old: Signature) -> Diagnosis:
     `new` by JAX's equality (`same_for_jax`); `unknown` only where no leaf, context value, way of
     passing or part of JAX's key differs. Raises `InvariantError` otherwise."""
     if d.cause == Cause.UNKNOWN:
-        if diff_leaves(new, old) or context_changes(new, old) or call_changes(new, old) or \
-                [a for a, b in zip(new_parts(new), new_parts(old)) if a != b]:
+        if (
+            diff_leaves(new, old)
+            or context_changes(new, old)
+            or call_changes(new, old)
+            or [a for a, b in zip(new_parts(new), new_parts(old)) if a != b]
+        ):
             raise InvariantError("`unknown` said where JAX's key differs from the earlier one")
     elif d.cause in _NAMED_CAUSES and d.leaf is not None and not (d.before or "").startswith("by "):
         if not _differs_at(new, old, d.leaf) and not _changed_inside(new, old, d.leaf):
-            raise InvariantError(f"`{d.leaf}` named as changed, but JAX's comparison finds it equal")
+            raise InvariantError(
+                f"`{d.leaf}` named as changed, but JAX's comparison finds it equal"
+            )
     return d
 
 
@@ -202,23 +301,47 @@ def _differs_at(new: Signature, old: Signature, path: str) -> bool:
 def _changed_inside(new: Signature, old: Signature, path: str) -> bool:
     """Whether some leaf inside `path` (an element, a field, its metadata) differs (a container
     whose contents changed is named by its own path)."""
-    return any(under(change.path.removesuffix(NODE_SUFFIX), path) for change in diff_leaves(new, old))
+    return any(
+        under(change.path.removesuffix(NODE_SUFFIX), path) for change in diff_leaves(new, old)
+    )
 
 
 def _new_function(new: Signature, changes, function_change, rerun_note) -> Diagnosis:
     why = f" ({rerun_note})" if rerun_note else " (created again at the same place)"
-    before, after = describe(function_change[0], Cause.NEW_FUNCTION) if function_change else (None, None)
+    before, after = (
+        describe(function_change[0], Cause.NEW_FUNCTION) if function_change else (None, None)
+    )
     explanation = f"A new function object{why}: JAX caches traces per object, so it traced again."
     others = [c for c in changes if c.path != new.function_path]
     if others:
-        explanation += " Inputs also changed: " + ", ".join(_q(c.path) for c in others[:_MAX_LISTED]) + "."
-    return Diagnosis(cause=Cause.NEW_FUNCTION, leaf=function_change[0].path if function_change else None, before=before, after=after, explanation=explanation, hint=NEW_FUNCTION_HINT, distance=len(changes), hint_id="new_function")
+        explanation += (
+            " Inputs also changed: " + ", ".join(_q(c.path) for c in others[:_MAX_LISTED]) + "."
+        )
+    return Diagnosis(
+        cause=Cause.NEW_FUNCTION,
+        leaf=function_change[0].path if function_change else None,
+        before=before,
+        after=after,
+        explanation=explanation,
+        hint=NEW_FUNCTION_HINT,
+        distance=len(changes),
+        hint_id="new_function",
+    )
 
 
 def _context(new: Signature, old: Signature, ctx: list[str], n_changes: int) -> Diagnosis:
     names = ", ".join(ctx[:_MAX_LISTED])
     before, after = dict(old.context).get(ctx[0]), dict(new.context).get(ctx[0])
-    return Diagnosis(cause=Cause.CONTEXT, leaf=None, before=f"{ctx[0]}={before}" if before is not None else None, after=f"{ctx[0]}={after}" if after is not None else None, explanation=f"Same inputs, but JAX's trace context changed ({names}).", hint=hints.text("context"), distance=n_changes + len(ctx), hint_id="context")
+    return Diagnosis(
+        cause=Cause.CONTEXT,
+        leaf=None,
+        before=f"{ctx[0]}={before}" if before is not None else None,
+        after=f"{ctx[0]}={after}" if after is not None else None,
+        explanation=f"Same inputs, but JAX's trace context changed ({names}).",
+        hint=hints.text("context"),
+        distance=n_changes + len(ctx),
+        hint_id="context",
+    )
 
 
 def _leaf_change(new: Signature, changes: list[Change]) -> Diagnosis:
@@ -227,21 +350,41 @@ def _leaf_change(new: Signature, changes: list[Change]) -> Diagnosis:
     before, after = describe(first, cause)
     old_leaf, new_leaf = first.old, first.new
     what = _WHAT[cause]
-    if cause == Cause.DTYPE and getattr(old_leaf.token, "abstract", "") != getattr(new_leaf.token, "abstract", ""):
+    if cause == Cause.DTYPE and getattr(old_leaf.token, "abstract", "") != getattr(
+        new_leaf.token, "abstract", ""
+    ):
         what = "kind of abstract value (JAX's type)"
     explanation = f"{_q(first.path)} changed {what}: {before} → {after}."
-    if cause == Cause.STATIC and old_leaf is not None and new_leaf is not None and new_leaf.by_identity:
+    if (
+        cause == Cause.STATIC
+        and old_leaf is not None
+        and new_leaf is not None
+        and new_leaf.by_identity
+    ):
         if old_leaf.name is not None and old_leaf.name == new_leaf.name:
-            explanation = f"{_q(first.path)} changed: a new object with the same name ({new_leaf.name})."
+            explanation = (
+                f"{_q(first.path)} changed: a new object with the same name ({new_leaf.name})."
+            )
         elif old_leaf.type_name == new_leaf.type_name:
             kind = new_leaf.type_name.rsplit(".", 1)[-1]
             explanation = f"{_q(first.path)} changed: a new `{kind}` object, compared by identity."
     if len(changes) > 1:
-        listed = ", ".join(f"{_q(c.path)} ({classify(c, new.function_path)})" for c in changes[1:_MAX_LISTED])
+        listed = ", ".join(
+            f"{_q(c.path)} ({classify(c, new.function_path)})" for c in changes[1:_MAX_LISTED]
+        )
         more = len(changes) - _MAX_LISTED
         explanation += f" Also changed: {listed}" + (f" and {more} more." if more > 0 else ".")
     hint_id, hint = hints.for_change(cause, first, new)
-    return Diagnosis(cause=cause, leaf=first.path, before=before, after=after, explanation=explanation, hint=hint, distance=len(changes), hint_id=hint_id)
+    return Diagnosis(
+        cause=cause,
+        leaf=first.path,
+        before=before,
+        after=after,
+        explanation=explanation,
+        hint=hint,
+        distance=len(changes),
+        hint_id=hint_id,
+    )
 
 
 _CLEARED_ALL = "JAX's caches were cleared (`jax.clear_caches()`)"
@@ -262,25 +405,68 @@ def _same_key(new: Signature, old: Signature, cleared: str | None) -> Diagnosis:
         else:
             where = "its hash differs, and JAX no longer holds the earlier key to say where"
             cause, before, after = Cause.STRUCTURE, None, None
-        return Diagnosis(cause=cause, leaf=None, before=before, after=after, explanation="JAX's cache key differs in its input pytree where jaxtrace_nb's reading of the arguments shows no "
-            f"difference: {where}.", hint="", distance=0)
+        return Diagnosis(
+            cause=cause,
+            leaf=None,
+            before=before,
+            after=after,
+            explanation="JAX's cache key differs in its input pytree where jaxtrace_nb's reading of the arguments shows no "
+            f"difference: {where}.",
+            hint="",
+            distance=0,
+        )
     if parts:
         what = ", ".join(parts)
         cause = Cause.NEW_FUNCTION if parts[0] == "function" else Cause.STRUCTURE
-        return Diagnosis(cause=cause, leaf=None, before=None, after=None, explanation=f"The decoded arguments match an earlier trace, but JAX's cache key differs in: {what}"
-                         + (" (the function's name, source location or argument names)" if parts[0] == "debug info"
-                            else "") + ".", hint=NEW_FUNCTION_HINT if cause == Cause.NEW_FUNCTION else "", distance=0, hint_id="new_function" if cause == Cause.NEW_FUNCTION else None)
+        return Diagnosis(
+            cause=cause,
+            leaf=None,
+            before=None,
+            after=None,
+            explanation=f"The decoded arguments match an earlier trace, but JAX's cache key differs in: {what}"
+            + (
+                " (the function's name, source location or argument names)"
+                if parts[0] == "debug info"
+                else ""
+            )
+            + ".",
+            hint=NEW_FUNCTION_HINT if cause == Cause.NEW_FUNCTION else "",
+            distance=0,
+            hint_id="new_function" if cause == Cause.NEW_FUNCTION else None,
+        )
     unsure = uncertain_paths(new, old)
     if unsure:
         leaf = new.leaves[unsure[0]]
-        return Diagnosis(cause=Cause.STATIC, leaf=None, before=clip(old.leaves[unsure[0]].text), after=clip(leaf.text), explanation="Every part of JAX's cache key that jaxtrace_nb can compare equals an earlier trace's; "
+        return Diagnosis(
+            cause=Cause.STATIC,
+            leaf=None,
+            before=clip(old.leaves[unsure[0]].text),
+            after=clip(leaf.text),
+            explanation="Every part of JAX's cache key that jaxtrace_nb can compare equals an earlier trace's; "
             f"{', '.join(_q(p) for p in unsure[:_MAX_LISTED])} it cannot: JAX compares "
-            f"{'it' if len(unsure) == 1 else 'them'} with `==`, but a `{leaf.type_name}` takes no weak reference "
-            "and has no plain form, so only its hash was kept (equal here, which does not make it equal).", hint="", distance=0)
+            f"{'it' if len(unsure) == 1 else 'them'} with `==`, but a `{leaf.type_name}` takes no "
+            "weak reference "
+            "and has no plain form, so only its hash was kept (equal here, which does not make it "
+            "equal).",
+            hint="",
+            distance=0,
+        )
     seen = f"{cleared} since then" if cleared else "JAX's trace cache no longer held that entry"
-    return Diagnosis(cause=Cause.UNKNOWN, leaf=None, before=None, after=None, explanation=f"Traced again with a cache key identical to an earlier trace of this function: {seen}"
-        + ("." if cleared else " (an entry leaves it when its function object is garbage-collected, or "
-           "with `f.clear_cache()` or `jax.clear_caches()`)."), hint="", distance=0)
+    return Diagnosis(
+        cause=Cause.UNKNOWN,
+        leaf=None,
+        before=None,
+        after=None,
+        explanation=f"Traced again with a cache key identical to an earlier trace of this function: {seen}"
+        + (
+            "."
+            if cleared
+            else " (an entry leaves it when its function object is garbage-collected, or "
+            "with `f.clear_cache()` or `jax.clear_caches()`)."
+        ),
+        hint="",
+        distance=0,
+    )
 
 
 def _tree_difference(new: Signature, old: Signature):
@@ -312,8 +498,15 @@ def diagnose_compile(new: Signature, previous: Sequence[Signature], *, traced: b
     old, changes, ctx = closest(new, same_program)
     changes = collapse(changes)
     if not changes and not ctx:
-        return Diagnosis(cause=Cause.UNKNOWN, leaf=None, before=None, after=None, explanation="Compiled again for the same program and arguments as an earlier compile of this function: "
-                         "JAX's compile cache no longer held it.", hint="")
+        return Diagnosis(
+            cause=Cause.UNKNOWN,
+            leaf=None,
+            before=None,
+            after=None,
+            explanation="Compiled again for the same program and arguments as an earlier compile of this function: "
+            "JAX's compile cache no longer held it.",
+            hint="",
+        )
     if ctx:
         return _context(new, old, ctx, len(changes))
     first = changes[0]
@@ -321,14 +514,29 @@ def diagnose_compile(new: Signature, previous: Sequence[Signature], *, traced: b
     before, after = describe(first, cause)
     sharding = cause == Cause.SHARDING
     if sharding:
-        explanation = (f"Compiled again without a new trace: {_q(first.path)} changed placement: {before} → {after} "
-                       "(committed device, sharding or layout are part of the compile's key).")
+        explanation = (
+            f"Compiled again without a new trace: {_q(first.path)} changed placement: {before} → {after} "
+            "(committed device, sharding or layout are part of the compile's key)."
+        )
     else:
-        explanation = (f"Compiled again without a new trace: {_q(first.path)} changed {_WHAT[cause]}: "
-                       f"{before} → {after}.")
+        explanation = (
+            f"Compiled again without a new trace: {_q(first.path)} changed {_WHAT[cause]}: "
+            f"{before} → {after}."
+        )
     if len(changes) > 1:
-        explanation += " Also changed: " + ", ".join(_q(c.path) for c in changes[1:_MAX_LISTED]) + "."
-    return Diagnosis(cause=cause, leaf=first.path, before=before, after=after, explanation=explanation, hint=SHARDING_HINT if sharding else "", distance=len(changes), hint_id="sharding" if sharding else None)
+        explanation += (
+            " Also changed: " + ", ".join(_q(c.path) for c in changes[1:_MAX_LISTED]) + "."
+        )
+    return Diagnosis(
+        cause=cause,
+        leaf=first.path,
+        before=before,
+        after=after,
+        explanation=explanation,
+        hint=SHARDING_HINT if sharding else "",
+        distance=len(changes),
+        hint_id="sharding" if sharding else None,
+    )
 
 
 def _same_program(old: Signature, new: Signature) -> bool:
@@ -341,12 +549,24 @@ def _same_program(old: Signature, new: Signature) -> bool:
 def _other_program(new: Signature, previous: Sequence[Signature], traced: bool) -> Diagnosis:
     """A program not compiled before under this function's name: one JAX derived from it."""
     if new.jit_kind == LoweringKind.DERIVED:
-        return Diagnosis(cause=Cause.FIRST, leaf=None, before=None, after=None, explanation="First compile of a program JAX derived from this function by differentiation (`jax.grad`, "
-            "`jax.value_and_grad`, `jax.vjp`, `jax.jvp` of it: its forward and backward programs, whose arguments "
-            "are not the function's own). JAX compiles each derived program once for each trace of the "
-            "function; it is not a change of the function's arguments.", hint="")
-    alike = [old for old in previous
-             if old.jit_kind != LoweringKind.DERIVED and old.leaves.keys() == new.leaves.keys()]
+        return Diagnosis(
+            cause=Cause.FIRST,
+            leaf=None,
+            before=None,
+            after=None,
+            explanation="First compile of a program JAX derived from this function by differentiation (`jax.grad`, "
+            "`jax.value_and_grad`, `jax.vjp`, `jax.jvp` of it: its forward and backward programs, "
+            "whose arguments "
+            "are not the function's own). JAX compiles each derived program once for each trace of "
+            "the "
+            "function; it is not a change of the function's arguments.",
+            hint="",
+        )
+    alike = [
+        old
+        for old in previous
+        if old.jit_kind != LoweringKind.DERIVED and old.leaves.keys() == new.leaves.keys()
+    ]
     if alike:  # another program derived the same way (e.g. `jax.vmap` of it at another batch size)
         old, changes, ctx = closest(new, alike)
         changes = collapse(changes)
@@ -354,20 +574,48 @@ def _other_program(new: Signature, previous: Sequence[Signature], traced: bool) 
             first = changes[0]
             cause = classify(first)
             before, after = describe(first, cause)
-            return Diagnosis(cause=cause, leaf=first.path, before=before, after=after, explanation=f"Compiled a new program JAX derived from this function (e.g. batched by `jax.vmap`) for new "
-                f"argument types: {_q(first.path)} changed {_WHAT[cause]}: {before} → {after}.", hint="", distance=len(changes))
+            return Diagnosis(
+                cause=cause,
+                leaf=first.path,
+                before=before,
+                after=after,
+                explanation=f"Compiled a new program JAX derived from this function (e.g. batched by `jax.vmap`) for new "
+                f"argument types: {_q(first.path)} changed {_WHAT[cause]}: {before} → "
+                f"{after}.",
+                hint="",
+                distance=len(changes),
+            )
     if previous or traced:
-        return Diagnosis(cause=Cause.FIRST, leaf=None, before=None, after=None, explanation="First compile of another program under this function's name: one JAX derived from it (e.g. batched "
-            "by `jax.vmap`) for arguments of other types. JAX compiles each such program once; it is not a change "
-            "of the function's own arguments.", hint="")
-    return Diagnosis(cause=Cause.FIRST, leaf=None, before=None, after=None, explanation="Compiled without a new trace: the function was traced before recording started, "
-        "or its trace was served from JAX's cache.", hint="")
+        return Diagnosis(
+            cause=Cause.FIRST,
+            leaf=None,
+            before=None,
+            after=None,
+            explanation="First compile of another program under this function's name: one JAX derived from it (e.g. batched "
+            "by `jax.vmap`) for arguments of other types. JAX compiles each such program once; it "
+            "is not a change "
+            "of the function's own arguments.",
+            hint="",
+        )
+    return Diagnosis(
+        cause=Cause.FIRST,
+        leaf=None,
+        before=None,
+        after=None,
+        explanation="Compiled without a new trace: the function was traced before recording started, "
+        "or its trace was served from JAX's cache.",
+        hint="",
+    )
 
 
 def kept_lowering(new: Signature, previous: Sequence[Signature]) -> Signature:
     """`new` as the function's lowerings keep it: a program under the function's name that none of its
     earlier compiles had is marked as derived from it (compared with its like at the next one)."""
-    if new.jit_kind == LoweringKind.LOWERING and previous and not any(_same_program(old, new) for old in previous):
+    if (
+        new.jit_kind == LoweringKind.LOWERING
+        and previous
+        and not any(_same_program(old, new) for old in previous)
+    ):
         return new._replace(jit_kind=LoweringKind.TRANSFORMED)
     return new
 
@@ -379,8 +627,11 @@ def as_consequence(d: Diagnosis, caller: str, number: int | None) -> Diagnosis:
         return d
     return d._replace(
         explanation=f"Traced while `{caller}` was traced again (its trace #{number}), with the arguments that trace "
-                    f"made: a consequence of `{caller}`'s retrace, whose row says why. {d.explanation}",
-        hint="", hint_id=None)
+        f"made: a consequence of `{caller}`'s retrace, whose row says why. "
+        f"{d.explanation}",
+        hint="",
+        hint_id=None,
+    )
 
 
 def join_hints(first: str | None, then: str | None) -> str | None:
@@ -395,8 +646,14 @@ def join_ids(first: str | None, then: str | None) -> str | None:
 
 def unrolled_loop_hint(found: Unrolled, total: int, where: str | None) -> str:
     """The hint for a trace whose top level holds an unrolled Python loop."""
-    return hints.text("unrolled_loop", repeats=found.repeats, at=f" (loop body at {where})" if where else "",
-                      equations=found.equations, total=total, period=found.period)
+    return hints.text(
+        "unrolled_loop",
+        repeats=found.repeats,
+        at=f" (loop body at {where})" if where else "",
+        equations=found.equations,
+        total=total,
+        period=found.period,
+    )
 
 
 REDUCED_COMPILE = "Compile recorded through jax.monitoring only (reduced mode)."
@@ -408,5 +665,8 @@ def retrace_message(event, count: int, limit: str) -> str:
     change = f": {event.before} → {event.after}" if event.before is not None else ""
     hint = f" Hint: {event.hint}" if event.hint else ""
     called = f", called at {event.call_site}" if event.call_site else ""
-    return (f"{event.function} ({event.location}{called}) was traced {count} times, past {limit}. "
-            f"Trace #{event.trace_number} cause: {event.cause}{where}{change}. {event.explanation}{hint}")
+    return (
+        f"{event.function} ({event.location}{called}) was traced {count} times, past {limit}. "
+        f"Trace #{event.trace_number} cause: {event.cause}{where}{change}. "
+        f"{event.explanation}{hint}"
+    )

@@ -15,102 +15,222 @@ from __future__ import annotations
 
 from .. import _adapters
 from .._adapters import Evidence, Hint
-from ._changes import is_argument
-from .._keys._signature import Change, Leaf, Signature, owners_of
 from .._core._vocabulary import Cause, LeafKind
+from .._keys._signature import Change, Leaf, Signature, owners_of
+from ._changes import is_argument
 
 _HINTS = (
-    Hint("weak_type.argument",
-         "{p} was {then} and is now {now}: pass the same kind every call, e.g. `jnp.asarray({path}, jnp.{dtype})` "
-         "at the call site.", True),
-    Hint("weak_type.inner",
-         "{p} was {then} and is now {now}: give it one kind everywhere it is set, e.g. create it with "
-         "`jnp.asarray(value, jnp.{dtype})`.", True),
-    Hint("dtype.x64",
-         "{p} switched between float32 and float64 (a NumPy float64 array, or `jax_enable_x64`): cast it to one "
-         "dtype {where}, e.g. `jnp.asarray(..., jnp.float32)`.", True),
+    Hint(
+        "weak_type.argument",
+        "{p} was {then} and is now {now}: pass the same kind every call, e.g. "
+        "`jnp.asarray({path}, jnp.{dtype})` "
+        "at the call site.",
+        True,
+    ),
+    Hint(
+        "weak_type.inner",
+        "{p} was {then} and is now {now}: give it one kind everywhere it is set, e.g. create it "
+        "with "
+        "`jnp.asarray(value, jnp.{dtype})`.",
+        True,
+    ),
+    Hint(
+        "dtype.x64",
+        "{p} switched between float32 and float64 (a NumPy float64 array, or `jax_enable_x64`): "
+        "cast it to one "
+        "dtype {where}, e.g. `jnp.asarray(..., jnp.float32)`.",
+        True,
+    ),
     Hint("dtype.cast", "Give {p} one dtype every call: cast it {where}.", True),
-    Hint("dtype.key",
-         "{p} changed kind of PRNG key: raw keys (`uint32` arrays from `jax.random.PRNGKey`) and typed keys "
-         "(`jax.random.key`, one dtype per implementation) are different types. Create every key the same way, "
-         "e.g. always with `jax.random.key(seed)`.", True),
-    Hint("shape",
-         "Each new shape of {p} compiles again: pad to a fixed shape (e.g. pad the last partial batch), or "
-         "bucket the sizes into a few shapes.", True),
-    Hint("new_function",
-         "JAX caches per function object: define (and jit) the function once, outside any loop, and reuse it. A "
-         "cell re-run re-creates it once, which is expected.", True),
-    Hint("identity.lambda",
-         "{p} is a lambda created anew each time, compared by identity: define the function once (e.g. at "
-         "module level) and reuse it.", True),
-    Hint("identity.partial",
-         "{p} is a `functools.partial` re-created each time; partials compare by identity: create it once and "
-         "reuse it, or use `jax.tree_util.Partial` (a pytree) instead.", True),
-    Hint("identity.jit",
-         "{p} holds a `jax.jit(...)` created anew (e.g. in `__init__`); jitted callables compare by identity: "
-         "create it once at module level and reuse it, or store the plain function.", True),
-    Hint("identity.same_name",
-         "{p} is compared by identity and was re-created with the same name: create it once and reuse it.", True),
-    Hint("identity.instance",
-         "{p} is a `{kind}` object hashed by identity (its class defines no `__eq__`/`__hash__`), so every new "
-         "instance compiles again: reuse one instance, or define `__eq__` and `__hash__` on `{kind}`.", True),
-    Hint("identity.other",
-         "{p} now holds a different object, compared by identity (JAX's `==` on it is identity).", False),
-    Hint("static.value",
-         "{p} is static{mechanism}: JAX compiles once for each distinct value, which is expected for a flag or a "
-         "mode that Python code branches on, and costs when the value changes often.", False),
-    Hint("kind.static_to_array",
-         "{p} was a static Python value and is now an array: pass the same kind every call (e.g. always "
-         "`jnp.asarray(...)`).", True),
-    Hint("kind.array_to_static",
-         "{p} was an array and is now a static Python value: pass an array every call (e.g. always "
-         "`jnp.asarray(...)`).", True),
-    Hint("structure.not_passed",
-         "{p} was passed in one call and not in the other: a keyword left to its default and one given explicitly "
-         "are different call structures. Pass it always, or never.", True),
-    Hint("structure.none",
-         "{p} switched between an array and None: pass the same structure every call (e.g. zeros of the same "
-         "shape and dtype, `jnp.zeros_like(...)`, instead of None, or None always).", True),
-    Hint("structure.container_kind",
-         "{p} changed kind (an array, a list, a tuple or a dict are different pytrees): pass the same kind every "
-         "call, e.g. always `jnp.asarray(...)`.", True),
-    Hint("structure.container_type",
-         "{p} was a `{before}` and is now a `{after}`: different pytree node types, so a different structure "
-         "even with the same contents. Convert it to one type before the call{example}.", True),
-    Hint("structure.changed",
-         "The pytree structure changed at {p} (a key, a list length or a field): JAX traces each structure "
-         "once.", False),
-    Hint("structure.call",
-         "Pass {p} the same way every call (always by keyword, or always by position).", True),
-    Hint("sharding",
-         "Keep each argument's placement the same across calls: either always committed to one device "
-         "(`jax.device_put(x, device)`) or never, with the same sharding and layout.", True),
-    Hint("context",
-         "A JAX config value or context manager (e.g. `jax_enable_x64`, `default_matmul_precision`, a mesh, a "
-         "default device) differs from the earlier trace: set it once, before the first call.", True),
+    Hint(
+        "dtype.key",
+        "{p} changed kind of PRNG key: raw keys (`uint32` arrays from `jax.random.PRNGKey`) and "
+        "typed keys "
+        "(`jax.random.key`, one dtype per implementation) are different types. Create every key "
+        "the same way, "
+        "e.g. always with `jax.random.key(seed)`.",
+        True,
+    ),
+    Hint(
+        "shape",
+        "Each new shape of {p} compiles again: pad to a fixed shape (e.g. pad the last partial "
+        "batch), or "
+        "bucket the sizes into a few shapes.",
+        True,
+    ),
+    Hint(
+        "new_function",
+        "JAX caches per function object: define (and jit) the function once, outside any loop, "
+        "and reuse it. A "
+        "cell re-run re-creates it once, which is expected.",
+        True,
+    ),
+    Hint(
+        "identity.lambda",
+        "{p} is a lambda created anew each time, compared by identity: define the function once "
+        "(e.g. at "
+        "module level) and reuse it.",
+        True,
+    ),
+    Hint(
+        "identity.partial",
+        "{p} is a `functools.partial` re-created each time; partials compare by identity: create "
+        "it once and "
+        "reuse it, or use `jax.tree_util.Partial` (a pytree) instead.",
+        True,
+    ),
+    Hint(
+        "identity.jit",
+        "{p} holds a `jax.jit(...)` created anew (e.g. in `__init__`); jitted callables compare "
+        "by identity: "
+        "create it once at module level and reuse it, or store the plain function.",
+        True,
+    ),
+    Hint(
+        "identity.same_name",
+        "{p} is compared by identity and was re-created with the same name: create it once and "
+        "reuse it.",
+        True,
+    ),
+    Hint(
+        "identity.instance",
+        "{p} is a `{kind}` object hashed by identity (its class defines no `__eq__`/`__hash__`), "
+        "so every new "
+        "instance compiles again: reuse one instance, or define `__eq__` and `__hash__` on "
+        "`{kind}`.",
+        True,
+    ),
+    Hint(
+        "identity.other",
+        "{p} now holds a different object, compared by identity (JAX's `==` on it is identity).",
+        False,
+    ),
+    Hint(
+        "static.value",
+        "{p} is static{mechanism}: JAX compiles once for each distinct value, which is expected "
+        "for a flag or a "
+        "mode that Python code branches on, and costs when the value changes often.",
+        False,
+    ),
+    Hint(
+        "kind.static_to_array",
+        "{p} was a static Python value and is now an array: pass the same kind every call (e.g. "
+        "always "
+        "`jnp.asarray(...)`).",
+        True,
+    ),
+    Hint(
+        "kind.array_to_static",
+        "{p} was an array and is now a static Python value: pass an array every call (e.g. always "
+        "`jnp.asarray(...)`).",
+        True,
+    ),
+    Hint(
+        "structure.not_passed",
+        "{p} was passed in one call and not in the other: a keyword left to its default and one "
+        "given explicitly "
+        "are different call structures. Pass it always, or never.",
+        True,
+    ),
+    Hint(
+        "structure.none",
+        "{p} switched between an array and None: pass the same structure every call (e.g. zeros "
+        "of the same "
+        "shape and dtype, `jnp.zeros_like(...)`, instead of None, or None always).",
+        True,
+    ),
+    Hint(
+        "structure.container_kind",
+        "{p} changed kind (an array, a list, a tuple or a dict are different pytrees): pass the "
+        "same kind every "
+        "call, e.g. always `jnp.asarray(...)`.",
+        True,
+    ),
+    Hint(
+        "structure.container_type",
+        "{p} was a `{before}` and is now a `{after}`: different pytree node types, so a different "
+        "structure "
+        "even with the same contents. Convert it to one type before the call{example}.",
+        True,
+    ),
+    Hint(
+        "structure.changed",
+        "The pytree structure changed at {p} (a key, a list length or a field): JAX traces each "
+        "structure "
+        "once.",
+        False,
+    ),
+    Hint(
+        "structure.call",
+        "Pass {p} the same way every call (always by keyword, or always by position).",
+        True,
+    ),
+    Hint(
+        "sharding",
+        "Keep each argument's placement the same across calls: either always committed to one "
+        "device "
+        "(`jax.device_put(x, device)`) or never, with the same sharding and layout.",
+        True,
+    ),
+    Hint(
+        "context",
+        "A JAX config value or context manager (e.g. `jax_enable_x64`, "
+        "`default_matmul_precision`, a mesh, a "
+        "default device) differs from the earlier trace: set it once, before the first "
+        "call.",
+        True,
+    ),
     # The persistent compilation cache: a miss across runs (`_cache_words`).
-    Hint("cache.xla_flags",
-         "The runs that share this cache set different `XLA_FLAGS`: set the same flags in every run (e.g. in "
-         "the environment every job starts with), and they share entries again.", True),
-    Hint("cache.devices",
-         "The runs that share this cache see different devices: give every run the same ones (the same "
-         "`--xla_force_host_platform_device_count`, `CUDA_VISIBLE_DEVICES`, …), and they share entries again.",
-         True),
-    Hint("cache.options",
-         "Set {options} the same way in every run that shares this cache (once, at the top of the program, "
-         "before the first compile), and they share entries again.", True),
-    Hint("cache.compiler_options",
-         "Pass the same `compiler_options` to `jax.jit` in every run that shares this cache.", True),
-    Hint("cache.jax_version",
-         "Each jaxlib version keys the cache anew: entries written by another JAX version are never read, "
-         "which is expected once after an upgrade.", False),
-    Hint("cache.constant",
-         "{where} puts a value captured from Python (a closure or a global) into the program as a constant: "
-         "each new value is a new program, in every run.", False),
-    Hint("unrolled_loop",
-         "A Python loop of about {repeats} iterations was unrolled into the graph{at}: {equations} of its {total} "
-         "top-level equations repeat a block of {period}. `jax.lax.scan` or `jax.lax.fori_loop` would trace and "
-         "compile the body once.", True),
+    Hint(
+        "cache.xla_flags",
+        "The runs that share this cache set different `XLA_FLAGS`: set the same flags in every "
+        "run (e.g. in "
+        "the environment every job starts with), and they share entries again.",
+        True,
+    ),
+    Hint(
+        "cache.devices",
+        "The runs that share this cache see different devices: give every run the same ones (the "
+        "same "
+        "`--xla_force_host_platform_device_count`, `CUDA_VISIBLE_DEVICES`, …), and they share "
+        "entries again.",
+        True,
+    ),
+    Hint(
+        "cache.options",
+        "Set {options} the same way in every run that shares this cache (once, at the top of the "
+        "program, "
+        "before the first compile), and they share entries again.",
+        True,
+    ),
+    Hint(
+        "cache.compiler_options",
+        "Pass the same `compiler_options` to `jax.jit` in every run that shares this cache.",
+        True,
+    ),
+    Hint(
+        "cache.jax_version",
+        "Each jaxlib version keys the cache anew: entries written by another JAX version are "
+        "never read, "
+        "which is expected once after an upgrade.",
+        False,
+    ),
+    Hint(
+        "cache.constant",
+        "{where} puts a value captured from Python (a closure or a global) into the program as a "
+        "constant: "
+        "each new value is a new program, in every run.",
+        False,
+    ),
+    Hint(
+        "unrolled_loop",
+        "A Python loop of about {repeats} iterations was unrolled into the graph{at}: {equations} "
+        "of its {total} "
+        "top-level equations repeat a block of {period}. `jax.lax.scan` or `jax.lax.fori_loop` "
+        "would trace and "
+        "compile the body once.",
+        True,
+    ),
 )
 
 
@@ -123,7 +243,9 @@ def _registry(*groups) -> dict[str, Hint]:
     return hints
 
 
-HINTS: dict[str, Hint] = _registry(_HINTS, _adapters.hints())  # the generic hints, then the libraries'
+HINTS: dict[str, Hint] = _registry(
+    _HINTS, _adapters.hints()
+)  # the generic hints, then the libraries'
 _MECHANISM = _adapters.origins()  # each origin of a static value -> how `static.value` names it
 _WEAK = "weakly typed (a Python scalar, or an array made from one without a dtype)"
 _STRONG = "strongly typed (an array with its own dtype)"
@@ -140,7 +262,14 @@ def for_change(cause: str, change: Change, sig: Signature) -> tuple[str | None, 
     The generic checks that always win come first (a kind of value replaced by another, a named
     callable re-created, a PRNG key, an argument not passed); then the library adapters, in their
     precedence order (`_adapters.choose_hint`); then the generic hints."""
-    evidence = Evidence(cause=Cause(cause), path=change.path, old=change.old, new=change.new, owners=tuple(owners_of(sig, change.path)), library=sig.library)
+    evidence = Evidence(
+        cause=Cause(cause),
+        path=change.path,
+        old=change.old,
+        new=change.new,
+        owners=tuple(owners_of(sig, change.path)),
+        library=sig.library,
+    )
     found = _choose(evidence)
     if found is None:
         return None, ""
@@ -166,8 +295,11 @@ def _choose(e: Evidence) -> tuple[str, dict] | None:
         then, now = (_WEAK, _STRONG) if was_weak else (_STRONG, _WEAK)
         # The dtype both calls share (only weakness differs): `step` of a TrainState is an int32.
         dtype = getattr((e.new or e.old).token, "dtype", "float32")
-        return ("weak_type.argument" if is_argument(e.path) else "weak_type.inner"), \
-            {"then": then, "now": now, "dtype": dtype}
+        return ("weak_type.argument" if is_argument(e.path) else "weak_type.inner"), {
+            "then": then,
+            "now": now,
+            "dtype": dtype,
+        }
     if cause == Cause.SHAPE:
         return "shape", {}
     if cause == Cause.NEW_FUNCTION:
@@ -185,8 +317,11 @@ def _dtype(e: Evidence) -> tuple[str, dict] | None:
     found = _adapters.choose_hint(e)
     if found is not None:
         return found
-    where = ("at the call site" if is_argument(e.path)
-             else "where it is created" + (f" (it lives in a `{_short(owner)}`)" if owner else ""))
+    where = (
+        "at the call site"
+        if is_argument(e.path)
+        else "where it is created" + (f" (it lives in a `{_short(owner)}`)" if owner else "")
+    )
     if dtypes == {"float32", "float64"}:
         return "dtype.x64", {"where": where}
     return "dtype.cast", {"where": where}
@@ -195,7 +330,9 @@ def _dtype(e: Evidence) -> tuple[str, dict] | None:
 def _static(e: Evidence) -> tuple[str, dict]:
     old, new = e.old, e.new
     if old is not None and new is not None and old.kind != new.kind:
-        return ("kind.static_to_array" if old.kind == LeafKind.STATIC else "kind.array_to_static"), {}
+        return (
+            "kind.static_to_array" if old.kind == LeafKind.STATIC else "kind.array_to_static"
+        ), {}
     assert new is not None
     if new.by_identity:
         found = _named_identity(old, new)
@@ -205,8 +342,11 @@ def _static(e: Evidence) -> tuple[str, dict]:
     if found is not None:
         return found
     if new.by_identity:
-        return ("identity.same_name", {}) if new.name else \
-            ("identity.instance", {"kind": _short(new.type_name)})
+        return (
+            ("identity.same_name", {})
+            if new.name
+            else ("identity.instance", {"kind": _short(new.type_name)})
+        )
     return "static.value", {"mechanism": _MECHANISM.get(new.origin, "")}
 
 
@@ -239,9 +379,18 @@ def _structure(e: Evidence) -> tuple[str, dict]:
         return "structure.none", {}
     if LeafKind.NODE in kinds and len(kinds - {None}) == 2:
         return "structure.container_kind", {}
-    if old is not None and new is not None and old.kind == new.kind == LeafKind.NODE and old.type_name != new.type_name:
+    if (
+        old is not None
+        and new is not None
+        and old.kind == new.kind == LeafKind.NODE
+        and old.type_name != new.type_name
+    ):
         before, after = _short(old.type_name), _short(new.type_name)
-        example = " (e.g. `flax.core.unfreeze(...)` for a `FrozenDict`)" if "FrozenDict" in (before, after) else ""
+        example = (
+            " (e.g. `flax.core.unfreeze(...)` for a `FrozenDict`)"
+            if "FrozenDict" in (before, after)
+            else ""
+        )
         return "structure.container_type", {"before": before, "after": after, "example": example}
     return "structure.changed", {}
 

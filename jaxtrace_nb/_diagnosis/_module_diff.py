@@ -51,7 +51,9 @@ class Difference(NamedTuple):
     new: str  # this module's
     source: str | None = None  # "file:line" of the user's code the operation comes from
     name: str | None = None  # JAX's name path of the operation ("jit(step)/jvp()/mul")
-    path: str | None = None  # the argument's or result's pytree path ("params[0][0]", "result['a']")
+    path: str | None = (
+        None  # the argument's or result's pytree path ("params[0][0]", "result['a']")
+    )
     via_use: bool = False  # the location is that of the first operation using the differing one
 
 
@@ -82,13 +84,20 @@ def frames(ref: str | None, aliases: dict[str, str], depth: int = 0) -> list[tup
     if text.startswith("#loc"):
         return frames(text, aliases, depth + 1) if text in aliases else []
     if text.startswith("callsite(") and text.endswith(")"):
-        inner = text[len("callsite("):-1]
-        at = next((k for k, char, level in _depths(inner) if level == 0 and inner.startswith(" at ", k)), -1)
+        inner = text[len("callsite(") : -1]
+        at = next(
+            (k for k, char, level in _depths(inner) if level == 0 and inner.startswith(" at ", k)),
+            -1,
+        )
         if at >= 0:
-            return frames(inner[:at], aliases, depth + 1) + frames(inner[at + 4:], aliases, depth + 1)
+            return frames(inner[:at], aliases, depth + 1) + frames(
+                inner[at + 4 :], aliases, depth + 1
+            )
     match = _FUSED.match(text)
     if match:
-        return [f for part in _top_level_split(match.group(1)) for f in frames(part, aliases, depth + 1)]
+        return [
+            f for part in _top_level_split(match.group(1)) for f in frames(part, aliases, depth + 1)
+        ]
     match = _NAMED.match(text)
     if match:
         return [("name", _unquote(match.group(1)))] + frames(match.group(2), aliases, depth + 1)
@@ -100,14 +109,21 @@ def frames(ref: str | None, aliases: dict[str, str], depth: int = 0) -> list[tup
     return []
 
 
-def first_difference(old: str, new: str, is_library: Callable[[str], bool] = lambda path: False,
-                     arg_paths: tuple = ()) -> Difference:
+def first_difference(
+    old: str,
+    new: str,
+    is_library: Callable[[str], bool] = lambda path: False,
+    arg_paths: tuple = (),
+) -> Difference:
     """Where `old` (printed without locations) and `new` (printed with them, or without: then
     `arg_paths` names the arguments, as read at the compile) first differ."""
     old_lines = [line for line in old.splitlines() if not _ALIAS.match(line)]
     old_lines = [_LOC_REF.sub("", line) for line in old_lines]
     new_lines, refs, aliases = split_locations(new)
-    i = next((k for k, (a, b) in enumerate(zip(old_lines, new_lines)) if a != b), min(len(old_lines), len(new_lines)))
+    i = next(
+        (k for k, (a, b) in enumerate(zip(old_lines, new_lines)) if a != b),
+        min(len(old_lines), len(new_lines)),
+    )
     if i >= len(old_lines) and i >= len(new_lines):
         return Difference(Differs.NONE, "", "")
     old_line = old_lines[i].strip() if i < len(old_lines) else "(end of module)"
@@ -125,7 +141,14 @@ def first_difference(old: str, new: str, is_library: Callable[[str], bool] = lam
         if not result:
             break
         value = re.compile(re.escape(result.group(1)) + r"(?![\w.$\-])")
-        use = next((j for j in range(at + 1, len(new_lines)) if value.search(new_lines[j].split("=", 1)[-1])), None)
+        use = next(
+            (
+                j
+                for j in range(at + 1, len(new_lines))
+                if value.search(new_lines[j].split("=", 1)[-1])
+            ),
+            None,
+        )
         if use is None:
             break
         at, hops = use, hops + 1
@@ -133,15 +156,23 @@ def first_difference(old: str, new: str, is_library: Callable[[str], bool] = lam
     names = [f[1] for f in located if f[0] == "name"]
     files = [f for f in located if f[0] == "file"]
     user = [f for f in files if not is_library(f[1])] or files
-    return Difference(Differs.OP, _short(old_line), _short(new_line),
-                      source=f"{user[0][1]}:{user[0][2]}" if user else None,
-                      name=next((n for n in names if "/" in n), names[0] if names else None), via_use=hops > 0)
+    return Difference(
+        Differs.OP,
+        _short(old_line),
+        _short(new_line),
+        source=f"{user[0][1]}:{user[0][2]}" if user else None,
+        name=next((n for n in names if "/" in n), names[0] if names else None),
+        via_use=hops > 0,
+    )
 
 
-def _signature_difference(old_line: str, new_line: str, new_text: list[str], aliases: dict,
-                          arg_paths: tuple = ()) -> Difference | None:
+def _signature_difference(
+    old_line: str, new_line: str, new_text: list[str], aliases: dict, arg_paths: tuple = ()
+) -> Difference | None:
     """The first argument or result of ``main`` whose type differs (an argument by its pytree path)."""
-    raw = next((line.strip() for line in new_text if line.strip().startswith("func.func")), new_line)
+    raw = next(
+        (line.strip() for line in new_text if line.strip().startswith("func.func")), new_line
+    )
     old_args, old_results = _signature(old_line)
     new_args, new_results = _signature(raw)
     for i, (old_arg, new_arg) in enumerate(zip(old_args, new_args)):
@@ -151,20 +182,33 @@ def _signature_difference(old_line: str, new_line: str, new_text: list[str], ali
             path = [f[1] for f in frames(loc, aliases) if f[0] == "name"] if loc else []
             if not path and i < len(arg_paths) and arg_paths[i]:
                 path = [arg_paths[i]]
-            return Difference(Differs.ARGUMENT, _short(old_type), _short(new_type), path=path[0] if path else None)
+            return Difference(
+                Differs.ARGUMENT, _short(old_type), _short(new_type), path=path[0] if path else None
+            )
     if len(old_args) != len(new_args):
-        return Difference(Differs.SIGNATURE, f"{len(old_args)} argument(s)", f"{len(new_args)} argument(s)")
+        return Difference(
+            Differs.SIGNATURE, f"{len(old_args)} argument(s)", f"{len(new_args)} argument(s)"
+        )
     for old_result, new_result in zip(old_results, new_results):
         if old_result != new_result:
             old_type, new_type = _typed(old_result)[0], _typed(new_result)[0]
             old_info, new_info = _RESULT_INFO.search(old_result), _RESULT_INFO.search(new_result)
             if old_type == new_type:  # the same type under another name: the output pytree's keys
-                return Difference(Differs.RESULT, _unquote(old_info.group(1)) if old_info else "(unnamed)",
-                                  _unquote(new_info.group(1)) if new_info else "(unnamed)")
-            return Difference(Differs.RESULT, _short(old_type), _short(new_type),
-                              path=_unquote((new_info or old_info).group(1)) if new_info or old_info else None)
+                return Difference(
+                    Differs.RESULT,
+                    _unquote(old_info.group(1)) if old_info else "(unnamed)",
+                    _unquote(new_info.group(1)) if new_info else "(unnamed)",
+                )
+            return Difference(
+                Differs.RESULT,
+                _short(old_type),
+                _short(new_type),
+                path=_unquote((new_info or old_info).group(1)) if new_info or old_info else None,
+            )
     if len(old_results) != len(new_results):
-        return Difference(Differs.SIGNATURE, f"{len(old_results)} result(s)", f"{len(new_results)} result(s)")
+        return Difference(
+            Differs.SIGNATURE, f"{len(old_results)} result(s)", f"{len(new_results)} result(s)"
+        )
     return None
 
 
@@ -174,13 +218,13 @@ def _signature(line: str) -> tuple[list[str], list[str]]:
     if start < 0:
         return [], []
     end = _closing(line, start)
-    arguments = _top_level_split(line[start + 1:end])
-    rest = line[end + 1:].strip()
+    arguments = _top_level_split(line[start + 1 : end])
+    rest = line[end + 1 :].strip()
     results: list[str] = []
     if rest.startswith("->"):
         rest = rest[2:].strip()
         if rest.startswith("("):
-            results = _top_level_split(rest[1:_closing(rest, 0)])
+            results = _top_level_split(rest[1 : _closing(rest, 0)])
         else:
             results = [rest.split(" attributes ")[0].rstrip(" {")]
     return arguments, results
@@ -215,7 +259,10 @@ def changed_part(old: str, new: str) -> tuple[str, str, str]:
     end = 0
     while end < min(len(a), len(b)) - start and a[-1 - end] == b[-1 - end]:
         end += 1
-    old_part, new_part = "".join(a[start:len(a) - end]).strip(), "".join(b[start:len(b) - end]).strip()
+    old_part, new_part = (
+        "".join(a[start : len(a) - end]).strip(),
+        "".join(b[start : len(b) - end]).strip(),
+    )
     operation = _OPERATION.match(new) or _OPERATION.match(old)
     name = operation.group(1) if operation else ""
     if not old_part or not new_part or len(old_part) + len(new_part) > 0.5 * (len(old) + len(new)):
@@ -225,7 +272,7 @@ def changed_part(old: str, new: str) -> tuple[str, str, str]:
 
 def _short(line: str) -> str:
     line = line.replace("`", "'")
-    return line if len(line) <= MAX_OP_CHARS else line[:MAX_OP_CHARS - 1] + "…"
+    return line if len(line) <= MAX_OP_CHARS else line[: MAX_OP_CHARS - 1] + "…"
 
 
 def _unquote(text: str) -> str:

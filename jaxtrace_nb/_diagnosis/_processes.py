@@ -80,7 +80,11 @@ def signature_column(leaves: Mapping[str, str], max_chars: int = _SIGNATURE_MAX_
     out: dict[str, str] = {}
     size = 2
     for i, (key, value) in enumerate(items):
-        piece = len(json.dumps(key, ensure_ascii=False)) + len(json.dumps(value, ensure_ascii=False)) + 2
+        piece = (
+            len(json.dumps(key, ensure_ascii=False))
+            + len(json.dumps(value, ensure_ascii=False))
+            + 2
+        )
         if size + piece > max_chars:
             out[_MORE_KEY] = f"{len(items) - i} more leaves"
             break
@@ -139,7 +143,7 @@ def _retrace_text(e: Any) -> str:
 
 
 def _clip(text: str) -> str:
-    return text if len(text) <= _MAX_VALUE_CHARS else text[:_MAX_VALUE_CHARS - 1] + "…"
+    return text if len(text) <= _MAX_VALUE_CHARS else text[: _MAX_VALUE_CHARS - 1] + "…"
 
 
 def differences(events) -> list[Difference]:
@@ -181,17 +185,23 @@ def differences(events) -> list[Difference]:
     return out
 
 
-def _compare(function: str, location: str | None, n: int, row: list[tuple[str, Any]]) -> list[Difference]:
+def _compare(
+    function: str, location: str | None, n: int, row: list[tuple[str, Any]]
+) -> list[Difference]:
     traced = [(label, e) for label, e in row if e is not None]
     some_missing = len(traced) < len(row)
     missing = f"(no trace #{n})" if n > 1 else "(never traced)"
 
     def diff(leaf, values, basis):
-        return Difference(function, location, n, leaf, tuple((label, _clip(v)) for label, v in values), basis)
+        return Difference(
+            function, location, n, leaf, tuple((label, _clip(v)) for label, v in values), basis
+        )
 
     found: list[Difference] = []
     # 1. The argument leaves, among the processes that have an n-th trace.
-    signatures = {label: parse_signature_column(getattr(e, SIGNATURE_COLUMN, None)) for label, e in traced}
+    signatures = {
+        label: parse_signature_column(getattr(e, SIGNATURE_COLUMN, None)) for label, e in traced
+    }
     compared = len(traced) >= 2 and all(sig is not None for sig in signatures.values())
     if compared:
         leaves: list[str] = []
@@ -200,7 +210,11 @@ def _compare(function: str, location: str | None, n: int, row: list[tuple[str, A
         for leaf in leaves:
             values = {label: sig.get(leaf, "(no such leaf)") for label, sig in signatures.items()}
             if len(set(values.values())) > 1:
-                found.append(diff(leaf, [(label, values.get(label, missing)) for label, _ in row], "arguments"))
+                found.append(
+                    diff(
+                        leaf, [(label, values.get(label, missing)) for label, _ in row], "arguments"
+                    )
+                )
     # 2. Processes without an n-th trace, or no signatures: the retraces' own diagnosis.
     if n > 1 and (some_missing or not compared):
         reported = {d.leaf for d in found}
@@ -219,19 +233,41 @@ def _compare(function: str, location: str | None, n: int, row: list[tuple[str, A
                     values.append((label, _retrace_text(e)))
                 else:
                     other = present(e.leaf)
-                    values.append((label, f"retraced for {present(e.cause) or 'an undiagnosed cause'}"
-                                          + (f" at `{other}`" if other else "")))
+                    values.append(
+                        (
+                            label,
+                            f"retraced for {present(e.cause) or 'an undiagnosed cause'}"
+                            + (f" at `{other}`" if other else ""),
+                        )
+                    )
             if len({v for _, v in values}) > 1:
                 found.append(diff(leaf, values, "retrace"))
     elif n == 1 and some_missing:
-        found.append(diff(None, [(label, missing if e is None else "traced") for label, e in row], "arguments"))
+        found.append(
+            diff(
+                None, [(label, missing if e is None else "traced") for label, e in row], "arguments"
+            )
+        )
     # 3. No signatures and nothing else told them apart: the argument bytes of their compiles.
     if not found and not compared:
         sizes = {label: present(getattr(e, "arg_bytes", None)) for label, e in traced}
         known = [s for s in sizes.values() if s is not None]
         if len(known) == len(traced) >= 2 and len(set(known)) > 1:
-            found.append(diff(None, [(label, missing if label not in sizes else f"arguments: {int(sizes[label])} bytes")
-                                     for label, _ in row], "argument bytes"))
+            found.append(
+                diff(
+                    None,
+                    [
+                        (
+                            label,
+                            missing
+                            if label not in sizes
+                            else f"arguments: {int(sizes[label])} bytes",
+                        )
+                        for label, _ in row
+                    ],
+                    "argument bytes",
+                )
+            )
     return found
 
 
@@ -244,7 +280,7 @@ def _grouped(values: tuple) -> list[tuple[str, str]]:
     out = []
     for value, labels in groups.items():
         if len(labels) > 1 and all(label.startswith("process ") for label in labels):
-            names = "processes " + ", ".join(label[len("process "):] for label in labels)
+            names = "processes " + ", ".join(label[len("process ") :] for label in labels)
         else:
             names = ", ".join(labels)
         out.append((names, value))
@@ -274,7 +310,11 @@ def render_text_section(diffs: list[Difference]) -> str:
         leaf = f" `{d.leaf}`" if d.leaf else ""
         where = f" ({d.location})" if d.location else ""
         note = _BASIS_NOTE.get(d.basis, "")
-        lines.append(f"  {d.function}{where} trace #{d.trace_number}{leaf}" + (f" — {note}" if note else "") + ":")
+        lines.append(
+            f"  {d.function}{where} trace #{d.trace_number}{leaf}"
+            + (f" — {note}" if note else "")
+            + ":"
+        )
         for names, value in _grouped(d.values):
             lines.append(f"      {names}: {value}")
     if len(diffs) > _MAX_SHOWN:
@@ -290,13 +330,19 @@ def render_html_section(diffs: list[Difference]) -> str:
     """The "Differs across processes" section as an HTML fragment (every value escaped); "" when empty."""
     if not diffs:
         return ""
-    parts = [f'<div class="jtnb-processes"><p><b>{_e(TITLE)}</b></p><table><thead><tr><th>function</th>'
-             "<th>#</th><th>leaf</th><th>each process</th><th>compared</th></tr></thead><tbody>"]
+    parts = [
+        f'<div class="jtnb-processes"><p><b>{_e(TITLE)}</b></p><table><thead><tr><th>function</th>'
+        "<th>#</th><th>leaf</th><th>each process</th><th>compared</th></tr></thead><tbody>"
+    ]
     for d in diffs[:_MAX_SHOWN]:
-        cells = "<br>".join(f"{_e(names)}: <code>{_e(value)}</code>" for names, value in _grouped(d.values))
-        parts.append(f"<tr><td><code>{_e(d.function)}</code><div class='hint'>{_e(d.location)}</div></td>"
-                     f"<td class='n'>{_e(d.trace_number)}</td><td><code>{_e(d.leaf)}</code></td>"
-                     f"<td>{cells}</td><td>{_e(_BASIS_HTML.get(d.basis, d.basis))}</td></tr>")
+        cells = "<br>".join(
+            f"{_e(names)}: <code>{_e(value)}</code>" for names, value in _grouped(d.values)
+        )
+        parts.append(
+            f"<tr><td><code>{_e(d.function)}</code><div class='hint'>{_e(d.location)}</div></td>"
+            f"<td class='n'>{_e(d.trace_number)}</td><td><code>{_e(d.leaf)}</code></td>"
+            f"<td>{cells}</td><td>{_e(_BASIS_HTML.get(d.basis, d.basis))}</td></tr>"
+        )
     parts.append("</tbody></table>")
     if len(diffs) > _MAX_SHOWN:
         parts.append(f"<p>… {len(diffs) - _MAX_SHOWN} more difference(s)</p>")

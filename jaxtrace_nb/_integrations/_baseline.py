@@ -27,15 +27,17 @@ import os
 import re
 
 from .._core import _format as fmt
+from .._core._vocabulary import EventKind
 from .._log._events import Event
 from ._watch import RetraceError
-from .._core._vocabulary import EventKind
 
 FORMAT = 1
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{4,}")
-_ABOUT = ("jaxtrace_nb compile baseline: per pytest test, per jitted function (file relative to the root "
-          "folder :: qualified name), the traces and compiles the test made. Compared by pytest "
-          "--jaxtrace-baseline=PATH, rewritten by adding --jaxtrace-baseline-update.")
+_ABOUT = (
+    "jaxtrace_nb compile baseline: per pytest test, per jitted function (file relative to the root "
+    "folder :: qualified name), the traces and compiles the test made. Compared by pytest "
+    "--jaxtrace-baseline=PATH, rewritten by adding --jaxtrace-baseline-update."
+)
 
 
 # ---------------------------------------------------------------- functions
@@ -50,7 +52,7 @@ def _file_of(event: Event) -> str:
     """The file the function is defined in, as its log key holds it (``file::name``)."""
     key, name = str(event.key or ""), str(event.function or "")
     if name and key.endswith("::" + name):
-        return key[:-len(name) - 2]
+        return key[: -len(name) - 2]
     return key.rpartition("::")[0] or str(event.location or "?").rpartition(":")[0]
 
 
@@ -97,10 +99,12 @@ class Baseline:
             with open(self.path, encoding="utf-8") as f:
                 data = json.load(f)
             if not isinstance(data, dict) or not isinstance(data.get("tests"), dict):
-                raise ValueError(f"{self.path} is not a jaxtrace_nb baseline (no \"tests\" object)")
+                raise ValueError(f'{self.path} is not a jaxtrace_nb baseline (no "tests" object)')
             if data.get("format", FORMAT) != FORMAT:
-                raise ValueError(f"{self.path} has baseline format {data.get('format')!r}; this jaxtrace_nb "
-                                 f"reads format {FORMAT}")
+                raise ValueError(
+                    f"{self.path} has baseline format {data.get('format')!r}; this jaxtrace_nb "
+                    f"reads format {FORMAT}"
+                )
             self.tests = data["tests"]
 
     def budget(self, test: str) -> dict[str, dict[str, int]]:
@@ -135,7 +139,10 @@ def dumps(tests: dict) -> str:
         lines.append(f"  {json.dumps(test)}: {{")
         for j, name in enumerate(sorted(functions)):
             entry = {k: int(v) for k, v in sorted(functions[name].items())}
-            lines.append(f"   {json.dumps(name)}: {json.dumps(entry)}" + ("," if j < len(functions) - 1 else ""))
+            lines.append(
+                f"   {json.dumps(name)}: {json.dumps(entry)}"
+                + ("," if j < len(functions) - 1 else "")
+            )
         lines.append("  }" + ("," if i < len(tests) - 1 else ""))
     lines += [" }", "}"]
     return "\n".join(lines) + "\n"
@@ -143,9 +150,12 @@ def dumps(tests: dict) -> str:
 
 # ------------------------------------------------------------ comparisons
 def _past(allowed: int, name: str, known: bool) -> str:
-    return (f"its baseline of {allowed} in {name}" if known else
-            f"its baseline of 0 ({name} has no entry for this test: run pytest with "
-            "--jaxtrace-baseline-update to add it)")
+    return (
+        f"its baseline of {allowed} in {name}"
+        if known
+        else f"its baseline of 0 ({name} has no entry for this test: run pytest with "
+        "--jaxtrace-baseline-update to add it)"
+    )
 
 
 class BudgetGuard:
@@ -167,7 +177,9 @@ class BudgetGuard:
         self._traces[name] += 1
         allowed = self._budget.get(name, {}).get("traces", 0)
         if self._traces[name] > allowed:
-            message = past_message(event, "traced", self._traces[name], _past(allowed, self._name, self._known))
+            message = past_message(
+                event, "traced", self._traces[name], _past(allowed, self._name, self._known)
+            )
             self.stopped = message
             raise RetraceError(message, event=event)
 
@@ -182,7 +194,9 @@ class BudgetGuard:
             seen[name] += 1
             allowed = self._budget.get(name, {}).get("compiles", 0)
             if seen[name] > allowed:
-                return past_message(e, "compiled", seen[name], _past(allowed, self._name, self._known)), e
+                return past_message(
+                    e, "compiled", seen[name], _past(allowed, self._name, self._known)
+                ), e
         return None
 
 
@@ -194,12 +208,21 @@ def past_message(event: Event, done: str, count: int, limit: str) -> str:
     if done == "traced":
         what = f"Trace #{event.trace_number}"
     else:
-        what = f"Compile #{count} (" + ("a compile without a new trace" if event.kind == EventKind.COMPILE else
-                                        f"the compile of trace #{event.trace_number}") + ")"
+        what = (
+            f"Compile #{count} ("
+            + (
+                "a compile without a new trace"
+                if event.kind == EventKind.COMPILE
+                else f"the compile of trace #{event.trace_number}"
+            )
+            + ")"
+        )
     hint = f" Hint: {event.hint}" if event.hint else ""
     times = {1: "once", 2: "twice"}.get(count, f"{count} times")
-    return (f"{event.function} ({event.location}{called}) was {done} {times}, past {limit}. {what} cause: "
-            f"{event.cause}{where}{change}. {event.explanation}{hint}")
+    return (
+        f"{event.function} ({event.location}{called}) was {done} {times}, past {limit}. {what} cause: "
+        f"{event.cause}{where}{change}. {event.explanation}{hint}"
+    )
 
 
 def fewer(now: dict[str, dict[str, int]], budget: dict[str, dict[str, int]]) -> list[str]:

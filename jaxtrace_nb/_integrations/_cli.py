@@ -18,9 +18,15 @@ import argparse
 import os
 import sys
 
-_RUN_OPTIONS = {"--persist": "persist", "--max-traces": "max_traces", "--max-retraces": "max_retraces"}
+_RUN_OPTIONS = {
+    "--persist": "persist",
+    "--max-traces": "max_traces",
+    "--max-retraces": "max_retraces",
+}
 
-_DESCRIPTION = "See why your jitted JAX/Equinox functions retrace and recompile, outside a notebook."
+_DESCRIPTION = (
+    "See why your jitted JAX/Equinox functions retrace and recompile, outside a notebook."
+)
 _EPILOG = """\
 examples:
   python -m jaxtrace_nb run train.py --lr 3e-4          # report on stderr at exit
@@ -62,37 +68,78 @@ def _count(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m jaxtrace_nb", description=_DESCRIPTION, epilog=_EPILOG,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m jaxtrace_nb",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", metavar="{run,report}")
     commands.required = True
     run = commands.add_parser(
-        "run", help="run a script or module, recording every jit trace and compile; report to stderr at exit",
-        description=_RUN_DESCRIPTION, epilog=_RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "run",
+        help="run a script or module, recording every jit trace and compile; report to stderr at exit",
+        description=_RUN_DESCRIPTION,
+        epilog=_RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="python -m jaxtrace_nb run [-h] [--persist PATH] [--max-traces N] [--max-retraces N]\n"
-              "                              (script.py | -m module) [args ...]")
-    run.add_argument("--persist", metavar="PATH",
-                     help="also append every event to PATH as JSON lines, flushed as they happen "
-                          "(read back with jaxtrace_nb.load or `report`)")
-    run.add_argument("--max-traces", metavar="N", type=_positive,
-                     help="raise RetraceError at the (N+1)-th trace of any one jitted function")
-    run.add_argument("--max-retraces", metavar="N", type=_count,
-                     help="raise RetraceError at the (N+1)-th retrace (0: at the first retrace)")
-    run.add_argument("-m", dest="module", metavar="module", help="run a library module as a script, like python -m")
-    run.add_argument("script", nargs="?", help="the Python file (or directory / zip with __main__.py) to run")
+        "                              (script.py | -m module) [args ...]",
+    )
+    run.add_argument(
+        "--persist",
+        metavar="PATH",
+        help="also append every event to PATH as JSON lines, flushed as they happen "
+        "(read back with jaxtrace_nb.load or `report`)",
+    )
+    run.add_argument(
+        "--max-traces",
+        metavar="N",
+        type=_positive,
+        help="raise RetraceError at the (N+1)-th trace of any one jitted function",
+    )
+    run.add_argument(
+        "--max-retraces",
+        metavar="N",
+        type=_count,
+        help="raise RetraceError at the (N+1)-th retrace (0: at the first retrace)",
+    )
+    run.add_argument(
+        "-m",
+        dest="module",
+        metavar="module",
+        help="run a library module as a script, like python -m",
+    )
+    run.add_argument(
+        "script", nargs="?", help="the Python file (or directory / zip with __main__.py) to run"
+    )
     run.add_argument("args", nargs=argparse.REMAINDER, help="the program's own arguments")
     parser.run_parser = run  # type: ignore[attr-defined]
     report = commands.add_parser(
-        "report", help="print the report of one or more persisted logs, or write it as HTML",
+        "report",
+        help="print the report of one or more persisted logs, or write it as HTML",
         description="Report on logs written with `run --persist` or jaxtrace_nb.start(persist=...). "
-                    "Several logs (one per process of a multi-process run) are merged in time order; "
-                    "functions whose traces differ between processes are listed.",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    report.add_argument("logs", nargs="+", metavar="LOG", help="a JSON-lines log file, or the directory of JAX's "
-                                                               "persistent compilation cache (its keys, across runs)")
-    report.add_argument("-o", "--output", metavar="FILE", help="write the HTML report to FILE instead of "
-                                                               "printing the text report")
-    report.add_argument("--internal", action="store_true", help="also show JAX's own jitted helpers")
+        "Several logs (one per process of a multi-process run) are merged in time "
+        "order; "
+        "functions whose traces differ between processes are listed.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    report.add_argument(
+        "logs",
+        nargs="+",
+        metavar="LOG",
+        help="a JSON-lines log file, or the directory of JAX's "
+        "persistent compilation cache (its "
+        "keys, across runs)",
+    )
+    report.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write the HTML report to FILE instead of printing the text report",
+    )
+    report.add_argument(
+        "--internal", action="store_true", help="also show JAX's own jitted helpers"
+    )
     return parser
 
 
@@ -104,8 +151,14 @@ def main(argv: list[str] | None = None) -> int:
         from ._run import run
 
         ns = _parse_run(parser, argv[1:])
-        return run(ns.script, ns.args, module=ns.module, persist=ns.persist, max_traces=ns.max_traces,
-                   max_retraces=ns.max_retraces)
+        return run(
+            ns.script,
+            ns.args,
+            module=ns.module,
+            persist=ns.persist,
+            max_traces=ns.max_traces,
+            max_retraces=ns.max_retraces,
+        )
     ns = parser.parse_args(argv)
     if ns.command == "report":
         return report(ns.logs, output=ns.output, internal=ns.internal)
@@ -139,7 +192,9 @@ def _parse_run(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Nam
         else:
             break
     ours, rest = argv[:i], argv[i:]
-    ns = parser.parse_args(["run", *[a for a in ours if a != "--"]])  # --help, bad options: exits here
+    ns = parser.parse_args(
+        ["run", *[a for a in ours if a != "--"]]
+    )  # --help, bad options: exits here
     if not rest:
         parser.run_parser.error("give a script to run, or -m module")  # type: ignore[attr-defined]
     ns.script, ns.args = rest[0], rest[1:]
@@ -151,11 +206,10 @@ def _parse_run(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Nam
 
 def report(logs: list[str], *, output: str | None = None, internal: bool = False) -> int:
     """Print the text report of the merged `logs`, or write the HTML report to `output`."""
+    from .._cache._cache_index import find
     from .._log._persist import load_events
     from .._views._report import Report
     from .._views._text import render_text
-
-    from .._cache._cache_index import find
 
     indexes = [(path, find(path)) for path in logs]
     logs = [path for path, index in indexes if index is None]
@@ -173,8 +227,10 @@ def report(logs: list[str], *, output: str | None = None, internal: bool = False
             try:
                 print(index_report(index) + "\n")
             except Exception as e:
-                print(f"jaxtrace_nb report: cannot read the index {index!r}: {type(e).__name__}: {e}",
-                      file=sys.stderr)
+                print(
+                    f"jaxtrace_nb report: cannot read the index {index!r}: {type(e).__name__}: {e}",
+                    file=sys.stderr,
+                )
                 return 2
     if not logs:
         return 0

@@ -8,12 +8,12 @@ import weakref
 from IPython.core import magic_arguments
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
+from .._recording._session import get_session
 from .._views._display import display_table, widgets_shown
 from .._views._frames import events_frame, export_frame
-from .._recording._session import get_session
-from ._watch import RetraceError, Watch, user_traceback
 from .._views._report import Report
 from .._views._text import mimebundle, render_text
+from ._watch import RetraceError, Watch, user_traceback
 
 _STATE: dict = {}
 
@@ -99,7 +99,9 @@ def _retrace_tracebacks(shell):
         return
 
     def handler(self, etype, value, tb, tb_offset=None):
-        self.showtraceback((etype, value, user_traceback(tb)), tb_offset=tb_offset, running_compiled_code=True)
+        self.showtraceback(
+            (etype, value, user_traceback(tb)), tb_offset=tb_offset, running_compiled_code=True
+        )
 
     shell.set_custom_exc((RetraceError,), handler)
     try:
@@ -113,33 +115,54 @@ def _retrace_tracebacks(shell):
 class TracewatchMagics(Magics):
     @magic_arguments.magic_arguments()
     @magic_arguments.argument(
-        "--max-traces", type=int, default=None, metavar="N",
+        "--max-traces",
+        type=int,
+        default=None,
+        metavar="N",
         help="Cell mode: stop the cell with RetraceError when any one function (not JAX's internal helpers) "
-             "is traced for the (N+1)-th time inside this cell. Traces made before this cell do not count: "
-             "a function compiled in an earlier cell may still be traced N more times here.")
+        "is traced for the (N+1)-th time inside this cell. Traces made before this cell do "
+        "not count: "
+        "a function compiled in an earlier cell may still be traced N more times here.",
+    )
     @magic_arguments.argument(
-        "--max-retraces", type=int, default=None, metavar="N",
+        "--max-retraces",
+        type=int,
+        default=None,
+        metavar="N",
         help="Cell mode: stop the cell with RetraceError at the (N+1)-th retrace inside this cell of any one "
-             "function, a retrace being a trace of a function already traced before, in this cell or in an "
-             "earlier one. --max-retraces 0 stops at the first retrace: the first trace of a function "
-             "that was already compiled before this cell, or the second trace of one first traced here.")
+        "function, a retrace being a trace of a function already traced before, in this cell "
+        "or in an "
+        "earlier one. --max-retraces 0 stops at the first retrace: the first trace of a "
+        "function "
+        "that was already compiled before this cell, or the second trace of one first traced "
+        "here.",
+    )
     @magic_arguments.argument(
-        "--internal", action="store_true",
+        "--internal",
+        action="store_true",
         help="Also show internal functions: the jitted helpers of JAX and libraries (eager jnp ops, "
-             "convert_element_type, ...), hidden by default.")
+        "convert_element_type, ...), hidden by default.",
+    )
+    @magic_arguments.argument("--quiet", action="store_true", help="Record, but display nothing.")
     @magic_arguments.argument(
-        "--quiet", action="store_true", help="Record, but display nothing.")
+        "--reset",
+        action="store_true",
+        help="Line mode: forget every event recorded so far in this session.",
+    )
     @magic_arguments.argument(
-        "--reset", action="store_true",
-        help="Line mode: forget every event recorded so far in this session.")
-    @magic_arguments.argument(
-        "--export", metavar="PATH", default=None,
+        "--export",
+        metavar="PATH",
+        default=None,
         help="Line mode: write the session's log to PATH; the format follows the extension "
-             "(.csv, .parquet or .json).")
+        "(.csv, .parquet or .json).",
+    )
     @magic_arguments.argument(
-        "--persist", metavar="PATH", default=None,
+        "--persist",
+        metavar="PATH",
+        default=None,
         help="Line mode: from now on also append every event to PATH as one JSON line, flushed at "
-             "once, so the log survives a kernel crash (jt.start(persist=PATH)).")
+        "once, so the log survives a kernel crash (jt.start(persist=PATH)).",
+    )
     @line_cell_magic
     def tracewatch(self, line: str, cell: str | None = None):
         """Show what jitted functions traced and compiled, and why each retraced.
@@ -178,12 +201,16 @@ class TracewatchMagics(Magics):
         title = f"%%tracewatch (cell {cell_no})" if cell_no is not None else "%%tracewatch"
         live = None
         if not args.quiet and widgets_shown(self.shell):
-            live = _contained(_display_live_table, title, since=session.log.next_seq, internal=args.internal)
+            live = _contained(
+                _display_live_table, title, since=session.log.next_seq, internal=args.internal
+            )
         with Watch(session, max_traces=args.max_traces, max_retraces=args.max_retraces) as watch:
             with _numbered_as(self.shell, cell_no), _retrace_tracebacks(self.shell):
                 self.shell.run_cell(cell, store_history=False)
         if live is not None:
-            _contained(session.settle)  # the persistent cache's words, before the table's last render
+            _contained(
+                session.settle
+            )  # the persistent cache's words, before the table's last render
             live[0].stop()
             _contained(_update_display, *live)  # the saved notebook's static report: the whole cell
         elif not args.quiet:
@@ -192,7 +219,9 @@ class TracewatchMagics(Magics):
 
     def _line(self, args, session) -> None:
         if args.max_traces is not None or args.max_retraces is not None:
-            print("tracewatch: --max-traces and --max-retraces apply to the cell magic %%tracewatch")
+            print(
+                "tracewatch: --max-traces and --max-retraces apply to the cell magic %%tracewatch"
+            )
         if args.persist:
             session.start(persist=args.persist)
             print(f"tracewatch: appending every event to {args.persist}")
@@ -215,13 +244,23 @@ class TracewatchMagics(Magics):
             title = "jaxtrace_nb session" + ("" if session.recording else " (not recording)")
             live = None
             if widgets_shown(self.shell):
-                live = _contained(_display_live_table, title, since=0, internal=args.internal,
-                                  dropped=session.log.dropped)
+                live = _contained(
+                    _display_live_table,
+                    title,
+                    since=0,
+                    internal=args.internal,
+                    dropped=session.log.dropped,
+                )
             if live is not None:
                 _set_session_table(*live)
             else:
-                _contained(_display_report, session.log.events(), title, internal=args.internal,
-                           dropped=session.log.dropped)
+                _contained(
+                    _display_report,
+                    session.log.events(),
+                    title,
+                    internal=args.internal,
+                    dropped=session.log.dropped,
+                )
 
 
 def show(source) -> None:

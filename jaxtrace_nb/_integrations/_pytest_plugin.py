@@ -34,31 +34,65 @@ import os
 
 import pytest
 
-from ._pytest_results import add_properties, end_at_user_line, github_annotation, past_limit, split_site, write_report
+from ._pytest_results import (
+    add_properties,
+    end_at_user_line,
+    github_annotation,
+    past_limit,
+    split_site,
+    write_report,
+)
 
 _ACTIVE = "jaxtrace-active"
-_MARKER = ("jaxtrace(max_traces=N): fail this test if any one jitted function is traced more than N "
-           "times while it runs (N=1 for a bare @pytest.mark.jaxtrace; overrides --jaxtrace-max-traces "
-           "for this test). From jaxtrace_nb: the error names the function, the changed leaf, "
-           "before -> after and a hint")
+_MARKER = (
+    "jaxtrace(max_traces=N): fail this test if any one jitted function is traced more than N "
+    "times while it runs (N=1 for a bare @pytest.mark.jaxtrace; overrides "
+    "--jaxtrace-max-traces "
+    "for this test). From jaxtrace_nb: the error names the function, the changed leaf, "
+    "before -> after and a hint"
+)
 _UPDATE = "--jaxtrace-baseline-update"
 
 
 def pytest_addoption(parser) -> None:
-    group = parser.getgroup("jaxtrace", "jaxtrace_nb: JAX retrace guard, compile baseline and report")
-    group.addoption("--jaxtrace-max-traces", metavar="N", type=int, default=None, dest="jaxtrace_max_traces",
-                    help="fail any test in which one jitted function is traced more than N times "
-                         "(per test: @pytest.mark.jaxtrace(max_traces=N))")
-    group.addoption("--jaxtrace-report", metavar="PATH", default=None, dest="jaxtrace_report",
-                    help="record every jit trace and compile of the session and write the report to PATH "
-                         "at the end (HTML for .html, else text)")
-    group.addoption("--jaxtrace-baseline", metavar="PATH", default=None, dest="jaxtrace_baseline",
-                    help="compare each test's traces and compiles per jitted function with the baseline file "
-                         "PATH: fail a test that traces or compiles a function more often, report one that "
-                         "does so less often (each test starts from empty JAX caches)")
-    group.addoption(_UPDATE, action="store_true", default=False, dest="jaxtrace_baseline_update",
-                    help="write the traces and compiles of the tests that ran and passed into the "
-                         "--jaxtrace-baseline file, instead of comparing")
+    group = parser.getgroup(
+        "jaxtrace", "jaxtrace_nb: JAX retrace guard, compile baseline and report"
+    )
+    group.addoption(
+        "--jaxtrace-max-traces",
+        metavar="N",
+        type=int,
+        default=None,
+        dest="jaxtrace_max_traces",
+        help="fail any test in which one jitted function is traced more than N times "
+        "(per test: @pytest.mark.jaxtrace(max_traces=N))",
+    )
+    group.addoption(
+        "--jaxtrace-report",
+        metavar="PATH",
+        default=None,
+        dest="jaxtrace_report",
+        help="record every jit trace and compile of the session and write the report to PATH "
+        "at the end (HTML for .html, else text)",
+    )
+    group.addoption(
+        "--jaxtrace-baseline",
+        metavar="PATH",
+        default=None,
+        dest="jaxtrace_baseline",
+        help="compare each test's traces and compiles per jitted function with the baseline file "
+        "PATH: fail a test that traces or compiles a function more often, report "
+        "one that "
+        "does so less often (each test starts from empty JAX caches)",
+    )
+    group.addoption(
+        _UPDATE,
+        action="store_true",
+        default=False,
+        dest="jaxtrace_baseline_update",
+        help="write the traces and compiles of the tests that ran and passed into the "
+        "--jaxtrace-baseline file, instead of comparing",
+    )
 
 
 def pytest_configure(config) -> None:
@@ -72,7 +106,9 @@ def pytest_configure(config) -> None:
     if update and not baseline:
         raise pytest.UsageError(f"{_UPDATE} needs --jaxtrace-baseline=PATH, the file to write")
     if max_traces is not None or report or baseline:
-        config.pluginmanager.register(_Active(config, max_traces, report, baseline, update), _ACTIVE)
+        config.pluginmanager.register(
+            _Active(config, max_traces, report, baseline, update), _ACTIVE
+        )
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:
@@ -91,15 +127,19 @@ def _marker_limit(item) -> int | None:
         return None
     value = marker.kwargs.get("max_traces", marker.args[0] if marker.args else 1)  # bare marker: 1
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.jaxtrace(max_traces=...) must be a positive "
-                                f"integer, not {value!r}")
+        raise pytest.UsageError(
+            f"{item.nodeid}: @pytest.mark.jaxtrace(max_traces=...) must be a positive "
+            f"integer, not {value!r}"
+        )
     return value
 
 
 class _Active:
     """The plugin's working part, registered only when an option or a marker asks for it."""
 
-    def __init__(self, config, max_traces: int | None, report: str | None, baseline: str | None, update: bool):
+    def __init__(
+        self, config, max_traces: int | None, report: str | None, baseline: str | None, update: bool
+    ):
         self.config = config
         self.max_traces = max_traces
         self.report = os.path.abspath(report) if report else None
@@ -117,10 +157,16 @@ class _Active:
         self._unsubscribe = None
         self._held = False
         self.wrote: list[str] = []
-        self.counted: dict[str, dict] = {}  # node id -> its counts per function (`_baseline.counts`)
+        self.counted: dict[
+            str, dict
+        ] = {}  # node id -> its counts per function (`_baseline.counts`)
         self.results: dict[str, dict] = {}  # the tests that passed: what the update writes
-        self.failed_tests: list[str] = []  # tests the update leaves as they were (they did not pass)
-        self.fewer: dict[str, list[str]] = {}  # node id -> what it did fewer times than its baseline
+        self.failed_tests: list[
+            str
+        ] = []  # tests the update leaves as they were (they did not pass)
+        self.fewer: dict[
+            str, list[str]
+        ] = {}  # node id -> what it did fewer times than its baseline
         self.over: list[str] = []  # tests failed by the baseline
         self.annotations: list[tuple] = []  # (level, file, line, title, message) for GitHub Actions
         self._collected: set[str] = set()
@@ -175,8 +221,11 @@ class _Active:
         from .._recording._session import get_session
         from ._watch import RetraceError, Watch
 
-        source = (f"@pytest.mark.jaxtrace(max_traces={limit})" if item.get_closest_marker("jaxtrace")
-                  else f"--jaxtrace-max-traces={limit}")
+        source = (
+            f"@pytest.mark.jaxtrace(max_traces={limit})"
+            if item.get_closest_marker("jaxtrace")
+            else f"--jaxtrace-max-traces={limit}"
+        )
         session = get_session()
         budget = None
         if self.baseline is not None:
@@ -187,7 +236,9 @@ class _Active:
                 budget = BudgetGuard(self.baseline, item.nodeid)
         watch = Watch(session, max_traces=limit)
         with watch:
-            unsubscribe = session.log.subscribe(budget.check, guard=True) if budget is not None else None
+            unsubscribe = (
+                session.log.subscribe(budget.check, guard=True) if budget is not None else None
+            )
             try:
                 result = yield
             except BaseException as e:
@@ -204,17 +255,23 @@ class _Active:
         __tracebackhide__ = True
         swallowed = past_limit(watch, limit) if limit is not None else None
         if swallowed is not None:  # the test caught the RetraceError and went on
-            raise RetraceError(f"{swallowed} (raised inside the test, which caught it; limit set by {source})")
+            raise RetraceError(
+                f"{swallowed} (raised inside the test, which caught it; limit set by {source})"
+            )
         if budget is not None and budget.stopped is not None:
             self.over.append(item.nodeid)
-            raise RetraceError(f"{budget.stopped} (raised inside the test, which caught it; "
-                               f"{self._baseline_note()})")
+            raise RetraceError(
+                f"{budget.stopped} (raised inside the test, which caught it; "
+                f"{self._baseline_note()})"
+            )
         if budget is not None:
             over = budget.compiles_over(watch.records)
             if over is not None:
                 message, event = over
                 self.over.append(item.nodeid)
-                raise RetraceError(f"{message}\n(jaxtrace_nb: {self._baseline_note()})", event=event)
+                raise RetraceError(
+                    f"{message}\n(jaxtrace_nb: {self._baseline_note()})", event=event
+                )
         return result
 
     def _note(self, item, error, budget, source: str) -> str:
@@ -225,8 +282,10 @@ class _Active:
         return f"(jaxtrace_nb: limit set by {source})"
 
     def _baseline_note(self) -> str:
-        return (f"baseline {os.path.relpath(self.baseline.path, self.root)}; if the new count is intended, "
-                f"run pytest with {_UPDATE}")
+        return (
+            f"baseline {os.path.relpath(self.baseline.path, self.root)}; if the new count is intended, "
+            f"run pytest with {_UPDATE}"
+        )
 
     # ------------------------------------------------------------ reports: JUnit XML, GitHub
     @pytest.hookimpl(wrapper=True)
@@ -252,13 +311,20 @@ class _Active:
         if where is None:
             where = (os.path.join(self.root, item.location[0]), (item.location[1] or 0) + 1)
         message = str(error)
-        properties = [("jaxtrace.message", message), ("jaxtrace.line", f"{self._relative(where[0])}:{where[1]}")]
+        properties = [
+            ("jaxtrace.message", message),
+            ("jaxtrace.line", f"{self._relative(where[0])}:{where[1]}"),
+        ]
         if event is not None:
-            properties += [(f"jaxtrace.{name}", getattr(event, name)) for name in
-                           ("function", "kind", "trace_number", "cause", "leaf", "before", "after")
-                           if getattr(event, name) is not None]
+            properties += [
+                (f"jaxtrace.{name}", getattr(event, name))
+                for name in ("function", "kind", "trace_number", "cause", "leaf", "before", "after")
+                if getattr(event, name) is not None
+            ]
         add_properties(item, report, properties)
-        self.annotations.append(("error", where[0], where[1], f"jaxtrace_nb: {item.nodeid}", message))
+        self.annotations.append(
+            ("error", where[0], where[1], f"jaxtrace_nb: {item.nodeid}", message)
+        )
 
     def _baseline_result(self, item, report) -> None:
         now = self.counted[item.nodeid]
@@ -277,8 +343,15 @@ class _Active:
             self.fewer[item.nodeid] = lines
             add_properties(item, report, [("jaxtrace.fewer", line) for line in lines])
             file = os.path.join(self.root, item.location[0])
-            self.annotations.append(("notice", file, (item.location[1] or 0) + 1, f"jaxtrace_nb: {item.nodeid}",
-                                     "fewer than the baseline: " + "; ".join(lines)))
+            self.annotations.append(
+                (
+                    "notice",
+                    file,
+                    (item.location[1] or 0) + 1,
+                    f"jaxtrace_nb: {item.nodeid}",
+                    "fewer than the baseline: " + "; ".join(lines),
+                )
+            )
 
     def _relative(self, path: str) -> str:
         base = os.environ.get("GITHUB_WORKSPACE") or self.root
@@ -311,10 +384,16 @@ class _Active:
 
     def _write_baseline(self) -> str:
         files = {test.split("::", 1)[0] for test in self._collected}
-        gone = {t for t in self.baseline.tests if t.split("::", 1)[0] in files and t not in self._collected}
+        gone = {
+            t
+            for t in self.baseline.tests
+            if t.split("::", 1)[0] in files and t not in self._collected
+        }
         held = self.baseline.write(self.results, gone)
-        text = (f"baseline written to {self.baseline.path}: {len(self.results)} test(s) recorded, {held} with "
-                "traces in the file")
+        text = (
+            f"baseline written to {self.baseline.path}: {len(self.results)} test(s) recorded, {held} with "
+            "traces in the file"
+        )
         if gone:
             text += f", {len(gone)} test(s) that no longer exist removed"
         if self.failed_tests:
@@ -328,11 +407,15 @@ class _Active:
         if self.baseline is not None and not self.update:
             name = os.path.relpath(self.baseline.path, self.root)
             compared = len(self.counted)
-            write(f"jaxtrace_nb: baseline {name}: {compared} test(s) compared, {len(self.over)} over the baseline, "
-                  f"{len(self.fewer)} under it")
+            write(
+                f"jaxtrace_nb: baseline {name}: {compared} test(s) compared, {len(self.over)} over the baseline, "
+                f"{len(self.fewer)} under it"
+            )
             for test, lines in self.fewer.items():
-                write(f"jaxtrace_nb: fewer than the baseline (not a failure; {_UPDATE} records it): {test}: "
-                      + "; ".join(lines))
+                write(
+                    f"jaxtrace_nb: fewer than the baseline (not a failure; {_UPDATE} records it): {test}: "
+                    + "; ".join(lines)
+                )
         if os.environ.get("GITHUB_ACTIONS") == "true":
             for level, file, line, title, message in self.annotations:
                 write(github_annotation(level, self._relative(file), line, title, message))

@@ -6,6 +6,7 @@ that line, the message of a guard the test swallowed, and the session's report f
 from __future__ import annotations
 
 import os
+
 from .._core._vocabulary import EventKind
 
 
@@ -45,6 +46,7 @@ def split_site(site: str) -> tuple[str, int] | None:
 
 def github_annotation(level: str, file: str, line: int, title: str, message: str) -> str:
     """A GitHub Actions workflow command (``::error file=…,line=…,title=…::message``), escaped."""
+
     def data(text: str) -> str:
         return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
@@ -71,7 +73,9 @@ def past_limit(watch, limit: int) -> str | None:
             seen[e.key] = seen.get(e.key, 0) + 1
             if seen[e.key] == limit + 1:
                 return retrace_message(e, limit + 1, f"max_traces={limit}")
-    return f"a jitted function ({over[0]}) was traced more than {limit} times, past max_traces={limit}"
+    return (
+        f"a jitted function ({over[0]}) was traced more than {limit} times, past max_traces={limit}"
+    )
 
 
 def write_report(path: str, events: list) -> str:
@@ -84,8 +88,10 @@ def write_report(path: str, events: list) -> str:
         if not e.internal:
             functions.setdefault(e.key, []).append(e)
     rows = [function_row(history) for history in functions.values()]
-    what = (f"{sum(r['traces'] for r in rows)} trace(s) of {len(rows)} function(s), "
-            f"{sum(r['retraces'] for r in rows)} retrace(s)")
+    what = (
+        f"{sum(r['traces'] for r in rows)} trace(s) of {len(rows)} function(s), "
+        f"{sum(r['retraces'] for r in rows)} retrace(s)"
+    )
     if path.lower().endswith((".html", ".htm")):
         from .._views._frames import events_frame
 

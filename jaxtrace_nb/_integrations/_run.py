@@ -65,7 +65,9 @@ class _AfterImport:
                 original(module)
             finally:
                 try:
-                    del loader.exec_module  # the loader is this spec's own: back to its class's method
+                    del (
+                        loader.exec_module
+                    )  # the loader is this spec's own: back to its class's method
                 except AttributeError:
                     pass
             callback()
@@ -97,8 +99,10 @@ class _Recording:
             self.started = True
         except Exception as e:  # never let our start break the program's `import jax`
             self.error = f"{type(e).__name__}: {e}"
-            print(f"jaxtrace_nb: could not start recording ({self.error}); the program runs unrecorded.",
-                  file=sys.stderr)
+            print(
+                f"jaxtrace_nb: could not start recording ({self.error}); the program runs unrecorded.",
+                file=sys.stderr,
+            )
 
     def end(self) -> None:
         watch, self.watch = self.watch, None
@@ -115,8 +119,16 @@ def _expand(path: str | None) -> str | None:
     return path.replace("{pid}", str(os.getpid())).replace("{host}", socket.gethostname())
 
 
-def run(script: str | None, args: list[str], *, module: str | None = None, persist: str | None = None,
-        max_traces: int | None = None, max_retraces: int | None = None, title: str | None = None) -> int:
+def run(
+    script: str | None,
+    args: list[str],
+    *,
+    module: str | None = None,
+    persist: str | None = None,
+    max_traces: int | None = None,
+    max_retraces: int | None = None,
+    title: str | None = None,
+) -> int:
     """Run `script` (or `module`) as python would, recording; the report goes to stderr at exit.
 
     Returns the exit status for an uncaught exception (1, after printing its traceback as
@@ -128,7 +140,10 @@ def run(script: str | None, args: list[str], *, module: str | None = None, persi
         try:  # fail now, not when the program imports JAX
             open(persist, "a", encoding="utf-8").close()
         except OSError as e:
-            print(f"jaxtrace_nb run: cannot write the log {persist!r}: {e.strerror or e}", file=sys.stderr)
+            print(
+                f"jaxtrace_nb run: cannot write the log {persist!r}: {e.strerror or e}",
+                file=sys.stderr,
+            )
             return 2
     recording = _Recording(persist, max_traces, max_retraces)
     status = {"interrupted": False, "pid": os.getpid()}
@@ -167,8 +182,11 @@ def _runner(script: str | None, module: str | None, args: list[str]):
     else:
         assert script is not None
         if not os.path.exists(script):
-            print(f"{sys.executable}: can't open file {os.path.abspath(script)!r}: "
-                  f"[Errno 2] No such file or directory", file=sys.stderr)
+            print(
+                f"{sys.executable}: can't open file {os.path.abspath(script)!r}: "
+                f"[Errno 2] No such file or directory",
+                file=sys.stderr,
+            )
             return 2
         sys.argv = [script, *args]
         _set_path0(script)
@@ -241,8 +259,14 @@ def _run_path(script: str) -> None:
         source = f.read()
     code = compile(source, filename, "exec", dont_inherit=True)
     main = types.ModuleType("__main__")
-    main.__dict__.update(__file__=filename, __cached__=None, __package__=None, __spec__=None,
-                         __loader__=SourceFileLoader("__main__", filename), __builtins__=__builtins__)
+    main.__dict__.update(
+        __file__=filename,
+        __cached__=None,
+        __package__=None,
+        __spec__=None,
+        __loader__=SourceFileLoader("__main__", filename),
+        __builtins__=__builtins__,
+    )
     sys.modules["__main__"] = main
     exec(code, main.__dict__)
 
@@ -286,7 +310,10 @@ def _at_exit(recording: _Recording, title: str, status: dict) -> None:
         print(text, file=sys.stderr)
     except Exception as e:  # the report must never change the program's exit
         try:
-            print(f"jaxtrace_nb: could not print the report ({type(e).__name__}: {e})", file=sys.stderr)
+            print(
+                f"jaxtrace_nb: could not print the report ({type(e).__name__}: {e})",
+                file=sys.stderr,
+            )
         except Exception:
             pass
     if status.get("interrupted"):

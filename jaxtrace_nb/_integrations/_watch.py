@@ -10,16 +10,17 @@ import sysconfig
 import types
 from typing import TYPE_CHECKING
 
-from .._diagnosis._diagnose import retrace_message
-from .._views._frames import events_frame, summary_frame
-from .._log._events import Event
 from .._core._vocabulary import EventKind
+from .._diagnosis._diagnose import retrace_message
+from .._log._events import Event
+from .._views._frames import events_frame, summary_frame
 
 if TYPE_CHECKING:
     from .._recording._session import Session
 
 
-# The note JAX's traceback filtering adds to an exception that left a jitted call ("quiet_remove_frames",
+# The note JAX's traceback filtering adds to an exception that left a jitted call
+# ("quiet_remove_frames",
 # its default outside IPython): true of JAX's own errors, noise under a retrace guard's message.
 _JAX_FRAMES_NOTE = "For simplicity, JAX has removed its internal frames"
 
@@ -43,13 +44,17 @@ class RetraceError(RuntimeError):
         super().add_note(note)
 
 
-RetraceError.__module__ = "jaxtrace_nb"  # the public name: tracebacks read `jaxtrace_nb.RetraceError`
+RetraceError.__module__ = (
+    "jaxtrace_nb"  # the public name: tracebacks read `jaxtrace_nb.RetraceError`
+)
 
 
 class Watch:
     """A recording scope; see :func:`jaxtrace_nb.watch`."""
 
-    def __init__(self, session: Session, max_traces: int | None = None, max_retraces: int | None = None):
+    def __init__(
+        self, session: Session, max_traces: int | None = None, max_retraces: int | None = None
+    ):
         if max_traces is not None and max_traces < 1:
             raise ValueError("max_traces must be a positive integer")
         if max_retraces is not None and max_retraces < 0:
@@ -66,7 +71,9 @@ class Watch:
     def __enter__(self) -> Watch:
         self._session.acquire()
         self._start = self._session.log.next_seq
-        if self.guards:  # each trace's event, diagnosed, at its start: past a limit, the trace stops
+        if (
+            self.guards
+        ):  # each trace's event, diagnosed, at its start: past a limit, the trace stops
             self._unsubscribe = self._session.log.subscribe(self.check, guard=True)
         return self
 
@@ -107,13 +114,17 @@ class Watch:
         if self.max_traces is not None:
             self._traces[key] += 1
             if self._traces[key] > self.max_traces:
-                raise RetraceError(retrace_message(event, self._traces[key], f"max_traces={self.max_traces}"),
-                                   event=event)
+                raise RetraceError(
+                    retrace_message(event, self._traces[key], f"max_traces={self.max_traces}"),
+                    event=event,
+                )
         if self.max_retraces is not None and (event.trace_number or 0) > 1:
             self._retraces[key] += 1
             if self._retraces[key] > self.max_retraces:
-                raise RetraceError(retrace_message(event, event.trace_number, f"max_retraces={self.max_retraces}"),
-                                   event=event)
+                raise RetraceError(
+                    retrace_message(event, event.trace_number, f"max_retraces={self.max_retraces}"),
+                    event=event,
+                )
 
 
 # ----------------------------------------------------------- the user's traceback
@@ -130,7 +141,9 @@ def library_frame(frame) -> bool:
 def _library_roots() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
     roots = [os.path.normpath(paths[name]) for name in ("stdlib", "purelib", "platlib")]
-    roots += [os.path.normpath(p) for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    roots += [
+        os.path.normpath(p) for p in sys.path if p.endswith(("site-packages", "dist-packages"))
+    ]
     return tuple(root + os.sep for root in roots)
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import NamedTuple, Sequence
 
+from .._core._vocabulary import JitKind
 from ._jax_layouts import KEY_PARTS
 from ._signature import Signature
-from .._core._vocabulary import JitKind
 from ._walker import Walker
 
 
@@ -28,13 +28,35 @@ class DeferredSignature:
     """A trace's signature whose leaves are read when first asked for (`get`), from the plans
     of its arguments' treedefs and their abstract values (never a user object)."""
 
-    __slots__ = ("_function_id", "_context", "_call", "_hashes", "_plans", "_vals", "_built", "n_leaves")
+    __slots__ = (
+        "_function_id",
+        "_context",
+        "_call",
+        "_hashes",
+        "_plans",
+        "_vals",
+        "_built",
+        "n_leaves",
+    )
 
-    def __init__(self, function_id: int, context: tuple, call: tuple, hashes: tuple, plans: tuple,
-                 vals: Sequence, n_leaves: int):
+    def __init__(
+        self,
+        function_id: int,
+        context: tuple,
+        call: tuple,
+        hashes: tuple,
+        plans: tuple,
+        vals: Sequence,
+        n_leaves: int,
+    ):
         # the function's id, the `Signature`'s trace context ((values, texts)) and call, the hashes
         # of JAX's key's parts (in the order of `KEY_PARTS`), the arguments (`PlannedArgument`s)
-        self._function_id, self._context, self._call, self._hashes = function_id, context, call, hashes
+        self._function_id, self._context, self._call, self._hashes = (
+            function_id,
+            context,
+            call,
+            hashes,
+        )
         self._plans, self._vals, self._built = plans, vals, None
         self.n_leaves = n_leaves
 
@@ -42,14 +64,32 @@ class DeferredSignature:
         built = self._built
         if built is not None:
             return built
-        plans, vals, context, call, hashes = self._plans, self._vals, self._context, self._call, self._hashes
-        if plans is None or context is None:  # another thread built it meanwhile (it sets `_built` first)
+        plans, vals, context, call, hashes = (
+            self._plans,
+            self._vals,
+            self._context,
+            self._call,
+            self._hashes,
+        )
+        if (
+            plans is None or context is None
+        ):  # another thread built it meanwhile (it sets `_built` first)
             return self._built
         walker = Walker(())
         for name, plan, start in plans:
             walker.apply_plan(name, plan, vals, start)
         values, texts = context
-        built = self._built = Signature(function_token=("id", self._function_id), context=texts, leaves=walker.leaves, function_path=None, jit_kind=JitKind.JIT, call=call, owners=None, key_parts=tuple(zip(KEY_PARTS, hashes)), context_values=values)
+        built = self._built = Signature(
+            function_token=("id", self._function_id),
+            context=texts,
+            leaves=walker.leaves,
+            function_path=None,
+            jit_kind=JitKind.JIT,
+            call=call,
+            owners=None,
+            key_parts=tuple(zip(KEY_PARTS, hashes)),
+            context_values=values,
+        )
         self._plans = self._vals = self._context = self._call = self._hashes = None
         return built
 

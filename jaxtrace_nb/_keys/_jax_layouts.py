@@ -58,7 +58,9 @@ class PlainCall(NamedTuple):
     fun: Any  # the traced callable
     tree: Any  # the treedef of the whole ``(args, kwargs)``
     vals: tuple  # the abstract value of every leaf, in order
-    debug_info: Any  # DebugInfo; with `fun` and `tree`, what JAX's cache key is made of (`TraceStart.key`)
+    debug_info: (
+        Any  # DebugInfo; with `fun` and `tree`, what JAX's cache key is made of (`TraceStart.key`)
+    )
     token: int  # as `TraceStart.token`
     names: Any  # JAX's name of every leaf (``DebugInfo.arg_names``): a tuple of strings, or None
 
@@ -107,8 +109,12 @@ class TraceLayout:
 
     # The files of JAX's jit machinery between a jitted object's caller and the announcing frame
     # (whoever called the jitted object is the frame above them).
-    machinery = ("jax/_src/pjit.py", "jax/_src/interpreters/partial_eval.py", "jax/_src/traceback_util.py",
-                 "jax/_src/linear_util.py")
+    machinery = (
+        "jax/_src/pjit.py",
+        "jax/_src/interpreters/partial_eval.py",
+        "jax/_src/traceback_util.py",
+        "jax/_src/linear_util.py",
+    )
 
     # The local of the frame reporting a trace's seconds whose id is the trace's pairing token. That
     # frame's ``jaxpr`` (the traced program) is bound only when the trace returned: JAX reports the
@@ -128,7 +134,8 @@ class FlatTreeLayout(TraceLayout):
         self.static_type = static_type
 
     def jitted(self, frame) -> Any:
-        # From JAX 0.9.2, ``pjit._infer_params(fun, ...)`` hands its `fun` to ``_trace_for_jit``, which
+        # From JAX 0.9.2, ``pjit._infer_params(fun, ...)`` hands its `fun` to ``_trace_for_jit``,
+        # which
         # hands it to the announcing frame; its locals are fewer and mostly bound (a cheaper read).
         caller = frame.f_back
         if caller is None or caller.f_code.co_name != "_trace_for_jit":
@@ -142,9 +149,19 @@ class FlatTreeLayout(TraceLayout):
         fun, in_avals, debug_info = local.get("fun"), local.get("in_avals"), local.get("debug_info")
         if fun is None or in_avals is None or debug_info is None:
             return None
-        # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this runs at every trace.
-        return tuple.__new__(PlainCall, (fun, in_avals.tree, in_avals.vals, debug_info, id(debug_info),
-                                         getattr(debug_info, "arg_names", None)))
+        # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this runs at every
+        # trace.
+        return tuple.__new__(
+            PlainCall,
+            (
+                fun,
+                in_avals.tree,
+                in_avals.vals,
+                debug_info,
+                id(debug_info),
+                getattr(debug_info, "arg_names", None),
+            ),
+        )
 
     def read(self, frame, local: dict) -> TraceStart | None:
         debug_info, in_avals = local.get("debug_info"), local.get("in_avals")
@@ -165,7 +182,16 @@ class FlatTreeLayout(TraceLayout):
                 start += child.num_leaves
         fun = local.get("fun")
         # The types are compared leaf by leaf; the key's other parts: the tree (with the statics).
-        return TraceStart(fun=fun, debug_info=debug_info, vals=list(in_avals.vals), positional=parts[:n_pos], keyword=list(zip(map(str, names[n_pos:]), parts[n_pos:])), key=cache_key(fun, in_avals.tree, debug_info), token=id(debug_info), in_avals=in_avals)
+        return TraceStart(
+            fun=fun,
+            debug_info=debug_info,
+            vals=list(in_avals.vals),
+            positional=parts[:n_pos],
+            keyword=list(zip(map(str, names[n_pos:]), parts[n_pos:])),
+            key=cache_key(fun, in_avals.tree, debug_info),
+            token=id(debug_info),
+            in_avals=in_avals,
+        )
 
 
 KEY_PARTS = ("function", "inputs", "debug info")  # what JAX's tracing-cache key is made of
@@ -202,7 +228,16 @@ class FTLayout(FlatTreeLayout):
             keyword.append((str(key), self._part(part, start)))
             start += len(part)
         fun = local.get("fun")
-        return TraceStart(fun=fun, debug_info=debug_info, vals=list(in_avals.vals), positional=positional, keyword=keyword, key=cache_key(fun, in_avals, debug_info), token=id(debug_info), in_avals=in_avals)
+        return TraceStart(
+            fun=fun,
+            debug_info=debug_info,
+            vals=list(in_avals.vals),
+            positional=positional,
+            keyword=keyword,
+            key=cache_key(fun, in_avals, debug_info),
+            token=id(debug_info),
+            in_avals=in_avals,
+        )
 
     def _part(self, part: Any, start: int) -> ArgPart:
         if isinstance(part, self.ft_static):
@@ -211,7 +246,9 @@ class FTLayout(FlatTreeLayout):
             tree = part.tree
         except Exception:  # FTSingleton / FTFiltered (e.g. JAX's jvp of a jit) have no treedef
             tree = None
-        if tree is None or tree.num_leaves != len(part):  # (an FTStatic inside a tuple: 1 leaf, 0 values)
+        if tree is None or tree.num_leaves != len(
+            part
+        ):  # (an FTStatic inside a tuple: 1 leaf, 0 values)
             import jax
 
             tree = jax.tree_util.tree_structure((0,) * len(part))
@@ -259,8 +296,18 @@ class PjitLayout(TraceLayout):
                 keyword.append((str(key), _dynamic(dynamic_kw[key], start)))
                 start += keyword[-1][1].size
         fun = here.get("fun")
-        statics = tuple(p.value for p in positional if p.static) + tuple(p.value for _, p in keyword if p.static)
-        return TraceStart(fun=fun, debug_info=dbg, vals=vals, positional=positional, keyword=keyword, key=cache_key(fun, (in_tree, tuple(vals), statics), dbg), token=token)
+        statics = tuple(p.value for p in positional if p.static) + tuple(
+            p.value for _, p in keyword if p.static
+        )
+        return TraceStart(
+            fun=fun,
+            debug_info=dbg,
+            vals=vals,
+            positional=positional,
+            keyword=keyword,
+            key=cache_key(fun, (in_tree, tuple(vals), statics), dbg),
+            token=token,
+        )
 
     end_token = "fun"
 

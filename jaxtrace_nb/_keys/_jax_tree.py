@@ -90,17 +90,37 @@ def tree_difference(new: Any, old: Any) -> TreeDifference | None:
         kind_a = node_a[0] if node_a else None
         kind_b = node_b[0] if node_b else None
         if leaf_a != leaf_b or kind_a is not kind_b:
-            return TreeDifference(path=path, what="node type", before=_kind(kind_b, leaf_b), after=_kind(kind_a, leaf_a), static=False)
+            return TreeDifference(
+                path=path,
+                what="node type",
+                before=_kind(kind_b, leaf_b),
+                after=_kind(kind_a, leaf_a),
+                static=False,
+            )
         children_a, children_b = a.children(), b.children()
         if len(children_a) != len(children_b):
-            return TreeDifference(path=path, what="number of children", before=f"{_kind(kind_b)} of {len(children_b)}", after=f"{_kind(kind_a)} of {len(children_a)}", static=False)
+            return TreeDifference(
+                path=path,
+                what="number of children",
+                before=f"{_kind(kind_b)} of {len(children_b)}",
+                after=f"{_kind(kind_a)} of {len(children_a)}",
+                static=False,
+            )
         data_a, data_b = node_a[1], node_b[1]
         if not _equal(data_a, data_b):
             inner, before, after = _inside(data_a, data_b)
             static = type(data_a).__name__ == "Static" and type(data_a).__module__.startswith("jax")
-            return TreeDifference(path=path + (f" (node data){inner}" if inner else ""), what="node data", before=before, after=after, static=static)
+            return TreeDifference(
+                path=path + (f" (node data){inner}" if inner else ""),
+                what="node data",
+                before=before,
+                after=after,
+                static=static,
+            )
         keys = _child_paths(kind_a, data_a, len(children_a))
-        stack.extend(reversed([(path + key, x, y) for key, x, y in zip(keys, children_a, children_b)]))
+        stack.extend(
+            reversed([(path + key, x, y) for key, x, y in zip(keys, children_a, children_b)])
+        )
     return None
 
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 from .._core._bounded import Bounded
-from ._signature import CUSTOM_NODE, Leaf, array_leaf, node_leaf
 from .._core._values import clip, summarize_static
 from .._core._vocabulary import LeafKind
 from .._core._witness import Witness
+from ._signature import CUSTOM_NODE, Leaf, array_leaf, node_leaf
 
 BUILTIN_CONTAINERS = (dict, list, tuple)
 
@@ -33,8 +33,10 @@ class Placeholder:
 def placeholders(td: Any, vals: list, start: int) -> list:
     """One `Placeholder` for each leaf of `td`, whose leaves are `vals[start:]` (abstract values,
     or placeholders already): the items to rebuild the argument from as a skeleton."""
-    return [v if type(v) is Placeholder else Placeholder(aval_leaf(v), start + i)
-            for i, v in enumerate(vals[start:start + td.num_leaves])]
+    return [
+        v if type(v) is Placeholder else Placeholder(aval_leaf(v), start + i)
+        for i, v in enumerate(vals[start : start + td.num_leaves])
+    ]
 
 
 # ------------------------------------------------------------------- arrays
@@ -62,9 +64,18 @@ def _new_aval_leaf(aval: Any) -> Leaf:
         dtype = dtype_name(aval.dtype)
         weak = bool(getattr(aval, "weak_type", False))
     except Exception:
-        return Leaf(LeafKind.ARRAY, clip(str(aval), 80), ("array", str(aval), "", False, None), witness=aval)
-    return array_leaf(shape, dtype, weak, _explicit_sharding(aval, len(shape)), aval, _type_extras(aval),
-                      _abstract_kind(aval))
+        return Leaf(
+            LeafKind.ARRAY, clip(str(aval), 80), ("array", str(aval), "", False, None), witness=aval
+        )
+    return array_leaf(
+        shape,
+        dtype,
+        weak,
+        _explicit_sharding(aval, len(shape)),
+        aval,
+        _type_extras(aval),
+        _abstract_kind(aval),
+    )
 
 
 _ARRAY_AVALS = frozenset({"ShapedArray", "DShapedArray", "ConcreteArray"})
@@ -85,7 +96,9 @@ def _type_extras(aval: Any) -> str:
     parts = []
     try:
         manual = getattr(aval, "manual_axis_type", None)  # JAX 0.10
-        varying = getattr(manual, "varying", None) if manual is not None else getattr(aval, "vma", None)
+        varying = (
+            getattr(manual, "varying", None) if manual is not None else getattr(aval, "vma", None)
+        )
         if varying:
             parts.append("varying " + ",".join(sorted(map(str, varying))))
         for name in ("unreduced", "reduced"):
@@ -123,7 +136,10 @@ def _explicit_sharding(aval: Any, ndim: int) -> tuple | None:
         if sharding is None or mesh is None or getattr(mesh, "empty", True):
             return None
         spec = tuple(sharding.spec) + (None,) * ndim
-        axes = tuple(None if s is None else "+".join(s) if isinstance(s, tuple) else str(s) for s in spec[:ndim])
+        axes = tuple(
+            None if s is None else "+".join(s) if isinstance(s, tuple) else str(s)
+            for s in spec[:ndim]
+        )
         return axes if any(axes) else None
     except Exception:
         return None
@@ -175,14 +191,16 @@ def type_name(t: type) -> str:
 
 
 # -------------------------------------------------------------------- nodes
-def container_leaf(kind: type, keys: list, children: list, vals: list, start: int, raw_keys=None) -> Leaf:
+def container_leaf(
+    kind: type, keys: list, children: list, vals: list, start: int, raw_keys=None
+) -> Leaf:
     """A dict, list or tuple read from its treedef: its kind, size (or keys), and what its elements are."""
     name = kind.__name__
     if kind is dict:
         return dict_leaf(keys, raw_keys)
     n = len(keys)
     all_leaves = n and all(c.num_nodes == 1 and c.num_leaves == 1 for c in children)
-    return sequence_leaf(name, n, vals[start:start + n] if all_leaves else None)
+    return sequence_leaf(name, n, vals[start : start + n] if all_leaves else None)
 
 
 def sequence_leaf(name: str, n: int, elements: list | None) -> Leaf:
@@ -190,7 +208,9 @@ def sequence_leaf(name: str, n: int, elements: list | None) -> Leaf:
     return node_leaf((name, n), f"{name} of {n}{elements_text(elements) if elements else ''}", name)
 
 
-def skeleton_container_leaf(kind: type, keys: list, text: str | None, raw_keys: list | None = None) -> Leaf:
+def skeleton_container_leaf(
+    kind: type, keys: list, text: str | None, raw_keys: list | None = None
+) -> Leaf:
     """A dict, list or tuple met in a skeleton (its `text` made by the walker)."""
     name = kind.__name__
     if kind is dict:
@@ -205,8 +225,12 @@ def dict_leaf(keys: list, raw_keys: list | None) -> Leaf:
     witness = None
     if raw_keys is not None and not all(isinstance(k, str) for k in raw_keys):
         witness = Witness(tuple(raw_keys))
-    return node_leaf(("dict", tuple(keys)), clip(f"dict with keys {shown}" if keys else "empty dict", 120), "dict",
-                     witness)
+    return node_leaf(
+        ("dict", tuple(keys)),
+        clip(f"dict with keys {shown}" if keys else "empty dict", 120),
+        "dict",
+        witness,
+    )
 
 
 def custom_node_leaf(kind: type, n: int, dict_keys: list | None = None) -> Leaf:
@@ -214,11 +238,15 @@ def custom_node_leaf(kind: type, n: int, dict_keys: list | None = None) -> Leaf:
     JAX compares by identity (a class defined again is another node type)."""
     name = getattr(kind, "__qualname__", None) or getattr(kind, "__name__", "?")
     if dict_keys:
-        shown = ", ".join(dict_key_text(k) for k in dict_keys[:6]) + (", …" if len(dict_keys) > 6 else "")
+        shown = ", ".join(dict_key_text(k) for k in dict_keys[:6]) + (
+            ", …" if len(dict_keys) > 6 else ""
+        )
         text = f"{name} with keys {shown}"
     else:
         text = name
-    return node_leaf((CUSTOM_NODE, type_name(kind)), clip(text, 120), type_name(kind), Witness(kind))
+    return node_leaf(
+        (CUSTOM_NODE, type_name(kind)), clip(text, 120), type_name(kind), Witness(kind)
+    )
 
 
 def elements_text(items: list) -> str:
@@ -227,6 +255,11 @@ def elements_text(items: list) -> str:
     if len(texts) != 1:
         return " arrays"
     text = texts.pop()
-    python = {"i32[] (weak)": "Python ints", "i64[] (weak)": "Python ints", "f32[] (weak)": "Python floats",
-              "f64[] (weak)": "Python floats", "bool[]": "bools"}
+    python = {
+        "i32[] (weak)": "Python ints",
+        "i64[] (weak)": "Python ints",
+        "f32[] (weak)": "Python floats",
+        "f64[] (weak)": "Python floats",
+        "bool[]": "bools",
+    }
     return f" {python.get(text, text + ' arrays')}"

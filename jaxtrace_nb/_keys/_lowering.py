@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._leaves import aval_leaf
-from ._signature import Signature
 from .._core._values import clip, summarize_static
 from .._core._vocabulary import LoweringKind
 from .._core._witness import Witness
+from ._leaves import aval_leaf
+from ._signature import Signature
 
 
 def lowering_signature(local: dict | None) -> tuple[Signature, str] | None:
@@ -38,13 +38,18 @@ def lowering_signature(local: dict | None) -> tuple[Signature, str] | None:
         leaf = aval_leaf(aval)
         # JAX's compile cache keys on the program and each argument's type and placement: JAX's
         # own objects, compared with its ``==``
-        leaves[name] = leaf._replace(detail=placement(sharding, layout, donate),
-                                     witness=(aval, sharding, layout, donate))
+        leaves[name] = leaf._replace(
+            detail=placement(sharding, layout, donate), witness=(aval, sharding, layout, donate)
+        )
     src_info = str(getattr(debug, "func_src_info", "") or "")
     # The program: JAX's compile cache keys on the traced program object itself (by identity). A
     # program JAX derived from a jitted function (its JVP or transpose under `jax.grad`) keeps no
     # argument names.
-    kind = LoweringKind.LOWERING if getattr(debug, "arg_names", None) is not None else LoweringKind.DERIVED
+    kind = (
+        LoweringKind.LOWERING
+        if getattr(debug, "arg_names", None) is not None
+        else LoweringKind.DERIVED
+    )
     return Signature(("program", Witness(closed)), (), leaves, jit_kind=kind), src_info
 
 
@@ -58,8 +63,12 @@ def placement(sharding: Any, layout: Any, donated: bool) -> str:
     if sharding is None or kind == "UnspecifiedValue":
         text = "uncommitted"
     elif kind == "SingleDeviceSharding":
-        device = getattr(sharding, "_device", None) or next(iter(getattr(sharding, "device_set", ()) or ()), None)
-        text = f"committed to {summarize_static(device).text}" if device is not None else "committed"
+        device = getattr(sharding, "_device", None) or next(
+            iter(getattr(sharding, "device_set", ()) or ()), None
+        )
+        text = (
+            f"committed to {summarize_static(device).text}" if device is not None else "committed"
+        )
     else:
         spec = getattr(sharding, "spec", None)
         text = f"sharded {clip(str(spec), 60)}" if spec is not None else clip(kind, 60)

@@ -71,13 +71,19 @@ class _SharedBudget:
         self.leaves += leaves
 
 
-_PLANS = Bounded(_MAX_PLANS)  # JAX's serialization of a treedef of dicts, lists, tuples and None -> its plan
-_CALL_PLANS = Bounded(_MAX_PLANS)  # JAX's serialization of a call's (args, kwargs) treedef -> CallPlan or False
+_PLANS = Bounded(
+    _MAX_PLANS
+)  # JAX's serialization of a treedef of dicts, lists, tuples and None -> its plan
+_CALL_PLANS = Bounded(
+    _MAX_PLANS
+)  # JAX's serialization of a call's (args, kwargs) treedef -> CallPlan or False
 # (hash of the treedef, its leaves, its nodes, JAX's argument names) -> `CallPlan`, for calls whose
 # names show every dict key (see `call_plan`).
 _NAMED_CALL_PLANS = Bounded(_MAX_PLANS)
 _BUDGET = _SharedBudget(_MAX_PLANNED_LEAVES, _PLANS, _CALL_PLANS, _NAMED_CALL_PLANS)
-_UNPLANNED = BoundedSet(4 * _MAX_PLANS)  # hashes of treedefs holding other nodes or keys (JAX hashes them per call)
+_UNPLANNED = BoundedSet(
+    4 * _MAX_PLANS
+)  # hashes of treedefs holding other nodes or keys (JAX hashes them per call)
 
 
 def tree_plan(td: Any) -> Plan | None:
@@ -88,7 +94,9 @@ def tree_plan(td: Any) -> Plan | None:
         key = hash(td)
     except Exception:  # node data that cannot be hashed: walked
         return None
-    if key in _UNPLANNED:  # (a plannable treedef of the same hash is walked instead: slower, the same leaves)
+    if (
+        key in _UNPLANNED
+    ):  # (a plannable treedef of the same hash is walked instead: slower, the same leaves)
         return None
     try:
         proto = td.serialize_using_proto()
@@ -155,8 +163,13 @@ def call_plan(td: Any, names: tuple | None = None) -> CallPlan | None:
     if plan is None:
         plan = _new_call_plan(td) or False
         _BUDGET.keep(_CALL_PLANS, proto, plan, td.num_leaves if plan else 0)
-    if plan and named is not None and len(names) == td.num_leaves and all(type(n) is str and n for n in names) \
-            and _every_dict_entry_has_leaves(td):
+    if (
+        plan
+        and named is not None
+        and len(names) == td.num_leaves
+        and all(type(n) is str and n for n in names)
+        and _every_dict_entry_has_leaves(td)
+    ):
         _BUDGET.keep(_NAMED_CALL_PLANS, named, plan, td.num_leaves)
     return plan or None
 
@@ -191,7 +204,11 @@ def _new_call_plan(td: Any) -> CallPlan | None:
         return None
     args_td, kwargs_td = td.children()
     kw_kind, kw_names = kwargs_td.node_data()
-    if args_td.node_data()[0] is not tuple or kw_kind is not dict or not all(type(k) is str for k in kw_names):
+    if (
+        args_td.node_data()[0] is not tuple
+        or kw_kind is not dict
+        or not all(type(k) is str for k in kw_names)
+    ):
         return None
     arguments, start, n_leaves = [], 0, 0
     for where, child in (*enumerate(args_td.children()), *zip(kw_names, kwargs_td.children())):
@@ -224,11 +241,20 @@ def _new_plan(td: Any) -> Plan | None:
         children = td.children()
         keys = child_keys(kind, aux, len(children))
         if kind is dict:
-            steps.append(ConstStep(path + NODE_SUFFIX, container_leaf(kind, keys, children, [], start)))
+            steps.append(
+                ConstStep(path + NODE_SUFFIX, container_leaf(kind, keys, children, [], start))
+            )
         else:
             n = len(keys)
             all_leaves = n and all(c.num_nodes == 1 and c.num_leaves == 1 for c in children)
-            steps.append(SeqStep(path=path + NODE_SUFFIX, name=kind.__name__, n=n, first=start if all_leaves else None))
+            steps.append(
+                SeqStep(
+                    path=path + NODE_SUFFIX,
+                    name=kind.__name__,
+                    n=n,
+                    first=start if all_leaves else None,
+                )
+            )
         pending = []
         for key, child in zip(keys, children):
             pending.append((path + key, child, start))

@@ -50,9 +50,15 @@ class TraceRecord(NamedTuple):
     thread: int
     call_site: str | None  # innermost user frame of the call that traced ("file:line", "In[5]:3")
     cache_generation: int  # counts the times JAX's trace cache was seen emptied (jax.clear_caches)
-    arg_names: dict | None  # JAX's name of each traced argument -> the user's path, where they differ
-    binding: Binding | None = None  # where the user's code bound the traced function object (its first trace)
-    evicted: bool = False  # JAX's tracing cache held no key of the function object (`f.clear_cache()`)
+    arg_names: (
+        dict | None
+    )  # JAX's name of each traced argument -> the user's path, where they differ
+    binding: Binding | None = (
+        None  # where the user's code bound the traced function object (its first trace)
+    )
+    evicted: bool = (
+        False  # JAX's tracing cache held no key of the function object (`f.clear_cache()`)
+    )
 
 
 class Binding(NamedTuple):
@@ -105,8 +111,16 @@ class XlaCost(NamedTuple):
 
 # The parts of JAX's persistent compilation cache key, in the order JAX hashes them, by JAX's
 # own names (its ``cache_key.get``): the key is one SHA-256 over all of them.
-CACHE_KEY_COMPONENTS = ("computation", "jax_lib version", "backend version", "XLA flags", "compile_options",
-                        "accelerator_config", "compression", "custom_hook")
+CACHE_KEY_COMPONENTS = (
+    "computation",
+    "jax_lib version",
+    "backend version",
+    "XLA flags",
+    "compile_options",
+    "accelerator_config",
+    "compression",
+    "custom_hook",
+)
 
 
 class CacheKeyRecord(NamedTuple):
@@ -148,7 +162,9 @@ class EarlierKey(NamedTuple):
     pid: int
     first_seen: float  # time.time() of its first and last computation, by any run
     last_seen: float
-    function: str | None  # the user's name and location of the function it was compiled for, when recorded
+    function: (
+        str | None
+    )  # the user's name and location of the function it was compiled for, when recorded
     location: str | None
     outcome: str  # the last lookup's outcome ("hit", "written", "not_written")
     reason: str  # why it was not written, when it was not
@@ -165,8 +181,12 @@ class CacheComparison(NamedTuple):
     same: EarlierKey | None  # this very key, computed before (by this run or another)
     closest: EarlierKey | None  # the other key of the same name whose parts differ least
     differing: tuple  # the names of the parts that differ from `closest`, in JAX's order
-    entry_exists: bool | None  # whether the cache holds an entry for this key now (checked with `same`)
-    module_bytes: bytes | None  # this key's canonical module (when the computation differs from `closest`'s)
+    entry_exists: (
+        bool | None
+    )  # whether the cache holds an entry for this key now (checked with `same`)
+    module_bytes: (
+        bytes | None
+    )  # this key's canonical module (when the computation differs from `closest`'s)
 
 
 class Trace:
@@ -181,14 +201,43 @@ class Trace:
     trace is queued as one with its event only. Holds no user array, tracer or object: the
     program only weakly, and strongly (`held`) only from a persistent cache's load to its walk."""
 
-    __slots__ = ("record", "name", "token", "frame", "code",  # the probe's: the trace, its pairing
-                 "time", "cell", "test", "start", "end", "seq", "new_object", "diagnosis",
-                 "pending", "trace_number", "retrace_number", "caller", "seconds", "graph",
-                 "profile", "event",  # the lifecycle's
-                 "program", "size", "sized", "queued", "held")  # the measurer's
+    __slots__ = (
+        "record",
+        "name",
+        "token",
+        "frame",
+        "code",  # the probe's: the trace, its pairing
+        "time",
+        "cell",
+        "test",
+        "start",
+        "end",
+        "seq",
+        "new_object",
+        "diagnosis",
+        "pending",
+        "trace_number",
+        "retrace_number",
+        "caller",
+        "seconds",
+        "graph",
+        "profile",
+        "event",  # the lifecycle's
+        "program",
+        "size",
+        "sized",
+        "queued",
+        "held",
+    )  # the measurer's
 
-    def __init__(self, record: TraceRecord | None, name: str, token: int | None = None,
-                 frame: int | None = None, code: object = None):
+    def __init__(
+        self,
+        record: TraceRecord | None,
+        name: str,
+        token: int | None = None,
+        frame: int | None = None,
+        code: object = None,
+    ):
         self.record, self.name, self.token, self.frame, self.code = record, name, token, frame, code
         self.time = _time()
         self.cell = self.test = None  # the notebook cell and pytest test it ran in

@@ -17,8 +17,8 @@ from .._core._values import StaticInfo
 from .._core._vocabulary import JitKind, LeafKind, Origin
 from .._core._witness import Witness, values_equal
 
-
-# The kinds as plain globals: made per leaf on the trace path, where an enum's attribute lookup costs.
+# The kinds as plain globals: made per leaf on the trace path, where an enum's attribute lookup
+# costs.
 _ARRAY, _STATIC, _NODE = LeafKind.ARRAY, LeafKind.STATIC, LeafKind.NODE
 
 
@@ -38,10 +38,21 @@ class Leaf(NamedTuple):
 
 
 _DTYPE_SHORT = {
-    "float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64",
-    "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
-    "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
-    "complex64": "c64", "complex128": "c128", "bool": "bool",
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "float32": "f32",
+    "float64": "f64",
+    "int8": "i8",
+    "int16": "i16",
+    "int32": "i32",
+    "int64": "i64",
+    "uint8": "u8",
+    "uint16": "u16",
+    "uint32": "u32",
+    "uint64": "u64",
+    "complex64": "c64",
+    "complex128": "c128",
+    "bool": "bool",
 }
 
 
@@ -61,11 +72,20 @@ class ArrayToken(NamedTuple):
     weak: bool
     sharding: tuple | None  # the mesh axes of each dimension, where the type carries a sharding
     other: str = ""  # the rest of the type where it is not the default (memory space, varying axes)
-    abstract: str = ""  # JAX's kind of abstract value where it is not an array's (``Ref`` for a mutable ref)
+    abstract: str = (
+        ""  # JAX's kind of abstract value where it is not an array's (``Ref`` for a mutable ref)
+    )
 
 
-def array_leaf(shape: tuple, dtype: str, weak: bool = False, sharding: tuple | None = None,
-               aval: object = None, other: str = "", abstract: str = "") -> Leaf:
+def array_leaf(
+    shape: tuple,
+    dtype: str,
+    weak: bool = False,
+    sharding: tuple | None = None,
+    aval: object = None,
+    other: str = "",
+    abstract: str = "",
+) -> Leaf:
     """An array leaf; `sharding` is the per-dimension mesh axes of an explicit sharding, if any;
     `aval` is JAX's abstract value itself (the leaf's `witness`)."""
     if sharding:
@@ -79,16 +99,29 @@ def array_leaf(shape: tuple, dtype: str, weak: bool = False, sharding: tuple | N
         text += f" {{{other}}}"
     if abstract:
         text = f"{abstract}{{{text}}}"
-    return Leaf(_ARRAY, text, ArrayToken("array", tuple(shape), dtype, bool(weak), sharding, other, abstract), dtype,
-                witness=aval)
+    return Leaf(
+        _ARRAY,
+        text,
+        ArrayToken("array", tuple(shape), dtype, bool(weak), sharding, other, abstract),
+        dtype,
+        witness=aval,
+    )
 
 
 def static_leaf(info: StaticInfo, origin: str = "", value: object = _NO_VALUE) -> Leaf:
     """A static value's leaf; with `value` (the object itself), a `Witness` of it: JAX's ``==``
     decides whether it changed (with the same type too for a ``static_argnums`` value)."""
     witness = None if value is _NO_VALUE else Witness(value, typed=origin == Origin.STATIC_ARGNUMS)
-    return Leaf(_STATIC, info.text, info.token, info.type_name, info.name, info.by_identity, origin,
-                witness=witness)
+    return Leaf(
+        _STATIC,
+        info.text,
+        info.token,
+        info.type_name,
+        info.name,
+        info.by_identity,
+        origin,
+        witness=witness,
+    )
 
 
 def same_for_jax(old: Leaf, new: Leaf) -> bool:
@@ -125,14 +158,17 @@ NONE_LEAF = Leaf(LeafKind.NONE, "None", ("none",))
 # Paths of node leaves: the node's path plus this suffix (shown without it).
 NODE_SUFFIX = " (structure)"
 
-CUSTOM_NODE = "custom"  # the first part of a custom node's `NodeToken.node`: ("custom", qualified type)
+CUSTOM_NODE = (
+    "custom"  # the first part of a custom node's `NodeToken.node`: ("custom", qualified type)
+)
 
 
 class NodeToken(NamedTuple):
     """A node leaf's token: what JAX's treedef compares of the node, besides its children."""
 
     kind: str  # "node"
-    # ("dict", keys), (list or tuple name, length), (`CUSTOM_NODE`, qualified type), or an adapter's own
+    # ("dict", keys), (list or tuple name, length), (`CUSTOM_NODE`, qualified type), or an adapter's
+    # own
     node: object
 
     @property
@@ -145,7 +181,8 @@ class NodeToken(NamedTuple):
 def node_leaf(token: object, what: str, type_name: str = "", witness: object = None) -> Leaf:
     """A pytree node: a container's kind and size, or a node's metadata (aux data). `witness`:
     what JAX compares of it where the token is not exactly that (a custom node's type)."""
-    # tuple.__new__: a NamedTuple's own __new__ is a Python function, and plans make these per trace.
+    # tuple.__new__: a NamedTuple's own __new__ is a Python function, and plans make these per
+    # trace.
     return Leaf(_NODE, what, tuple.__new__(NodeToken, ("node", token)), type_name, witness=witness)
 
 
@@ -169,7 +206,9 @@ class Signature(NamedTuple):
     # A weak reference to JAX's own argument structure of this trace (alive while JAX caches it),
     # to say a difference the leaves do not name in JAX's terms; or None
     tree_ref: object = None
-    library: bool = False  # the traced function is a library's (its own hints cannot ask to change it)
+    library: bool = (
+        False  # the traced function is a library's (its own hints cannot ask to change it)
+    )
 
     @property
     def n_leaves(self) -> int:
@@ -211,8 +250,11 @@ def call_changes(new: Signature, old: Signature) -> list[tuple[str, str, str]]:
     if new.call == old.call:
         return []
     old_call = dict(old.call)
-    return [(name, old_call[name], how) for name, how in new.call
-            if name in old_call and old_call[name] != how]
+    return [
+        (name, old_call[name], how)
+        for name, how in new.call
+        if name in old_call and old_call[name] != how
+    ]
 
 
 def context_changes(new: Signature, old: Signature) -> list[str]:
@@ -222,7 +264,9 @@ def context_changes(new: Signature, old: Signature) -> list[str]:
     if a and b and len(a) == len(b) and len(b) == len(new.context):
         if values_equal(a, b):  # (tuple equality: each pair by identity, then ``==``)
             return []
-        return [name for (name, _), x, y in zip(new.context, a, b) if not values_equal(x, y)] or ["trace context"]
+        return [name for (name, _), x, y in zip(new.context, a, b) if not values_equal(x, y)] or [
+            "trace context"
+        ]
     if new.context == old.context:
         return []
     old_map = dict(old.context)
@@ -230,7 +274,9 @@ def context_changes(new: Signature, old: Signature) -> list[str]:
     return changed or ["trace context"]
 
 
-def closest(new: Signature, previous: Sequence[Signature]) -> tuple[Signature, list[Change], list[str]]:
+def closest(
+    new: Signature, previous: Sequence[Signature]
+) -> tuple[Signature, list[Change], list[str]]:
     """The earlier signature with the fewest differences from `new`: (it, leaf changes, context changes)."""
     found = search(new, previous)
     return previous[found.index], found.changes, found.context
@@ -266,7 +312,13 @@ def search(new: Signature, previous: Sequence[Signature]) -> Found:
     index = -index
     old = previous[index]
     ties = tuple(sorted((-i for _, i in ranked[1:]), reverse=True))
-    return Found(index=index, changes=diff_leaves(new, old), context=context_changes(new, old), score=best, ties=ties)
+    return Found(
+        index=index,
+        changes=diff_leaves(new, old),
+        context=context_changes(new, old),
+        score=best,
+        ties=ties,
+    )
 
 
 def same_key(new: Signature, old: Signature) -> bool:
@@ -278,8 +330,11 @@ def _score(new: Signature, old: Signature, limit: int) -> tuple[int, tuple[int, 
     """The differing components of two keys, counted up to just past `limit`, and JAX's explainer's
     rank of their difference: (its lowest layer, its differences there), with the layers trace
     context 0, input pytree (structure, static values, ways of passing) 1, input types 3."""
-    context = 0 if new.context_values is old.context_values and new.context_values else \
-        len(context_changes(new, old))
+    context = (
+        0
+        if new.context_values is old.context_values and new.context_values
+        else len(context_changes(new, old))
+    )
     tree = 0 if new.call == old.call else len(call_changes(new, old))
     n = context + tree + (new.function_token != old.function_token and new.function_path is None)
     if n > limit:
@@ -318,6 +373,9 @@ def owners_of(signature: Signature, path: str) -> list[str]:
     owners = signature.owners
     if not owners:
         return []
-    found = [(len(prefix), type_name) for prefix, type_name in owners.items()
-             if path.startswith(prefix) and path[len(prefix):len(prefix) + 1] in (".", "[", "")]
+    found = [
+        (len(prefix), type_name)
+        for prefix, type_name in owners.items()
+        if path.startswith(prefix) and path[len(prefix) : len(prefix) + 1] in (".", "[", "")
+    ]
     return [type_name for _, type_name in sorted(found, reverse=True)]

@@ -16,8 +16,8 @@ import weakref
 from typing import Any, Callable, NamedTuple
 
 from .._core._bounded import Bounded
-from ._records import Binding
 from .._core._values import printable
+from ._records import Binding
 
 CELL_FILE = re.compile(r"^<ipython-input-\d+-[0-9a-f]+>$|ipykernel_\d+[/\\]\d+\.py$")
 MAX_CALL_SITE_DEPTH = 64
@@ -69,15 +69,19 @@ class CallSites:
         self.library_dirs = tuple(d for name in packages for d in package_dirs(name))
         self.cell_label: Callable[[str], str | None] | None = None  # set by the IPython glue
         self._library_files = Bounded(_MAX_KEPT)  # file name -> in a library's folder
-        self._locations = Bounded(_MAX_KEPT)  # (file name, line) -> its location text, outside cells
+        self._locations = Bounded(
+            _MAX_KEPT
+        )  # (file name, line) -> its location text, outside cells
         self._lines = Bounded(_MAX_KEPT)  # (id(code), offset) -> KnownLine
         self._call_path: CallPath | None = None  # the stack of the last `call_site`, as it keeps it
         self._last_site = LastSite(_dead_ref, -1, "")
         self._package_dirs: dict[str, tuple] = {}  # a library's package name -> its folders
-        self._store_lines = Bounded(_MAX_KEPT)  # (id(code), variable name) -> (weak ref to the code, lines)
+        self._store_lines = Bounded(
+            _MAX_KEPT
+        )  # (id(code), variable name) -> (weak ref to the code, lines)
 
     def location(self, filename: str, line: int) -> str:
-        """"file:line", or "In[5]:3" for a notebook cell (asked each time; other files' texts are kept)."""
+        """ "file:line", or "In[5]:3" for a notebook cell (asked each time; other files' texts are kept)."""
         text = self._locations.get((filename, line))
         if text is not None:
             return text
@@ -94,7 +98,9 @@ class CallSites:
     def is_library(self, filename: str) -> bool:
         known = self._library_files.get(filename)
         if known is None:
-            known = self._library_files.put(filename, bool(self.library_dirs) and filename.startswith(self.library_dirs))
+            known = self._library_files.put(
+                filename, bool(self.library_dirs) and filename.startswith(self.library_dirs)
+            )
         return known
 
     def in_package(self, filename: str, package: str) -> bool:
@@ -156,14 +162,19 @@ class CallSites:
             return last.text
         key = (id(code), lasti)
         seen = self._lines.get(key)
-        line = seen.line if seen is not None and seen.code() is code else self._line(key, code, frame.f_lineno)
+        line = (
+            seen.line
+            if seen is not None and seen.code() is code
+            else self._line(key, code, frame.f_lineno)
+        )
         filename = code.co_filename
         text = self._locations.get((filename, line))
         if text is None:
             return self.location(filename, line)
         seen = self._lines.get(key)
         if seen is not None:  # (`_line` keeps the weak reference to the code)
-            # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this may run per retrace.
+            # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this may run per
+            # retrace.
             self._last_site = tuple.__new__(LastSite, (seen.code, lasti, text))
         return text
 
@@ -201,7 +212,9 @@ class CallSites:
                 stores = self._stores(code, name)
                 if not stores:
                     return None  # held, not assigned by this code (a global another function sets)
-                return Binding(printable(name, 100), tuple(self.location(code.co_filename, n) for n in stores))
+                return Binding(
+                    printable(name, 100), tuple(self.location(code.co_filename, n) for n in stores)
+                )
             f = f.f_back  # not held here (a parameter, a function frame not read): the caller's
         return None
 

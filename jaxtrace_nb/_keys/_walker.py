@@ -12,11 +12,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._leaves import (BUILTIN_CONTAINERS, Placeholder, aval_leaf, child_keys, container_leaf, custom_node_leaf,
-                      elements_text, keystr, placeholders, sequence_leaf, skeleton_container_leaf, type_name)
+from .._core._values import summarize_static
+from ._leaves import (
+    BUILTIN_CONTAINERS,
+    Placeholder,
+    aval_leaf,
+    child_keys,
+    container_leaf,
+    custom_node_leaf,
+    elements_text,
+    keystr,
+    placeholders,
+    sequence_leaf,
+    skeleton_container_leaf,
+    type_name,
+)
 from ._plans import ConstStep, LeafStep, Plan, argument_plan
 from ._signature import NODE_SUFFIX, NONE_LEAF, Leaf, Origin, static_leaf
-from .._core._values import summarize_static
 
 
 class Walker:
@@ -111,8 +123,11 @@ class Walker:
                 leaves[path] = step.leaf
             else:  # SeqStep
                 first = step.first
-                leaves[path] = sequence_leaf(step.name, step.n, None if first is None
-                                             else vals[start + first:start + first + step.n])
+                leaves[path] = sequence_leaf(
+                    step.name,
+                    step.n,
+                    None if first is None else vals[start + first : start + first + step.n],
+                )
 
     def walk_tree(self, prefix: str, td: Any, vals: list, start: int = 0) -> None:
         """`tree`, read node by node from the treedef (no plan)."""
@@ -127,7 +142,9 @@ class Walker:
                 self.leaves[path] = NONE_LEAF
                 continue
             if td.num_leaves == 0 and kind not in BUILTIN_CONTAINERS:
-                self._custom(path, td, vals, start)  # a static node (register_static), e.g. a GraphDef
+                self._custom(
+                    path, td, vals, start
+                )  # a static node (register_static), e.g. a GraphDef
                 continue
             children = td.children()
             keys = child_keys(kind, aux, len(children))
@@ -135,7 +152,9 @@ class Walker:
                 self._custom(path, td, vals, start)
                 continue
             if kind in BUILTIN_CONTAINERS:
-                self.leaves[path + NODE_SUFFIX] = container_leaf(kind, keys, children, vals, start, aux)
+                self.leaves[path + NODE_SUFFIX] = container_leaf(
+                    kind, keys, children, vals, start, aux
+                )
             else:
                 self.owners[path] = type_name(kind)
                 self.leaves[path + NODE_SUFFIX] = custom_node_leaf(kind, len(children))
@@ -185,22 +204,34 @@ class Walker:
                     return []
         import jax
 
-        pairs, _ = jax.tree_util.tree_flatten_with_path(node, is_leaf=lambda x: x is not node)  # one level
+        pairs, _ = jax.tree_util.tree_flatten_with_path(
+            node, is_leaf=lambda x: x is not node
+        )  # one level
         if len(pairs) == 1 and pairs[0][1] is node:  # not a pytree node: a value in the key
             self.static(path, node, Origin.NODE_METADATA)
             return []
         children = [(path + keystr(keypath), item) for keypath, item in pairs]
         if t in BUILTIN_CONTAINERS:
-            keys = [child_path[len(path):] for child_path, _ in children]
+            keys = [child_path[len(path) :] for child_path, _ in children]
             items = [item for _, item in children]
             leaf_like = all(type(i) is Placeholder for i in items)
-            text = (f"{t.__name__} of {len(items)}{elements_text(items) if items and leaf_like else ''}"
-                    if t is not dict else None)
+            text = (
+                f"{t.__name__} of {len(items)}{elements_text(items) if items and leaf_like else ''}"
+                if t is not dict
+                else None
+            )
             raw_keys = [keypath[0].key for keypath, _ in pairs] if t is dict else None
             self.leaves[path + NODE_SUFFIX] = skeleton_container_leaf(t, keys, text, raw_keys)
         else:
-            dict_keys = [getattr(keypath[0], "key", None) for keypath, _ in pairs
-                         if keypath and type(keypath[0]).__name__ == "DictKey"]
-            self.leaves.setdefault(path + NODE_SUFFIX, custom_node_leaf(t, len(pairs), dict_keys
-                                                                        if len(dict_keys) == len(pairs) else None))
+            dict_keys = [
+                getattr(keypath[0], "key", None)
+                for keypath, _ in pairs
+                if keypath and type(keypath[0]).__name__ == "DictKey"
+            ]
+            self.leaves.setdefault(
+                path + NODE_SUFFIX,
+                custom_node_leaf(
+                    t, len(pairs), dict_keys if len(dict_keys) == len(pairs) else None
+                ),
+            )
         return children

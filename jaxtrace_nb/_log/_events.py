@@ -22,22 +22,57 @@ DEFAULT_MAX_EVENTS = 100_000
 # The DataFrame's columns, in order, by dtype; the first 17 are the documented contract.
 _TEXT, _INT, _FLOAT, _BOOL = "text", "Int64", "float64", "bool"
 COLUMN_TYPES = (
-    ("time", "datetime"), ("cell", _INT), ("function", _TEXT), ("location", _TEXT), ("kind", "kind"),
-    ("internal", _BOOL), ("nested", _BOOL), ("trace_number", _INT), ("cause", "cause"), ("leaf", _TEXT),
-    ("before", _TEXT), ("after", _TEXT), ("explanation", _TEXT), ("hint", _TEXT), ("trace_s", _FLOAT),
-    ("lower_s", _FLOAT), ("compile_s", _FLOAT), ("call_site", _TEXT), ("cache_hit", "boolean"),
-    ("cache_saved_s", _FLOAT), ("eqns", _INT), ("eqns_total", _INT), ("loop_repeats", _INT),
-    ("loop_line", _TEXT), ("flops", _FLOAT), ("arg_bytes", _INT), ("out_bytes", _INT), ("temp_bytes", _INT),
-    ("compile_s_per_keqn", _FLOAT), ("jit", "jit"), ("thread", _INT), ("key", _TEXT), ("seq", _INT),
-    ("host", _TEXT), ("process", _INT), ("signature", _TEXT), ("hint_ids", _TEXT), ("persistent_cache", _TEXT),
+    ("time", "datetime"),
+    ("cell", _INT),
+    ("function", _TEXT),
+    ("location", _TEXT),
+    ("kind", "kind"),
+    ("internal", _BOOL),
+    ("nested", _BOOL),
+    ("trace_number", _INT),
+    ("cause", "cause"),
+    ("leaf", _TEXT),
+    ("before", _TEXT),
+    ("after", _TEXT),
+    ("explanation", _TEXT),
+    ("hint", _TEXT),
+    ("trace_s", _FLOAT),
+    ("lower_s", _FLOAT),
+    ("compile_s", _FLOAT),
+    ("call_site", _TEXT),
+    ("cache_hit", "boolean"),
+    ("cache_saved_s", _FLOAT),
+    ("eqns", _INT),
+    ("eqns_total", _INT),
+    ("loop_repeats", _INT),
+    ("loop_line", _TEXT),
+    ("flops", _FLOAT),
+    ("arg_bytes", _INT),
+    ("out_bytes", _INT),
+    ("temp_bytes", _INT),
+    ("compile_s_per_keqn", _FLOAT),
+    ("jit", "jit"),
+    ("thread", _INT),
+    ("key", _TEXT),
+    ("seq", _INT),
+    ("host", _TEXT),
+    ("process", _INT),
+    ("signature", _TEXT),
+    ("hint_ids", _TEXT),
+    ("persistent_cache", _TEXT),
     ("line_profile", _TEXT),
-    ("test", _TEXT), ("created_at", _TEXT),
+    ("test", _TEXT),
+    ("created_at", _TEXT),
 )
 COLUMNS = tuple(name for name, _ in COLUMN_TYPES)
 _TEXT_COLUMNS = tuple(name for name, kind in COLUMN_TYPES if kind == _TEXT)
 # Where each timed stage's seconds go: the only place stages meet column names.
-STAGE_COLUMNS = {Stage.TRACE: "trace_s", Stage.LOWER: "lower_s", Stage.COMPILE: "compile_s",
-                 Stage.CACHE_SAVED: "cache_saved_s"}
+STAGE_COLUMNS = {
+    Stage.TRACE: "trace_s",
+    Stage.LOWER: "lower_s",
+    Stage.COMPILE: "compile_s",
+    Stage.CACHE_SAVED: "cache_saved_s",
+}
 _XLA_COST_COLUMNS = ("flops", "arg_bytes", "out_bytes", "temp_bytes")
 
 _ALL_COLUMNS = operator.attrgetter(*COLUMNS)
@@ -65,8 +100,13 @@ class _EventMethods:
 
     def set_diagnosis(self, d, hint: str | None, hint_ids: str | None) -> None:
         """The diagnosis `d`'s fields, with the event's hint and hint ids as given."""
-        self.cause, self.leaf, self.before, self.after, self.explanation = d.cause, d.leaf, d.before, d.after, \
-            d.explanation
+        self.cause, self.leaf, self.before, self.after, self.explanation = (
+            d.cause,
+            d.leaf,
+            d.before,
+            d.after,
+            d.explanation,
+        )
         self.hint, self.hint_ids = hint, hint_ids
 
     def as_tuple(self) -> tuple:
@@ -97,14 +137,28 @@ class _EventMethods:
 
 # Each column's values, by its kind in `COLUMN_TYPES` (a log read back from disk holds the enums'
 # plain strings, equal to their members).
-_FIELD_TYPES = {"datetime": datetime.datetime, _INT: int, _FLOAT: float, _BOOL: bool, "boolean": bool, _TEXT: str,
-                "kind": EventKind, "cause": Cause, "jit": JitKind}
+_FIELD_TYPES = {
+    "datetime": datetime.datetime,
+    _INT: int,
+    _FLOAT: float,
+    _BOOL: bool,
+    "boolean": bool,
+    _TEXT: str,
+    "kind": EventKind,
+    "cause": Cause,
+    "jit": JitKind,
+}
 
 # One trace (with the compile that followed it) or one compile without a trace: a field per column,
 # each a keyword of its constructor, None by default.
 Event = dataclasses.make_dataclass(
-    "Event", [(name, _FIELD_TYPES[kind] | None, None) for name, kind in COLUMN_TYPES], bases=(_EventMethods,),
-    slots=True, eq=False, repr=False)
+    "Event",
+    [(name, _FIELD_TYPES[kind] | None, None) for name, kind in COLUMN_TYPES],
+    bases=(_EventMethods,),
+    slots=True,
+    eq=False,
+    repr=False,
+)
 Event.__module__ = __name__
 
 

@@ -15,8 +15,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from ._events import COLUMNS, Event
 from .._core._missing import json_value
+from ._events import COLUMNS, Event
 
 
 class JsonlWriter:
@@ -66,7 +66,9 @@ def load_events(path: str | os.PathLike) -> list[Event]:
             else:
                 latest[key] = record
     # One run is one process: events recorded before JAX knew its process index get the run's.
-    process_of_run = {r.get("run"): r["process"] for r in latest.values() if r.get("process") is not None}
+    process_of_run = {
+        r.get("run"): r["process"] for r in latest.values() if r.get("process") is not None
+    }
     events = []
     for record in latest.values():
         fields = {name: record.get(name) for name in COLUMNS}

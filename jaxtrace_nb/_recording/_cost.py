@@ -42,14 +42,19 @@ def find_unrolled(names: Sequence[str], min_repeats: int = MIN_REPEATS) -> Unrol
     import numpy as np
 
     codes: dict[str, int] = {}
-    seq = np.fromiter((codes.setdefault(name, len(codes)) for name in names), dtype=np.int32, count=n)
+    seq = np.fromiter(
+        (codes.setdefault(name, len(codes)) for name in names), dtype=np.int32, count=n
+    )
     # Distances between consecutive occurrences of each primitive: positions grouped by primitive
     # (a stable sort keeps each group in order), differences inside a group.
     order = np.argsort(seq, kind="stable")
     same = seq[order][1:] == seq[order][:-1]
     counts = np.bincount(np.diff(order)[same], minlength=1)
-    periods = [int(p) for p in np.lexsort((np.arange(len(counts)), -counts))[:_MAX_CANDIDATE_PERIODS]
-               if counts[p] > 0]  # most common first; ties: the shorter period first
+    periods = [
+        int(p)
+        for p in np.lexsort((np.arange(len(counts)), -counts))[:_MAX_CANDIDATE_PERIODS]
+        if counts[p] > 0
+    ]  # most common first; ties: the shorter period first
     best: Unrolled | None = None
     for period in periods:
         if period * min_repeats > n:
@@ -59,8 +64,11 @@ def find_unrolled(names: Sequence[str], min_repeats: int = MIN_REPEATS) -> Unrol
             continue
         repeats, start = found
         candidate = Unrolled(repeats, period, start)
-        if repeats >= min_repeats and (best is None or candidate.equations > best.equations
-                                       or (candidate.equations == best.equations and period < best.period)):
+        if repeats >= min_repeats and (
+            best is None
+            or candidate.equations > best.equations
+            or (candidate.equations == best.equations and period < best.period)
+        ):
             best = candidate
     return best
 
@@ -81,7 +89,9 @@ def _longest_repeat(seq, period: int) -> tuple[int, int] | None:
     return run // period + 1, int(starts[k])
 
 
-def graph_stats(closed_jaxpr: Any, location: Callable[[str, int], str], total: int | None = None) -> GraphStats | None:
+def graph_stats(
+    closed_jaxpr: Any, location: Callable[[str, int], str], total: int | None = None
+) -> GraphStats | None:
     """Equation counts and an unrolled loop of a traced (closed) jaxpr; `location` names a line.
     `total`: its equations in all, sub-jaxprs included, where a walk of the same jaxpr has counted
     them (`_lineprof.LineProfiler.profile`'s rows); counted here if None."""
@@ -91,9 +101,15 @@ def graph_stats(closed_jaxpr: Any, location: Callable[[str, int], str], total: i
         return None
     n = len(eqns)
     found = find_unrolled([eqn.primitive.name for eqn in eqns]) if n >= 2 * MIN_REPEATS else None
-    where = _loop_location(eqns[found.start:found.start + found.period], location) if found else None
+    where = (
+        _loop_location(eqns[found.start : found.start + found.period], location) if found else None
+    )
     if total is None:  # no equation can hold a sub-jaxpr (the common case): no count to walk
-        total = n if _PLAIN_PRIMITIVES.issuperset(map(_PRIMITIVE, eqns)) else _count_equations(jaxpr, eqns, {})
+        total = (
+            n
+            if _PLAIN_PRIMITIVES.issuperset(map(_PRIMITIVE, eqns))
+            else _count_equations(jaxpr, eqns, {})
+        )
     # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this runs at every trace.
     return tuple.__new__(GraphStats, (n, total, found, where))
 
@@ -114,7 +130,9 @@ def _count_equations(jaxpr: Any, eqns: Sequence[Any], memo: dict) -> int:
         return memo[key]
     memo[key] = 0  # a cycle cannot happen in a jaxpr, but never recurse forever
     total = len(eqns)
-    if _PLAIN_PRIMITIVES.issuperset(map(_PRIMITIVE, eqns)):  # no parameter of any equation may hold a jaxpr
+    if _PLAIN_PRIMITIVES.issuperset(
+        map(_PRIMITIVE, eqns)
+    ):  # no parameter of any equation may hold a jaxpr
         memo[key] = total
         return total
     for eqn in eqns:
@@ -173,9 +191,13 @@ def _jaxpr_params(eqn: Any) -> tuple:
     primitives put jaxprs in their ``static`` tuple in some equations only), or None under a
     name that says so (Pallas's ``custom_fusion`` has ``pallas_jaxpr=None`` in some equations;
     every optional jaxpr parameter in JAX is named so: ``tests/test_compile_cost.py``)."""
-    names = tuple(name for name, value in eqn.params.items()
-                  if isinstance(value, (tuple, list)) or type(value).__name__ in ("Jaxpr", "ClosedJaxpr")
-                  or (value is None and "jaxpr" in name))
+    names = tuple(
+        name
+        for name, value in eqn.params.items()
+        if isinstance(value, (tuple, list))
+        or type(value).__name__ in ("Jaxpr", "ClosedJaxpr")
+        or (value is None and "jaxpr" in name)
+    )
     try:
         if len(_JAXPR_PARAMS) < 4096:
             _JAXPR_PARAMS[eqn.primitive] = names
@@ -230,7 +252,9 @@ class XlaReads:
         # per figure: the prior's sums, and the timed reads' decayed sums (weight, n, t, n², n·t)
         self._prior = [_sums(points) for points in prior]
         self._timed = [[0.0] * 5 for _ in prior]
-        self.lines = [_fit(sums) for sums in self._prior]  # per figure: (seconds, seconds per equation)
+        self.lines = [
+            _fit(sums) for sums in self._prior
+        ]  # per figure: (seconds, seconds per equation)
 
     def plan(self, equations: int | None, budget_s: float) -> tuple[bool, bool]:
         """(read the FLOPs, read the bytes): those predicted to cost, together, at most `budget_s`.
@@ -240,7 +264,9 @@ class XlaReads:
         (flops_fixed, flops_rate), (bytes_fixed, bytes_rate) = self.lines
         flops_s = flops_fixed + flops_rate * equations
         with_flops = flops_s <= budget_s
-        return with_flops, (flops_s if with_flops else 0.0) + bytes_fixed + bytes_rate * equations <= budget_s
+        return with_flops, (
+            flops_s if with_flops else 0.0
+        ) + bytes_fixed + bytes_rate * equations <= budget_s
 
     def may_read(self, at_least: int, budget_s: float) -> bool:
         """Whether `plan` may read a figure of a program of `at_least` equations or more within
@@ -268,15 +294,22 @@ class XlaReads:
             return
         with self._lock:
             timed = self._timed[figure]
-            for i, value in enumerate((1.0, equations, seconds, equations * equations, equations * seconds)):
+            for i, value in enumerate(
+                (1.0, equations, seconds, equations * equations, equations * seconds)
+            ):
                 timed[i] = timed[i] * _DECAY + value
             self.lines[figure] = _fit([p + t for p, t in zip(self._prior[figure], timed)])
 
 
 def _sums(points) -> list[float]:
     """(weight, n, t, n², n·t) of (n, t) points of weight one each."""
-    return [float(len(points)), sum(n for n, _ in points), sum(t for _, t in points),
-            sum(n * n for n, _ in points), sum(n * t for n, t in points)]
+    return [
+        float(len(points)),
+        sum(n for n, _ in points),
+        sum(t for _, t in points),
+        sum(n * n for n, _ in points),
+        sum(n * t for n, t in points),
+    ]
 
 
 def _fit(sums) -> tuple[float, float]:
@@ -307,6 +340,10 @@ def _flops(executable: Any) -> float | None:
 def _bytes(executable: Any) -> tuple:
     try:
         stats = executable.get_compiled_memory_stats()
-        return int(stats.argument_size_in_bytes), int(stats.output_size_in_bytes), int(stats.temp_size_in_bytes)
+        return (
+            int(stats.argument_size_in_bytes),
+            int(stats.output_size_in_bytes),
+            int(stats.temp_size_in_bytes),
+        )
     except Exception:
         return None, None, None

@@ -20,9 +20,18 @@ from typing import Any, Callable, NamedTuple
 
 from .. import _adapters
 from .._core._bounded import Bounded
-from .._keys._calls import SRC_INFO, DecodedCall, TreeArg, arg_name, argument, parameters, raw_identity
+from .._core._values import clip, printable, summarize_static
+from .._core._vocabulary import JitKind, Origin
+from .._keys._calls import (
+    SRC_INFO,
+    DecodedCall,
+    TreeArg,
+    arg_name,
+    argument,
+    parameters,
+    raw_identity,
+)
 from .._keys._deferred import DeferredSignature, PlannedArgument, key_hashes, key_parts
-from ._jax_internals import Internals, all_abstract, trace_context_function, trace_context_names
 from .._keys._jax_layouts import PlainCall, TraceStart, cache_key
 from .._keys._jax_tree import handle as tree_handle
 from .._keys._lowering import lowering_signature
@@ -30,9 +39,8 @@ from .._keys._plans import CallPlan, argument_plan, call_plan, keys_are_str
 from .._keys._records import Binding, FunctionIdentity, LoweringRecord, TraceRecord
 from .._keys._signature import Signature
 from .._keys._sites import CELL_FILE, MAX_CALL_SITE_DEPTH, CallSites
-from .._core._values import clip, printable, summarize_static
-from .._core._vocabulary import JitKind, Origin
 from .._keys._walker import Walker
+from ._jax_internals import Internals, all_abstract, trace_context_function, trace_context_names
 
 _MAX_KEPT = 4096  # functions whose identity and last plain call are kept
 
@@ -96,13 +104,25 @@ class Decoder(CallSites):
         self.internals = internals
         self._identities = Bounded(_MAX_KEPT)  # id(function) -> KnownFunction
         self._named_plans = Bounded(_MAX_KEPT)  # id(function) -> NamedPlan
-        self._bound = Bounded(_MAX_KEPT)  # id(function) -> weak reference: its binding was looked for
+        self._bound = Bounded(
+            _MAX_KEPT
+        )  # id(function) -> weak reference: its binding was looked for
         self._context = TraceContext((), ())  # JAX's last trace-context values, and their texts
-        self._trace_context = trace_context_function()  # JAX's: every config value its caches key on
+        self._trace_context = (
+            trace_context_function()
+        )  # JAX's: every config value its caches key on
 
     # ------------------------------------------------------------- traces
-    def trace_record(self, start: TraceStart, *, nested: bool, thread: int, cache_generation: int,
-                     on_fault: Callable[[str, BaseException], None], frame=None) -> TraceRecord:
+    def trace_record(
+        self,
+        start: TraceStart,
+        *,
+        nested: bool,
+        thread: int,
+        cache_generation: int,
+        on_fault: Callable[[str, BaseException], None],
+        frame=None,
+    ) -> TraceRecord:
         """The record of a trace; `frame` is the trace's own (the user's call is found above it)."""
         adapters = _adapters.active()
         call = self.decode_call(start, adapters)
@@ -122,7 +142,17 @@ class Decoder(CallSites):
                 ref = weakref.ref(call.user_fun)
             except TypeError:
                 ref = None
-        return TraceRecord(identity=identity, nested=nested, signature=signature, function_ref=ref, thread=thread, call_site=self.call_site(frame), cache_generation=cache_generation, arg_names=arg_names, binding=None if identity.internal else self._first_binding(call.user_fun, ref, frame))
+        return TraceRecord(
+            identity=identity,
+            nested=nested,
+            signature=signature,
+            function_ref=ref,
+            thread=thread,
+            call_site=self.call_site(frame),
+            cache_generation=cache_generation,
+            arg_names=arg_names,
+            binding=None if identity.internal else self._first_binding(call.user_fun, ref, frame),
+        )
 
     def _called_by(self, identity: FunctionIdentity, call: DecodedCall, frame) -> FunctionIdentity:
         """`identity` with `internal` as this call makes it: whoever called the jitted object
@@ -146,8 +176,9 @@ class Decoder(CallSites):
         except Exception:
             return None
 
-    def plain_jit_record(self, call: PlainCall, *, nested: bool, thread: int, cache_generation: int,
-                         frame=None) -> TraceRecord | None:
+    def plain_jit_record(
+        self, call: PlainCall, *, nested: bool, thread: int, cache_generation: int, frame=None
+    ) -> TraceRecord | None:
         """`trace_record` of a retrace of a plain ``jax.jit`` function whose every argument is a
         tree of dicts with string keys, lists, tuples and None (`call_plan`), read from the
         whole call's treedef at once; None for any other call, and for a function's first trace
@@ -176,13 +207,36 @@ class Decoder(CallSites):
             hashes = (hash(fun), named.tree_hash, hash(call.debug_info))  # (`cache_key`'s parts)
         except Exception:
             hashes = key_hashes(cache_key(fun, tree, call.debug_info))
-        signature = DeferredSignature(id(fun), self._trace_context_now(), named.call, hashes, named.arguments, vals,
-                                      named.plan.n_leaves)
-        # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this runs at every retrace.
-        return tuple.__new__(TraceRecord, (known.identity, nested, signature, known.ref, thread,
-                                           self.call_site(frame), cache_generation, None, None, False))
+        signature = DeferredSignature(
+            id(fun),
+            self._trace_context_now(),
+            named.call,
+            hashes,
+            named.arguments,
+            vals,
+            named.plan.n_leaves,
+        )
+        # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this runs at every
+        # retrace.
+        return tuple.__new__(
+            TraceRecord,
+            (
+                known.identity,
+                nested,
+                signature,
+                known.ref,
+                thread,
+                self.call_site(frame),
+                cache_generation,
+                None,
+                None,
+                False,
+            ),
+        )
 
-    def _named_plan(self, fun: Any, known: KnownFunction, tree: Any, names: Any) -> NamedPlan | None:
+    def _named_plan(
+        self, fun: Any, known: KnownFunction, tree: Any, names: Any
+    ) -> NamedPlan | None:
         """The `NamedPlan` of a plain ``jax.jit`` function's call with `tree`, kept for its next
         retrace; None for any other call or function."""
         plan = call_plan(tree, names)
@@ -196,7 +250,17 @@ class Decoder(CallSites):
             tree_hash = None
         kept = tree if keys_are_str(tree) else None  # (a str subclass key would be a user object)
         arguments, how = _named_arguments(plan, *known.params)
-        return self._named_plans.put(id(fun), NamedPlan(plan=plan, known=known, arguments=arguments, call=how, tree=kept, tree_hash=tree_hash))
+        return self._named_plans.put(
+            id(fun),
+            NamedPlan(
+                plan=plan,
+                known=known,
+                arguments=arguments,
+                call=how,
+                tree=kept,
+                tree_hash=tree_hash,
+            ),
+        )
 
     def is_wrapper(self, fun: Any) -> bool:
         """Whether `fun` is a library's jit wrapper around a user function (e.g. eqx.filter_jit's)."""
@@ -214,10 +278,22 @@ class Decoder(CallSites):
         """The call read as a plain ``jax.jit`` call: the traced function's parameter names, each
         static argument a `StaticArg` of `Origin.STATIC_ARGNUMS`, each other a `TreeArg`."""
         positional, var = self.parameters(start.fun)
-        named = [(arg_name(i, positional, var), part, "position") for i, part in enumerate(start.positional)]
+        named = [
+            (arg_name(i, positional, var), part, "position")
+            for i, part in enumerate(start.positional)
+        ]
         named += [(name, part, "keyword") for name, part in start.keyword]
-        arguments = [(name, argument(part, start.vals, Origin.STATIC_ARGNUMS)) for name, part, _ in named]
-        return DecodedCall(jit_kind=JitKind.JIT, user_fun=start.fun, identity=None, arguments=arguments, function_leaf=None, call=tuple((name, how) for name, _, how in named))
+        arguments = [
+            (name, argument(part, start.vals, Origin.STATIC_ARGNUMS)) for name, part, _ in named
+        ]
+        return DecodedCall(
+            jit_kind=JitKind.JIT,
+            user_fun=start.fun,
+            identity=None,
+            arguments=arguments,
+            function_leaf=None,
+            call=tuple((name, how) for name, _, how in named),
+        )
 
     def parameters(self, fun: Any) -> tuple[list[str], str | None]:
         """`parameters(fun)`, remembered per function object (inspect.signature is slow)."""
@@ -233,20 +309,30 @@ class Decoder(CallSites):
 
     def identity(self, start: TraceStart, call: DecodedCall, frame=None) -> FunctionIdentity:
         fun = call.user_fun
-        cached = self._identities.get(id(fun)) if fun is not None and call.identity is None else None
+        cached = (
+            self._identities.get(id(fun)) if fun is not None and call.identity is None else None
+        )
         if cached is not None and cached.ref() is fun and cached.identity is not None:
             return cached.identity
         name, filename, line = call.identity or raw_identity(fun, start.debug_info)
         name = printable(name)
         in_cell = bool(CELL_FILE.search(filename))
         identity = FunctionIdentity(
-            name=name, filename=filename, line=line, location=self.location(filename, line),
-            key=function_key(filename, name, line, in_cell, fun), in_cell=in_cell,
-            internal=self._jitted_by_library(frame, call, filename), jit_kind=call.jit_kind,
+            name=name,
+            filename=filename,
+            line=line,
+            location=self.location(filename, line),
+            key=function_key(filename, name, line, in_cell, fun),
+            in_cell=in_cell,
+            internal=self._jitted_by_library(frame, call, filename),
+            jit_kind=call.jit_kind,
             jax_name=str(self.internals.fun_name(start.fun)),
-            src_info=str(getattr(start.debug_info, "func_src_info", "") or ""))
+            src_info=str(getattr(start.debug_info, "func_src_info", "") or ""),
+        )
         if fun is not None and call.identity is None:
-            self._remember(fun, identity, cached.params if cached is not None and cached.ref() is fun else None)
+            self._remember(
+                fun, identity, cached.params if cached is not None and cached.ref() is fun else None
+            )
         return identity
 
     def _jitted_by_library(self, frame, call: DecodedCall, filename: str) -> bool:
@@ -259,7 +345,9 @@ class Decoder(CallSites):
             return False  # (a function of the user's own, whoever jitted it, is the user's to fix)
         if frame is None:
             return True
-        return self.library_jitted(frame, call.jit_kind, call.user_fun if call.jit_kind == JitKind.JIT else None)
+        return self.library_jitted(
+            frame, call.jit_kind, call.user_fun if call.jit_kind == JitKind.JIT else None
+        )
 
     def library_jitted(self, frame, jit_kind: str, fun: Any) -> bool:
         """Whether a library jitted the function of the trace announced at `frame` (a library's
@@ -270,7 +358,11 @@ class Decoder(CallSites):
         f, depth = frame, 0
         while f is not None and depth < MAX_CALL_SITE_DEPTH:
             name = f.f_code.co_filename.replace("\\", "/")
-            if not (name.endswith(machinery) or (wrapper and self.in_package(name, wrapper)) or _stdlib(name)):
+            if not (
+                name.endswith(machinery)
+                or (wrapper and self.in_package(name, wrapper))
+                or _stdlib(name)
+            ):
                 break
             f, depth = f.f_back, depth + 1
         if f is None or depth >= MAX_CALL_SITE_DEPTH:
@@ -291,7 +383,9 @@ class Decoder(CallSites):
         except TypeError:  # an object without weak references: asked again next time
             pass
 
-    def _signature(self, start: TraceStart, call: DecodedCall, adapters: tuple) -> tuple[Signature, dict]:
+    def _signature(
+        self, start: TraceStart, call: DecodedCall, adapters: tuple
+    ) -> tuple[Signature, dict]:
         deferred = self._deferred_signature(start, call)
         if deferred is not None:
             return deferred, {}
@@ -306,9 +400,15 @@ class Decoder(CallSites):
         return Signature(
             function_token=("id", id(call.user_fun)),
             context=texts,
-            leaves=walker.leaves, function_path=function_path, jit_kind=call.jit_kind, call=call.call,
-            owners=walker.owners or None, key_parts=key_parts(start.key), context_values=values,
-            tree_ref=tree_handle(start.in_avals)), walker.flat_paths
+            leaves=walker.leaves,
+            function_path=function_path,
+            jit_kind=call.jit_kind,
+            call=call.call,
+            owners=walker.owners or None,
+            key_parts=key_parts(start.key),
+            context_values=values,
+            tree_ref=tree_handle(start.in_avals),
+        ), walker.flat_paths
 
     def _deferred_signature(self, start: TraceStart, call: DecodedCall) -> DeferredSignature | None:
         """A plain ``jax.jit`` call whose every argument is a tree of dicts with string keys, lists,
@@ -322,13 +422,21 @@ class Decoder(CallSites):
             plan = argument_plan(part.td) if type(part) is TreeArg else None
             if plan is None:
                 return None
-            # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this may run per retrace.
+            # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this may run per
+            # retrace.
             plans.append(tuple.__new__(PlannedArgument, (name, plan, part.start)))
             n_leaves += len(plan)
         if not all_abstract(start.vals):
             return None
-        return DeferredSignature(id(call.user_fun), self._trace_context_now(), call.call, key_hashes(start.key),
-                                 tuple(plans), start.vals, n_leaves)
+        return DeferredSignature(
+            id(call.user_fun),
+            self._trace_context_now(),
+            call.call,
+            key_hashes(start.key),
+            tuple(plans),
+            start.vals,
+            n_leaves,
+        )
 
     def _trace_context_now(self) -> TraceContext:
         """JAX's trace-context values and their texts: the values are JAX's config values, kept to
@@ -340,7 +448,9 @@ class Decoder(CallSites):
         kept = self._context
         if values is not kept.values and not _same_values(values, kept.values):
             names = trace_context_names(len(values))
-            kept = self._context = TraceContext(values, tuple((str(n), context_text(v)) for n, v in zip(names, values)))
+            kept = self._context = TraceContext(
+                values, tuple((str(n), context_text(v)) for n, v in zip(names, values))
+            )
         return kept
 
     # ---------------------------------------------------------- lowerings
@@ -349,9 +459,17 @@ class Decoder(CallSites):
         with one leaf per argument under JAX's argument names."""
         read = lowering_signature(local)
         if read is None:
-            return LoweringRecord(jax_name=jax_name, src_info="", signature=None, thread=thread, identity=None)
+            return LoweringRecord(
+                jax_name=jax_name, src_info="", signature=None, thread=thread, identity=None
+            )
         signature, src_info = read
-        return LoweringRecord(jax_name=jax_name, src_info=src_info, signature=signature, thread=thread, identity=self._identity_from_debug(jax_name, src_info))
+        return LoweringRecord(
+            jax_name=jax_name,
+            src_info=src_info,
+            signature=signature,
+            thread=thread,
+            identity=self._identity_from_debug(jax_name, src_info),
+        )
 
     def _identity_from_debug(self, jax_name: str, src_info: str) -> FunctionIdentity:
         """A function known only from JAX's debug info (traced before recording started)."""
@@ -359,7 +477,18 @@ class Decoder(CallSites):
         filename, line = (match["file"], int(match["line"])) if match else ("?", 0)
         name = printable(jax_name)
         in_cell = bool(CELL_FILE.search(filename))
-        return FunctionIdentity(name=name, filename=filename, line=line, location=self.location(filename, line) if match else "?", key=function_key(filename, name, line, in_cell), in_cell=in_cell, internal=self.is_library(filename), jit_kind=str(JitKind.JIT), jax_name=jax_name, src_info=src_info)
+        return FunctionIdentity(
+            name=name,
+            filename=filename,
+            line=line,
+            location=self.location(filename, line) if match else "?",
+            key=function_key(filename, name, line, in_cell),
+            in_cell=in_cell,
+            internal=self.is_library(filename),
+            jit_kind=str(JitKind.JIT),
+            jax_name=jax_name,
+            src_info=src_info,
+        )
 
 
 _ANONYMOUS = ("<lambda>", "<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>")
@@ -413,7 +542,11 @@ def _same_values(a: tuple, b: tuple) -> bool:
 def _arg_names(debug_info: Any, flat_paths: dict) -> dict | None:
     """JAX's name of each flat argument -> the user's path of that leaf."""
     names = getattr(debug_info, "arg_names", None) or ()
-    mapping = {name: flat_paths[i] for i, name in enumerate(names) if i in flat_paths and name != flat_paths[i]}
+    mapping = {
+        name: flat_paths[i]
+        for i, name in enumerate(names)
+        if i in flat_paths and name != flat_paths[i]
+    }
     return mapping or None
 
 

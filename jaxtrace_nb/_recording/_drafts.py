@@ -9,19 +9,29 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-from .._diagnosis._diagnose import NOT_DIAGNOSED, Diagnosis, InvariantError, as_consequence, diagnose, join_hints, join_ids, \
-    unrolled_loop_hint
-from ._lineprof import profile_text
-from .._log._events import Event
+from .._diagnosis._diagnose import (
+    NOT_DIAGNOSED,
+    Diagnosis,
+    InvariantError,
+    as_consequence,
+    diagnose,
+    join_hints,
+    join_ids,
+    unrolled_loop_hint,
+)
 from .._keys._records import GraphStats, Stage, Trace
 from .._keys._signature import Signature
+from .._log._events import Event
+from ._lineprof import profile_text
 
 
 class PendingDiagnosis(NamedTuple):
     """A retrace's diagnosis, made when its event is published: plain signatures and flags only."""
 
     signature: Signature  # or a DeferredSignature: leaves read at `get()`
-    previous: tuple  # the keys JAX still held for the function object when it was traced, oldest first
+    previous: (
+        tuple  # the keys JAX still held for the function object when it was traced, oldest first
+    )
     numbers: tuple  # their trace numbers
     dropped: tuple  # the function's other earlier keys (earlier objects, cleared caches)
     dropped_numbers: tuple
@@ -37,12 +47,21 @@ class PendingDiagnosis(NamedTuple):
 
     def run(self, fault: Callable[[str, BaseException], None]) -> Diagnosis:
         try:
-            return diagnose(self.signature.get(), [s.get() for s in self.previous], new_object=self.new_object,
-                            rerun_note=self.rerun, cache_cleared=self.cache_cleared,
-                            dropped=[s.get() for s in self.dropped], numbers=self.numbers,
-                            dropped_numbers=self.dropped_numbers, forgotten=self.forgotten,
-                            evicted=self.evicted)
-        except InvariantError as e:  # a diagnosis JAX's comparison does not back: said as not diagnosed
+            return diagnose(
+                self.signature.get(),
+                [s.get() for s in self.previous],
+                new_object=self.new_object,
+                rerun_note=self.rerun,
+                cache_cleared=self.cache_cleared,
+                dropped=[s.get() for s in self.dropped],
+                numbers=self.numbers,
+                dropped_numbers=self.dropped_numbers,
+                forgotten=self.forgotten,
+                evicted=self.evicted,
+            )
+        except (
+            InvariantError
+        ) as e:  # a diagnosis JAX's comparison does not back: said as not diagnosed
             fault("invariant", e)
         except Exception as e:
             fault("diagnosis", e)
@@ -74,5 +93,7 @@ def _set_graph(event: Event, graph: GraphStats) -> None:
         event.compile_s_per_keqn = event.compile_s / (graph.eqns_total / 1000.0)
     if graph.unrolled is not None:
         event.loop_repeats = graph.unrolled.repeats
-        event.hint = join_hints(event.hint, unrolled_loop_hint(graph.unrolled, graph.eqns, graph.loop_where))
+        event.hint = join_hints(
+            event.hint, unrolled_loop_hint(graph.unrolled, graph.eqns, graph.loop_where)
+        )
         event.hint_ids = join_ids(event.hint_ids, "unrolled_loop")

@@ -45,8 +45,22 @@ class FunctionState:
     """What the session knows of one function (by its key): counts, every key it was traced with,
     the function objects seen (weakly)."""
 
-    __slots__ = ("identity", "traces", "compiles", "keys", "kept_leaves", "forgotten", "lowerings", "refs",
-                 "_refs_pruned", "location", "cell", "cache_generation", "arg_names", "failed")
+    __slots__ = (
+        "identity",
+        "traces",
+        "compiles",
+        "keys",
+        "kept_leaves",
+        "forgotten",
+        "lowerings",
+        "refs",
+        "_refs_pruned",
+        "location",
+        "cell",
+        "cache_generation",
+        "arg_names",
+        "failed",
+    )
 
     def __init__(self, identity: FunctionIdentity | None):
         self.identity = identity
@@ -55,8 +69,12 @@ class FunctionState:
         self.keys: list[KeptKey] = []
         self.kept_leaves = 0
         self.forgotten = 0  # keys dropped for the session's bound while JAX may still hold them
-        self.lowerings: collections.deque[Signature] = collections.deque(maxlen=SIGNATURES_PER_FUNCTION)
-        self.refs: dict[int, weakref.ref] = {}  # the function objects traced under this key, by id(ref)
+        self.lowerings: collections.deque[Signature] = collections.deque(
+            maxlen=SIGNATURES_PER_FUNCTION
+        )
+        self.refs: dict[
+            int, weakref.ref
+        ] = {}  # the function objects traced under this key, by id(ref)
         self._refs_pruned = 0
         self.location: str | None = None
         self.cell: int | None = None
@@ -83,7 +101,7 @@ class FunctionState:
         if len(refs) >= max(64, 2 * self._refs_pruned):  # (dead objects' references go, amortized)
             live = {i: r for i, r in refs.items() if r() is not None}
             if len(live) >= _MAX_REFS:
-                live = dict(list(live.items())[-_MAX_REFS // 2:])
+                live = dict(list(live.items())[-_MAX_REFS // 2 :])
             self.refs = refs = live
             self._refs_pruned = len(live)
         refs[id(ref)] = ref
@@ -99,7 +117,9 @@ class FunctionState:
         or where it has none (a function object not seen before), every earlier object's."""
         held, cleared, others = [], [], []
         for key in self.keys:
-            if key.ref is not ref:  # (a function that takes no weak reference: one object, as far as we can tell)
+            if (
+                key.ref is not ref
+            ):  # (a function that takes no weak reference: one object, as far as we can tell)
                 others.append(key)
             else:
                 (held if key.generation == generation else cleared).append(key)
@@ -152,14 +172,18 @@ class KeyBudget:
 
 def keep(signatures: collections.deque, signature: Signature) -> collections.deque:
     """`signatures` with `signature` appended, keeping fewer when signatures are large (lowerings)."""
-    keep = max(1, min(SIGNATURES_PER_FUNCTION, LEAF_BUDGET_PER_FUNCTION // max(1, signature.n_leaves)))
+    keep = max(
+        1, min(SIGNATURES_PER_FUNCTION, LEAF_BUDGET_PER_FUNCTION // max(1, signature.n_leaves))
+    )
     if signatures.maxlen != keep:
         signatures = collections.deque(signatures, maxlen=keep)
     signatures.append(signature)
     return signatures
 
 
-def new_object(state: FunctionState, record: TraceRecord, cell: int | None) -> tuple[bool, str | None]:
+def new_object(
+    state: FunctionState, record: TraceRecord, cell: int | None
+) -> tuple[bool, str | None]:
     """Whether the traced function object is one not seen before, and why (a re-run cell).
 
     Function objects are told apart by their weak references (one per live object, kept in the
@@ -170,8 +194,11 @@ def new_object(state: FunctionState, record: TraceRecord, cell: int | None) -> t
         return False, None
     identity = record.identity
     if state.location is not None and state.location != identity.location:
-        return True, (f"its cell was run again: defined at {identity.location}, was {state.location}"
-                      if identity.in_cell else f"re-defined at {identity.location}, was {state.location}")
+        return True, (
+            f"its cell was run again: defined at {identity.location}, was {state.location}"
+            if identity.in_cell
+            else f"re-defined at {identity.location}, was {state.location}"
+        )
     if cell is not None and state.cell is not None and state.cell != cell and identity.in_cell:
         return True, f"re-created in cell {cell}, last traced in cell {state.cell}"
     if record.binding is not None:
@@ -192,4 +219,6 @@ def user_names(state: FunctionState, signature: Signature) -> Signature:
     names = state.arg_names
     if not names:
         return signature
-    return signature._replace(leaves={names.get(path, path): leaf for path, leaf in signature.leaves.items()})
+    return signature._replace(
+        leaves={names.get(path, path): leaf for path, leaf in signature.leaves.items()}
+    )

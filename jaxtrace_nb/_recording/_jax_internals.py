@@ -66,7 +66,17 @@ class Internals(NamedTuple):
 
 
 def _reduced(reason: str, version: str = "?") -> Internals:
-    return Internals(full=False, reason=reason, tested=False, version=version, layout=None, fun_name=lambda f: getattr(f, "__name__", "?"), is_top_level=lambda: True, trace_cache_info=None, trace_cache_holders=None)
+    return Internals(
+        full=False,
+        reason=reason,
+        tested=False,
+        version=version,
+        layout=None,
+        fun_name=lambda f: getattr(f, "__name__", "?"),
+        is_top_level=lambda: True,
+        trace_cache_info=None,
+        trace_cache_holders=None,
+    )
 
 
 def detect(version_range: tuple | None = None) -> Internals:
@@ -83,15 +93,29 @@ def detect(version_range: tuple | None = None) -> Internals:
     version = version_tuple(jax.__version__)
     lo, hi = version_range or SUPPORTED_JAX
     if version < lo:
-        return _reduced(f"JAX {jax.__version__} is older than the supported {_text(lo)}", jax.__version__)
+        return _reduced(
+            f"JAX {jax.__version__} is older than the supported {_text(lo)}", jax.__version__
+        )
     try:
         layout = detect_layout()
     except Exception as e:
         layout = f"its internals could not be inspected ({type(e).__name__})"
     if isinstance(layout, str):
-        return _reduced(f"JAX {jax.__version__} is not one jaxtrace_nb can read: {layout}", jax.__version__)
+        return _reduced(
+            f"JAX {jax.__version__} is not one jaxtrace_nb can read: {layout}", jax.__version__
+        )
     tested = version < hi
-    return Internals(full=True, reason="" if tested else f"JAX {jax.__version__} is newer than tested (<{_text(hi)})", tested=tested, version=jax.__version__, layout=layout, fun_name=_fun_name(), is_top_level=_is_top_level(), trace_cache_info=_cache_info(), trace_cache_holders=_cache_holders())
+    return Internals(
+        full=True,
+        reason="" if tested else f"JAX {jax.__version__} is newer than tested (<{_text(hi)})",
+        tested=tested,
+        version=jax.__version__,
+        layout=layout,
+        fun_name=_fun_name(),
+        is_top_level=_is_top_level(),
+        trace_cache_info=_cache_info(),
+        trace_cache_holders=_cache_holders(),
+    )
 
 
 def _fun_name():
@@ -152,7 +176,9 @@ def trace_end_locals(layout: TraceLayout, walk: bool = False) -> dict | None:
     from the listener (the nearest one, should a frame of that name be further up too)."""
     names = layout.trace_frames
     depth = 0 if walk else _TRACE_END_DEPTH[0]
-    if depth:  # where it was last time: reached without making a frame object of every frame between
+    if (
+        depth
+    ):  # where it was last time: reached without making a frame object of every frame between
         try:
             frame = sys._getframe(depth)
         except ValueError:
@@ -170,7 +196,9 @@ def trace_end_locals(layout: TraceLayout, walk: bool = False) -> dict | None:
     return None
 
 
-_TRACE_END_DEPTH = [0]  # frames from `trace_end_locals` to the trace's reporting function, last found
+_TRACE_END_DEPTH = [
+    0
+]  # frames from `trace_end_locals` to the trace's reporting function, last found
 
 
 class StageFrame(NamedTuple):
@@ -291,9 +319,16 @@ def exclude_from_tracebacks(directory: str) -> None:
 
 # (register, public unregister, private unregister of JAX 0.8.0, which has no public one)
 _LISTENER_KINDS = {
-    "duration": ("register_event_duration_secs_listener", "unregister_event_duration_listener",
-                 "_unregister_event_duration_listener_by_callback"),
-    "event": ("register_event_listener", "unregister_event_listener", "_unregister_event_listener_by_callback"),
+    "duration": (
+        "register_event_duration_secs_listener",
+        "unregister_event_duration_listener",
+        "_unregister_event_duration_listener_by_callback",
+    ),
+    "event": (
+        "register_event_listener",
+        "unregister_event_listener",
+        "_unregister_event_listener_by_callback",
+    ),
 }
 
 

@@ -22,23 +22,43 @@ import itertools
 import threading
 from typing import Callable
 
-from .._diagnosis._diagnose import FIRST, NO_SIGNATURE, REDUCED, REDUCED_COMPILE, Diagnosis, diagnose_compile, \
-    first_after_failures, join_hints, join_ids, kept_lowering
+from .._core._vocabulary import EventKind
+from .._diagnosis._diagnose import (
+    FIRST,
+    NO_SIGNATURE,
+    REDUCED,
+    REDUCED_COMPILE,
+    Diagnosis,
+    diagnose_compile,
+    first_after_failures,
+    join_hints,
+    join_ids,
+    kept_lowering,
+)
+from .._diagnosis._processes import signature_column
+from .._keys._records import (
+    CacheKeyRecord,
+    FunctionIdentity,
+    GraphStats,
+    LoweringRecord,
+    Stage,
+    Trace,
+    XlaCost,
+)
+from .._log._events import Event, EventLog, now, when
 from ._drafts import PendingDiagnosis, _set_graph, apply_end, diagnosed
 from ._functions import FunctionState, KeptKey, KeyBudget, keep, new_object, user_names
 from ._lineprof import profile_text
-from .._log._events import Event, EventLog, now, when
-from .._diagnosis._processes import signature_column
-from .._core._vocabulary import EventKind
-from .._keys._records import CacheKeyRecord, FunctionIdentity, GraphStats, LoweringRecord, Stage, Trace, \
-    XlaCost
 
 MAX_FUNCTIONS = 20_000
 # Events not yet in the log (traces not built, diagnoses not made yet): at most this many,
-# holding at most this many signature leaves, before they are finished anyway (memory stays bounded).
+# holding at most this many signature leaves, before they are finished anyway (memory stays
+# bounded).
 MAX_UNPUBLISHED_EVENTS = 4096
 MAX_UNPUBLISHED_LEAVES = 200_000
-MAX_KEY_ARGUMENTS = 512  # argument types kept with a persistent cache key, to rank keys of other runs
+MAX_KEY_ARGUMENTS = (
+    512  # argument types kept with a persistent cache key, to rank keys of other runs
+)
 
 
 class Lifecycle:
@@ -48,9 +68,15 @@ class Lifecycle:
     running now (or None); `test()` the pytest test running now (its node id, or None);
     `place()` is (host, JAX's process index or None)."""
 
-    def __init__(self, log: EventLog, *, fault: Callable[[str, BaseException], None],
-                 cell: Callable[[], int | None], place: Callable[[], tuple],
-                 test: Callable[[], str | None] = lambda: None):
+    def __init__(
+        self,
+        log: EventLog,
+        *,
+        fault: Callable[[str, BaseException], None],
+        cell: Callable[[], int | None],
+        place: Callable[[], tuple],
+        test: Callable[[], str | None] = lambda: None,
+    ):
         self.log = log
         self.fault = fault
         self._cell, self._place, self._test = cell, place, test
@@ -64,8 +90,11 @@ class Lifecycle:
         # traces not in the log yet, in the log's order (numbered); a compile's event queued as one
         self._unpublished: list[Trace] = []
         self._unpublished_leaves = 0
-        self.keep_signatures = False  # persisted logs keep each trace's argument leaves (`signature`)
-        # Where each persistent cache key goes (the session's `CacheExplainer.submit`), with its compile's event.
+        self.keep_signatures = (
+            False  # persisted logs keep each trace's argument leaves (`signature`)
+        )
+        # Where each persistent cache key goes (the session's `CacheExplainer.submit`), with its
+        # compile's event.
         self.cache_keys: Callable[[Event | None, CacheKeyRecord], None] | None = None
 
     # ---------------------------------------------------------------- publishing
@@ -90,8 +119,9 @@ class Lifecycle:
             if pending is not None:
                 # (a hint already set, an unrolled loop's, follows)
                 d = diagnosed(trace, pending.run(self.fault))
-                event.set_diagnosis(d, join_hints(d.hint, event.hint),
-                                    join_ids(d.hint_id, event.hint_ids))
+                event.set_diagnosis(
+                    d, join_hints(d.hint, event.hint), join_ids(d.hint_id, event.hint_ids)
+                )
             return self.log.append(event)
         except Exception as e:
             self.fault("log", e)
@@ -110,8 +140,10 @@ class Lifecycle:
                 trace.event.seq = trace.seq
         self._unpublished.append(trace)
         self._unpublished_leaves += trace.leaves
-        if len(self._unpublished) >= min(MAX_UNPUBLISHED_EVENTS, self.log.max_events) or \
-                self._unpublished_leaves > MAX_UNPUBLISHED_LEAVES:
+        if (
+            len(self._unpublished) >= min(MAX_UNPUBLISHED_EVENTS, self.log.max_events)
+            or self._unpublished_leaves > MAX_UNPUBLISHED_LEAVES
+        ):
             self._publish()
         return True
 
@@ -180,18 +212,41 @@ class Lifecycle:
         record = trace.record
         state = self.functions.get(record.identity.key)
         traces = state.traces if state is not None else 0
-        is_new, rerun = new_object(state, record, trace.cell) if state is not None \
-            else (False, None)
+        is_new, rerun = (
+            new_object(state, record, trace.cell) if state is not None else (False, None)
+        )
         pending = None
         if record.signature is None:
-            diagnosis = Diagnosis(cause=None, leaf=None, before=None, after=None, explanation=NO_SIGNATURE, hint="") if traces else FIRST
+            diagnosis = (
+                Diagnosis(
+                    cause=None,
+                    leaf=None,
+                    before=None,
+                    after=None,
+                    explanation=NO_SIGNATURE,
+                    hint="",
+                )
+                if traces
+                else FIRST
+            )
         elif state is None or not state.traces:
             diagnosis = first_after_failures(state.failed if state is not None else 0)
         else:
             if record.evicted and record.function_ref is not None:
                 state.evict(record.function_ref)
             held, dropped = state.held(record.function_ref, record.cache_generation)
-            pending = PendingDiagnosis(signature=record.signature, previous=tuple(k.signature for k in held), numbers=tuple(k.trace_number for k in held), dropped=tuple(k.signature for k in dropped), dropped_numbers=tuple(k.trace_number for k in dropped), new_object=is_new, rerun=rerun, cache_cleared=record.cache_generation != state.cache_generation, forgotten=state.forgotten, evicted=record.evicted)
+            pending = PendingDiagnosis(
+                signature=record.signature,
+                previous=tuple(k.signature for k in held),
+                numbers=tuple(k.trace_number for k in held),
+                dropped=tuple(k.signature for k in dropped),
+                dropped_numbers=tuple(k.trace_number for k in dropped),
+                new_object=is_new,
+                rerun=rerun,
+                cache_cleared=record.cache_generation != state.cache_generation,
+                forgotten=state.forgotten,
+                evicted=record.evicted,
+            )
             diagnosis = None
             if not defer:
                 diagnosis, pending = diagnosed(trace, pending.run(self.fault)), None
@@ -213,7 +268,14 @@ class Lifecycle:
         self._begin_started(trace.end)
         state = self.state(record.identity.key, record.identity)
         if record.signature is not None:
-            added = state.add_key(KeptKey(signature=record.signature, ref=record.function_ref, generation=record.cache_generation, trace_number=state.traces + 1))
+            added = state.add_key(
+                KeptKey(
+                    signature=record.signature,
+                    ref=record.function_ref,
+                    generation=record.cache_generation,
+                    trace_number=state.traces + 1,
+                )
+            )
             self._key_budget.added(added, self.functions, record.cache_generation)
         if record.function_ref is not None:
             state.add_ref(record.function_ref)
@@ -234,17 +296,27 @@ class Lifecycle:
             self._end(trace)  # its state now: read before any trace that ended after it started
         record = trace.record
         identity = record.identity
-        event = self._event(identity, EventKind.TRACE, trace.diagnosis, trace.trace_number, record.thread,
-                            nested=record.nested, call_site=record.call_site, time=when(trace.time),
-                            cell=trace.cell, test=trace.test)
+        event = self._event(
+            identity,
+            EventKind.TRACE,
+            trace.diagnosis,
+            trace.trace_number,
+            record.thread,
+            nested=record.nested,
+            call_site=record.call_site,
+            time=when(trace.time),
+            cell=trace.cell,
+            test=trace.test,
+        )
         event.seq = trace.seq
         if trace.new_object and record.binding is not None:  # a re-created function: where from
             event.created_at = ", ".join(record.binding.lines)
         if self.keep_signatures and record.signature is not None and not identity.internal:
             # A persisted log (one per process of a multi-process run) keeps the argument leaves
             # of each trace, bounded, so that processes can be compared (`_processes`).
-            event.signature = signature_column({path: leaf.text
-                                                for path, leaf in record.signature.get().leaves.items()})
+            event.signature = signature_column(
+                {path: leaf.text for path, leaf in record.signature.get().leaves.items()}
+            )
         trace.event = event
         apply_end(event, trace)
         return event
@@ -263,7 +335,7 @@ class Lifecycle:
     def _closed(self, trace: Trace) -> None:
         stack = getattr(self._open, "traces", None)
         if stack and trace in stack:
-            del stack[stack.index(trace):]
+            del stack[stack.index(trace) :]
 
     def on_trace_end(self, trace: Trace, seconds: float | None, graph: GraphStats | None) -> bool:
         self._closed(trace)
@@ -331,30 +403,66 @@ class Lifecycle:
     def _compile_event(self, record: LoweringRecord) -> Event | None:
         key = self._programs.get((record.jax_name, record.src_info))
         if key is None and record.signature is not None:  # traced before recording started
-            key = next((k for (name, _), k in reversed(self._programs.items()) if name == record.jax_name), None)
+            key = next(
+                (k for (name, _), k in reversed(self._programs.items()) if name == record.jax_name),
+                None,
+            )
         state = self.functions.get(key) if key is not None else None
         if state is None or state.identity is None:
-            identity = record.identity or FunctionIdentity(name=record.jax_name, filename="?", line=0, location="?", key=f"?::{record.jax_name}", in_cell=False, internal=False, jit_kind="jit", jax_name=record.jax_name, src_info=record.src_info)
+            identity = record.identity or FunctionIdentity(
+                name=record.jax_name,
+                filename="?",
+                line=0,
+                location="?",
+                key=f"?::{record.jax_name}",
+                in_cell=False,
+                internal=False,
+                jit_kind="jit",
+                jax_name=record.jax_name,
+                src_info=record.src_info,
+            )
             state = self.state(identity.key, identity)
         if record.signature is None:
-            diagnosis = Diagnosis(cause="first" if not state.compiles else None, leaf=None, before=None, after=None, explanation=REDUCED_COMPILE, hint="")
+            diagnosis = Diagnosis(
+                cause="first" if not state.compiles else None,
+                leaf=None,
+                before=None,
+                after=None,
+                explanation=REDUCED_COMPILE,
+                hint="",
+            )
         else:
             signature = user_names(state, record.signature)
             previous = list(state.lowerings)
             diagnosis = diagnose_compile(signature, previous, traced=state.traces > 0)
             state.lowerings = keep(state.lowerings, kept_lowering(signature, previous))
-        event = self._event(state.identity, EventKind.COMPILE, diagnosis, state.traces, record.thread)
+        event = self._event(
+            state.identity, EventKind.COMPILE, diagnosis, state.traces, record.thread
+        )
         return event if self._hand_event(event, record.jax_name) is not None else None
 
     def on_public_trace(self, jax_name: str, seconds: float, thread: int) -> Trace | None:
         """A trace seen only through jax.monitoring (reduced mode: JAX outside the range)."""
         try:
-            identity = FunctionIdentity(name=jax_name, filename="?", line=0, location="?", key=f"?::{jax_name}", in_cell=False, internal=False, jit_kind="jit", jax_name=jax_name, src_info="")
+            identity = FunctionIdentity(
+                name=jax_name,
+                filename="?",
+                line=0,
+                location="?",
+                key=f"?::{jax_name}",
+                in_cell=False,
+                internal=False,
+                jit_kind="jit",
+                jax_name=jax_name,
+                src_info="",
+            )
             with self.lock:
                 state = self.state(identity.key, identity)
                 state.traces += 1
                 n = state.traces
-                event = self._event(identity, EventKind.TRACE, FIRST if n == 1 else REDUCED, n, thread)
+                event = self._event(
+                    identity, EventKind.TRACE, FIRST if n == 1 else REDUCED, n, thread
+                )
                 event.set_seconds(Stage.TRACE, seconds)
                 return self._hand_event(event, jax_name)
         except Exception as e:
@@ -422,7 +530,10 @@ class Lifecycle:
         lowering = state.lowerings[-1] if state is not None and state.lowerings else None
         if lowering is None:
             return record
-        arguments = [[path, leaf.text] for path, leaf in itertools.islice(lowering.leaves.items(), MAX_KEY_ARGUMENTS)]
+        arguments = [
+            [path, leaf.text]
+            for path, leaf in itertools.islice(lowering.leaves.items(), MAX_KEY_ARGUMENTS)
+        ]
         return record._replace(facts={**record.facts, "arguments": arguments})
 
     # ---------------------------------------------------------------- helpers
@@ -433,17 +544,42 @@ class Lifecycle:
             programs.pop(next(iter(programs)))
         programs[program] = identity.key
 
-    def _event(self, identity: FunctionIdentity, kind: EventKind, d: Diagnosis | None, trace_number: int, thread: int,
-               *, nested: bool = False, call_site: str | None = None, time=None, cell=None, test=None) -> Event:
+    def _event(
+        self,
+        identity: FunctionIdentity,
+        kind: EventKind,
+        d: Diagnosis | None,
+        trace_number: int,
+        thread: int,
+        *,
+        nested: bool = False,
+        call_site: str | None = None,
+        time=None,
+        cell=None,
+        test=None,
+    ) -> Event:
         """An event of `identity`, made at `time` in `cell` and `test` (by default: now, in the current
         cell and test)."""
         if time is None:
             time, cell, test = now(), self._cell(), self._test()
         host, process = self._place()
-        event = Event(time=time, cell=cell, function=identity.name, location=identity.location, kind=kind,
-                      internal=identity.internal, nested=nested, trace_number=trace_number, call_site=call_site,
-                      jit=identity.jit_kind, thread=thread, key=identity.key, host=host, process=process,
-                      test=test)
+        event = Event(
+            time=time,
+            cell=cell,
+            function=identity.name,
+            location=identity.location,
+            kind=kind,
+            internal=identity.internal,
+            nested=nested,
+            trace_number=trace_number,
+            call_site=call_site,
+            jit=identity.jit_kind,
+            thread=thread,
+            key=identity.key,
+            host=host,
+            process=process,
+            test=test,
+        )
         if d is not None:
             event.set_diagnosis(d, d.hint, d.hint_id)
         return event

@@ -55,7 +55,8 @@ class LineProfiler:
     def __init__(self, is_library: Callable[[str], bool], location: Callable[[str, int], str]):
         self._is_library = is_library
         self._location = location
-        # id(code) -> _USER / _LIBRARY / _BOUNDARY, and (id(code), offset) -> (file, line); keyed by id
+        # id(code) -> _USER / _LIBRARY / _BOUNDARY, and (id(code), offset) -> (file, line); keyed by
+        # id
         # (a code object hashes its whole contents), the code objects kept alive in `_codes`
         self._verdicts: dict[int, int] = {}
         self._codes: list = []
@@ -69,9 +70,14 @@ class LineProfiler:
     def _verdict(self, code) -> int:
         filename = code.co_filename
         if filename == self._pe_file and code.co_name.startswith("trace_to_"):
-            verdict = _BOUNDARY  # JAX 0.8: where the trace began (0.10 roots tracebacks there itself)
-        elif filename.startswith("<frozen") or self._is_library(filename) or (
-                filename.startswith(self._stdlib) and "-packages" not in filename):
+            verdict = (
+                _BOUNDARY  # JAX 0.8: where the trace began (0.10 roots tracebacks there itself)
+            )
+        elif (
+            filename.startswith("<frozen")
+            or self._is_library(filename)
+            or (filename.startswith(self._stdlib) and "-packages" not in filename)
+        ):
             verdict = _LIBRARY
         else:
             verdict = _USER
@@ -163,8 +169,13 @@ class LineProfiler:
         """((location, self, incl), ...) of a traced program, the lines with the most inclusive
         equations first, at most `max_rows`, then (`OTHER`, the rest of the self counts, None)."""
         walked = self._walk(getattr(closed_jaxpr, "jaxpr", closed_jaxpr))
-        ranked = sorted(walked.under.items(), key=lambda item: (-item[1], -walked.own.get(item[0], 0)))
-        rows = [(self._location(*line), walked.own.get(line, 0), incl) for line, incl in ranked[:max_rows]]
+        ranked = sorted(
+            walked.under.items(), key=lambda item: (-item[1], -walked.own.get(item[0], 0))
+        )
+        rows = [
+            (self._location(*line), walked.own.get(line, 0), incl)
+            for line, incl in ranked[:max_rows]
+        ]
         rest = walked.total - sum(row[1] for row in rows)
         if rest:
             rows.append((OTHER, rest, None))
@@ -196,6 +207,8 @@ def profile_rows(text: str | None) -> list[tuple]:
         return []
     try:
         rows = json.loads(text)
-        return [(str(loc), int(own), None if incl is None else int(incl)) for loc, own, incl in rows]
+        return [
+            (str(loc), int(own), None if incl is None else int(incl)) for loc, own, incl in rows
+        ]
     except (ValueError, TypeError):
         return []

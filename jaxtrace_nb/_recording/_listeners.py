@@ -14,19 +14,23 @@ from __future__ import annotations
 import sys
 import threading
 
-from . import _jax_internals as jaxi
-from ._measure import Measurer
 from .._cache._jax_cache_key import REQUEST_EVENT, KeyReader
 from .._keys._records import Sink, Stage, Trace
+from . import _jax_internals as jaxi
+from ._measure import Measurer
 
 _MAX_AWAITING = 16  # ended traces awaiting their lowerings around a later trace's, on one thread
 # JAX's lowering functions (JAX 0.8–0.10, pxla.py and mlir.py): a trace that ends while one of them
 # runs was made inside a lowering, and the trace whose lowering it is still awaits it.
-_LOWERING_FRAMES = frozenset({"lower_sharding_computation", "_cached_lowering_to_hlo", "lower_jaxpr_to_module"})
+_LOWERING_FRAMES = frozenset(
+    {"lower_sharding_computation", "_cached_lowering_to_hlo", "lower_jaxpr_to_module"}
+)
 _MAX_LOWERING_DEPTH = 200
 _TRACE_EVENT = jaxi.TRACE_EVENT
 _CACHE_EVENTS = (jaxi.CACHE_HIT_EVENT, jaxi.CACHE_MISS_EVENT)  # listened to always
-_KEY_EVENTS = frozenset((*_CACHE_EVENTS, REQUEST_EVENT))  # while the persistent cache is on (keys read)
+_KEY_EVENTS = frozenset(
+    (*_CACHE_EVENTS, REQUEST_EVENT)
+)  # while the persistent cache is on (keys read)
 
 
 class _Thread(threading.local):
@@ -38,7 +42,9 @@ class _Thread(threading.local):
         self.awaiting: list[Trace] = []  # earlier ones, kept around a later one's (`_await_around`)
         self.compiling = None  # the compile's handle (its event), from its lowering to its end
         self.compiled: Trace | None = None  # the trace it compiles, if one was recorded
-        self.cache_key = None  # the persistent cache's key of it, from its lookup (`KeyReader.begin`)
+        self.cache_key = (
+            None  # the persistent cache's key of it, from its lookup (`KeyReader.begin`)
+        )
 
 
 class Listeners:
@@ -98,8 +104,11 @@ class Listeners:
             stage = jaxi.stage_frame(event) if self.full else None
             if stage is not None and stage.raised:
                 return  # the lowering failed: nothing is compiled
-            record = self.decoder.lowering_record(stage and stage.locals, name, threading.get_ident()) \
-                if self.full else _public_lowering(name)
+            record = (
+                self.decoder.lowering_record(stage and stage.locals, name, threading.get_ident())
+                if self.full
+                else _public_lowering(name)
+            )
             handle = self._sink.on_lowering(trace, record)
             tls.compiling, tls.compiled = handle, trace
             if handle is not None:
@@ -129,7 +138,9 @@ class Listeners:
         if not any(plan):
             return
         stage = jaxi.stage_frame(jaxi.COMPILE_EVENT)
-        executable = stage.locals.get("xla_executable") if stage is not None and not stage.raised else None
+        executable = (
+            stage.locals.get("xla_executable") if stage is not None and not stage.raised else None
+        )
         if executable is not None:
             self._sink.on_xla_cost(handle, self._measurer.read_xla(executable, plan, equations))
 
@@ -168,7 +179,9 @@ class Listeners:
                 if event == REQUEST_EVENT:  # the key is computed, the cache not read yet
                     frame = _caller(sys._getframe(1), "compile_or_get_cached")
                     pending = tls.cache_key = self.keys.begin(frame)
-                    if not (pending is not None and self.keys.stored(pending.key)):  # XLA will compile it
+                    if not (
+                        pending is not None and self.keys.stored(pending.key)
+                    ):  # XLA will compile it
                         self._measurer.hurry()
                         if tls.compiled is not None:
                             self._measurer.beside_compile(tls.compiled)  # meanwhile
@@ -208,7 +221,9 @@ class Listeners:
         pending, tls.cache_key = tls.cache_key, None
         if pending is not None:
             stage = jaxi.stage_frame(event)
-            if stage is not None and stage.raised:  # JAX reports the seconds of a compile that raised
+            if (
+                stage is not None and stage.raised
+            ):  # JAX reports the seconds of a compile that raised
                 return  # (0.8.0 to 0.11.0: `log_elapsed_time.__exit__`): it cached nothing, no verdict
             try:
                 record = self.keys.finish(pending, duration)
@@ -230,7 +245,9 @@ def _caller(frame, name: str, depth: int = 4):
 def _public_lowering(jax_name: str):
     from .._keys._records import LoweringRecord
 
-    return LoweringRecord(jax_name=jax_name, src_info="", signature=None, thread=threading.get_ident(), identity=None)
+    return LoweringRecord(
+        jax_name=jax_name, src_info="", signature=None, thread=threading.get_ident(), identity=None
+    )
 
 
 def _jit_inner_name(fun_name: str) -> str | None:

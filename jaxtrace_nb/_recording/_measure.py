@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .._core._background import Background
-from ._cost import XlaReads, graph_stats
 from .._keys._records import GraphStats, XlaCost
+from ._cost import XlaReads, graph_stats
 
 # The share of a compile's seconds reading XLA's figures may take: recording's whole cost at a
 # compile is to stay within 2 % of it (issue 29; `docs/performance.md`, "Persistent cache").
@@ -195,8 +195,9 @@ class Measurer:
             self._compiled_first, self._compiled_pid = now, pid
         finally:
             lock.release()
-        self._profiling.submit(self._walk_compiled, None,
-                               min(AFTER_COMPILE_DELAY_S, MAX_AFTER_COMPILE_WAIT_S))
+        self._profiling.submit(
+            self._walk_compiled, None, min(AFTER_COMPILE_DELAY_S, MAX_AFTER_COMPILE_WAIT_S)
+        )
 
     def _walk_compiled(self, _) -> None:
         """(In `_profiling`'s thread.) The programs handed over at their compiles' ends, once none
@@ -210,8 +211,13 @@ class Measurer:
                 first = self._compiled_first
                 if first is None:  # (a reset took them)
                     return
-                wait = min(self._last_compiled + AFTER_COMPILE_DELAY_S,
-                           first + MAX_AFTER_COMPILE_WAIT_S) - time.monotonic()
+                wait = (
+                    min(
+                        self._last_compiled + AFTER_COMPILE_DELAY_S,
+                        first + MAX_AFTER_COMPILE_WAIT_S,
+                    )
+                    - time.monotonic()
+                )
                 if wait <= 0 or self._compiled_hurried:
                     batch = list(self._compiled)
                     self._compiled.clear()

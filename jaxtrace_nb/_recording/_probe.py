@@ -30,12 +30,12 @@ import threading
 import weakref
 from typing import Callable
 
+from .._core._vocabulary import JitKind
+from .._keys._records import Sink, Trace
 from . import _jax_internals as jaxi
-from ._measure import Measurer
 from ._decode import Decoder
 from ._listeners import Listeners
-from .._keys._records import Sink, Trace
-from .._core._vocabulary import JitKind
+from ._measure import Measurer
 
 _TRACEBACKS_EXCLUDED = False  # JAX cannot remove a traceback exclusion: add ours once per process
 _MAX_HELPER_VERDICTS = 4096
@@ -46,8 +46,11 @@ _MAX_WRAPPERS = 4  # other tools' wrappers of JAX's `test_event` between JAX's c
 
 def _measurers(name: str, doc: str) -> property:
     """The probe's setting `name`, its `Measurer`'s."""
-    return property(lambda probe: getattr(probe.measurer, name),
-                    lambda probe, value: setattr(probe.measurer, name, value), doc=doc)
+    return property(
+        lambda probe: getattr(probe.measurer, name),
+        lambda probe, value: setattr(probe.measurer, name, value),
+        doc=doc,
+    )
 
 
 class _Stack(threading.local):
@@ -76,17 +79,22 @@ class Probe:
         self.internals = jaxi._reduced("not installed")
         self.decoder: Decoder | None = None
         self._cell_label = None
-        self.nested_helpers = False  # also decode JAX's own jitted helpers traced inside another trace
+        self.nested_helpers = (
+            False  # also decode JAX's own jitted helpers traced inside another trace
+        )
         self._helpers: dict[int, weakref.ref] = {}  # id(function) -> a library's own helper, weakly
         self._jax_state: tuple | None = None  # JAX's modules that know the process index
         self.measurer = Measurer(sink)  # the programs' sizes and line profiles, XLA's figures
         self.listeners = Listeners(self, sink, self.measurer)
         self.keys = self.listeners.keys  # the persistent cache's keys, read while the cache is on
 
-    capture_cost = _measurers("capture_cost", "Equation counts, unrolled loops, FLOPs and bytes of "
-                                              "each compile.")
-    xla_cost_share = _measurers("xla_cost_share", "XLA's FLOPs and bytes: read where that costs at "
-                                                  "most this share of the compile's seconds.")
+    capture_cost = _measurers(
+        "capture_cost", "Equation counts, unrolled loops, FLOPs and bytes of each compile."
+    )
+    xla_cost_share = _measurers(
+        "xla_cost_share",
+        "XLA's FLOPs and bytes: read where that costs at most this share of the compile's seconds.",
+    )
 
     def make_pending(self) -> None:
         """Measure and profile the traces recorded but not compiled (yet) whose program JAX still
@@ -129,8 +137,10 @@ class Probe:
         if newer:
             failure = self_check()
             if failure:
-                self.internals = jaxi._reduced(f"{self.internals.reason}, and its self-check failed ({failure})",
-                                               self.internals.version)
+                self.internals = jaxi._reduced(
+                    f"{self.internals.reason}, and its self-check failed ({failure})",
+                    self.internals.version,
+                )
         self._register("duration", self.listeners.on_duration)
         self._register("event", self.listeners.on_event)
         if self.internals.full:
@@ -148,12 +158,20 @@ class Probe:
         self._installed = True
         self.listeners.attach(self.decoder, self.internals.full)
         if self.internals.full:
-            return f"jaxtrace_nb: {self.internals.reason}; self-check passed, recording in full." if newer else ""
+            return (
+                f"jaxtrace_nb: {self.internals.reason}; self-check passed, recording in full."
+                if newer
+                else ""
+            )
         if not self._registered:  # JAX < 0.8.1: jax.monitoring cannot remove a listener again
-            return (f"jaxtrace_nb: {self.internals.reason}, and its jax.monitoring cannot unregister "
-                    "a listener; recording nothing.")
-        return (f"jaxtrace_nb: {self.internals.reason}; recording traces and their seconds per "
-                "function name only (no retrace causes, leaves or locations).")
+            return (
+                f"jaxtrace_nb: {self.internals.reason}, and its jax.monitoring cannot unregister "
+                "a listener; recording nothing."
+            )
+        return (
+            f"jaxtrace_nb: {self.internals.reason}; recording traces and their seconds per "
+            "function name only (no retrace causes, leaves or locations)."
+        )
 
     def uninstall(self) -> None:
         if not self._installed:
@@ -231,7 +249,9 @@ class Probe:
         __tracebackhide__ = True
         try:
             bodies = self.internals.layout.bodies
-            if frame.f_code.co_name not in bodies:  # another tool's wrapper of `test_event` above ours
+            if (
+                frame.f_code.co_name not in bodies
+            ):  # another tool's wrapper of `test_event` above ours
                 frame = _announcing(frame, bodies)
                 if frame is None:
                     return
@@ -248,7 +268,8 @@ class Probe:
         # Completed by the trace-duration event of the same trace (same debug info object). A
         # top-level trace may start inside another (an eager computation under
         # ``jax.ensure_compile_time_eval`` compiles at trace time): the traces under way are a
-        # stack, and those gone from it count as attempts before this trace reads its function's state.
+        # stack, and those gone from it count as attempts before this trace reads its function's
+        # state.
         traces = self._tls.traces
         if traces:
             self._fail_gone(traces, frame)
@@ -352,16 +373,27 @@ class Probe:
         thread = threading.get_ident()
         plain = layout.plain_call(local)
         if plain is not None:
-            record = decoder.plain_jit_record(plain, nested=nested, thread=thread,
-                                              cache_generation=self._cache_generation, frame=frame)
+            record = decoder.plain_jit_record(
+                plain,
+                nested=nested,
+                thread=thread,
+                cache_generation=self._cache_generation,
+                frame=frame,
+            )
             if record is not None:
                 record = record._replace(evicted=True) if evicted else record
                 return _paired(record, plain.token, frame)
         start = layout.read(frame, local)
         if start is None:
             return None
-        record = decoder.trace_record(start, nested=nested, thread=thread, cache_generation=self._cache_generation,
-                                      on_fault=self._sink.fault, frame=frame)
+        record = decoder.trace_record(
+            start,
+            nested=nested,
+            thread=thread,
+            cache_generation=self._cache_generation,
+            on_fault=self._sink.fault,
+            frame=frame,
+        )
         return _paired(record._replace(evicted=True) if evicted else record, start.token, frame)
 
     def _evicted(self, fun, gap: int, nested: bool) -> bool:
@@ -426,7 +458,7 @@ def decoder_source_file(debug_info) -> str:
     """The file of JAX's "f at file:line" source info of a traced function."""
     src = str(getattr(debug_info, "func_src_info", "") or "")
     at = src.rfind(" at ")
-    return src[at + 4:].rsplit(":", 1)[0] if at >= 0 else ""
+    return src[at + 4 :].rsplit(":", 1)[0] if at >= 0 else ""
 
 
 def _exclude_from_tracebacks() -> None:

@@ -8,8 +8,8 @@ after must be the expected one. A few milliseconds; nothing reaches the user's l
 from __future__ import annotations
 
 from typing import Callable
-from .._core._vocabulary import EventKind
 
+from .._core._vocabulary import EventKind
 
 _CANARY = "_canary_calls.<locals>."
 
@@ -37,16 +37,33 @@ def _canary_calls():
         ("first trace", lambda: canary.trace(ones(2), 1), ("first", None, None, None)),
         ("a new shape", lambda: canary.trace(ones(3), 1), ("shape", "x", "f32[2]", "f32[3]")),
         ("a static argument", lambda: canary.trace(ones(3), 2), ("static", "n", "1", "2")),
-        ("a new dtype", lambda: canary.trace(ones(3, jnp.int32), 2), ("dtype", "x", "f32[3]", "i32[3]")),
-        ("a keyword argument passed", lambda: canary.trace(ones(3, jnp.int32), 2, opts={"a": ones(1)}),
-         ("structure", "opts", "(not passed)", "dict with keys 'a'")),
-        ("a leaf inside a dict", lambda: canary.trace(ones(3, jnp.int32), 2, opts={"a": ones(2)}),
-         ("shape", "opts['a']", "f32[1]", "f32[2]")),
+        (
+            "a new dtype",
+            lambda: canary.trace(ones(3, jnp.int32), 2),
+            ("dtype", "x", "f32[3]", "i32[3]"),
+        ),
+        (
+            "a keyword argument passed",
+            lambda: canary.trace(ones(3, jnp.int32), 2, opts={"a": ones(1)}),
+            ("structure", "opts", "(not passed)", "dict with keys 'a'"),
+        ),
+        (
+            "a leaf inside a dict",
+            lambda: canary.trace(ones(3, jnp.int32), 2, opts={"a": ones(2)}),
+            ("shape", "opts['a']", "f32[1]", "f32[2]"),
+        ),
         ("a 0-d array", lambda: canary.trace(ones(()), 2), ("shape", "x", "i32[3]", "f32[]")),
-        ("a Python scalar", lambda: canary.trace(1.0, 2), ("weak_type", "x", "f32[]", "f32[] (weak)")),
+        (
+            "a Python scalar",
+            lambda: canary.trace(1.0, 2),
+            ("weak_type", "x", "f32[]", "f32[] (weak)"),
+        ),
         ("first trace", lambda: moved.trace(ones(2), ones(2)), ("first", None, None, None)),
-        ("position to keyword", lambda: moved.trace(ones(2), b=ones(2)),
-         ("structure", "b", "by position", "by keyword")),
+        (
+            "position to keyword",
+            lambda: moved.trace(ones(2), b=ones(2)),
+            ("structure", "b", "by position", "by keyword"),
+        ),
     ]
 
 
@@ -75,7 +92,11 @@ def _check(session) -> str:
         calls = _canary_calls()
         for _, thunk, _ in calls:
             thunk()
-        events = [e for e in session.log.events() if e.kind == EventKind.TRACE and e.function.startswith(_CANARY)]
+        events = [
+            e
+            for e in session.log.events()
+            if e.kind == EventKind.TRACE and e.function.startswith(_CANARY)
+        ]
     except Exception as e:
         return f"the canary raised {type(e).__name__}: {str(e)[:200]}"
     finally:

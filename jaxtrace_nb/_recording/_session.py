@@ -14,8 +14,8 @@ import threading
 import warnings
 
 from .._cache._cache_explainer import CacheExplainer
-from ._lifecycle import FunctionState, Lifecycle
 from .._log._events import EventLog
+from ._lifecycle import FunctionState, Lifecycle
 from ._probe import Probe
 from ._self_check import run_self_check_with
 
@@ -29,17 +29,31 @@ class Session:
 
     def __init__(self):
         self.log = EventLog()
-        self.lifecycle = Lifecycle(self.log, fault=self.fault, cell=lambda: self.current_cell, place=self._place,
-                                   test=lambda: self.current_test)
+        self.lifecycle = Lifecycle(
+            self.log,
+            fault=self.fault,
+            cell=lambda: self.current_cell,
+            place=self._place,
+            test=lambda: self.current_test,
+        )
         self.probe = Probe(self.lifecycle)
-        self.cache = CacheExplainer(self.log, fault=self.fault, host=self._hostname, place=self._source_place,
-                                    is_library=self._is_library)
+        self.cache = CacheExplainer(
+            self.log,
+            fault=self.fault,
+            host=self._hostname,
+            place=self._source_place,
+            is_library=self._is_library,
+        )
         self.lifecycle.cache_keys = self.cache.submit
         self.log.before_read = self.settle  # (its one owner: what the probe and lifecycle hold, in)
         self.current_cell: int | None = None
-        self.current_test: str | None = None  # the pytest node id of the test running (the pytest plugin)
+        self.current_test: str | None = (
+            None  # the pytest node id of the test running (the pytest plugin)
+        )
         self.notice = ""
-        self.untested_ok = False  # record in full on a newer JAX without the self-check (the check itself)
+        self.untested_ok = (
+            False  # record in full on a newer JAX without the self-check (the check itself)
+        )
         self.fault_counts: collections.Counter = collections.Counter()
         self._lock = threading.RLock()
         self._users = 0
@@ -54,7 +68,9 @@ class Session:
         with self._lock:
             if self._users == 0:
                 try:
-                    self.notice = self.probe.install(None if self.untested_ok else run_self_check_with(_checking_session))
+                    self.notice = self.probe.install(
+                        None if self.untested_ok else run_self_check_with(_checking_session)
+                    )
                 except Exception as e:
                     self.fault("install", e)
                 if self.notice:
@@ -137,9 +153,11 @@ class Session:
         try:
             self.fault_counts[stage] += 1
             if self.fault_counts[stage] == 1:
-                message = (f"jaxtrace_nb: internal error in stage '{stage}' "
-                           f"({type(exc).__name__}: {str(exc)[:200]}); recording continues, "
-                           f"further errors in this stage are counted silently (jt.faults()).")
+                message = (
+                    f"jaxtrace_nb: internal error in stage '{stage}' "
+                    f"({type(exc).__name__}: {str(exc)[:200]}); recording continues, "
+                    f"further errors in this stage are counted silently (jt.faults())."
+                )
                 try:
                     warnings.warn(message, JaxtraceWarning, stacklevel=2)
                 except Exception:
@@ -188,7 +206,9 @@ def _checking_session() -> Session:
     """A private session for the self-check: records in full without checking, faults only counted."""
     session = Session()
     session.untested_ok = True  # this is the check: do not check again
-    session.fault = lambda stage, exc: session.fault_counts.update([stage])  # counted, never printed
+    session.fault = lambda stage, exc: session.fault_counts.update(
+        [stage]
+    )  # counted, never printed
     return session
 
 

@@ -28,6 +28,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import NamedTuple
+
 from .._core._vocabulary import Cause, EventKind
 
 MAX_PADDING = 0.15
@@ -92,11 +93,17 @@ def optimal_buckets(counts: dict[int, float], k: int) -> tuple[int, ...]:
     prefix_cs = np.concatenate(([0.0], np.cumsum(c * s)))
     i, j = np.arange(n)[:, None], np.arange(n)[None, :]
     # cost[i, j]: sizes i..j padded to s[j]
-    cost = np.where(i <= j, s[None, :] * (prefix_c[j + 1] - prefix_c[i]) - (prefix_cs[j + 1] - prefix_cs[i]), np.inf)
+    cost = np.where(
+        i <= j,
+        s[None, :] * (prefix_c[j + 1] - prefix_c[i]) - (prefix_cs[j + 1] - prefix_cs[i]),
+        np.inf,
+    )
     best = cost[0].copy()  # best[j]: sizes 0..j in one bucket
     starts = []  # per level from 2 on: where the last bucket of sizes 0..j starts
     for _ in range(1, k):
-        candidates = best[:-1, None] + cost[1:, :]  # the previous buckets end at i, the last starts at i + 1
+        candidates = (
+            best[:-1, None] + cost[1:, :]
+        )  # the previous buckets end at i, the last starts at i + 1
         arg = np.argmin(candidates, axis=0)
         best = candidates[arg, np.arange(n)]
         starts.append(arg + 1)
@@ -108,7 +115,9 @@ def optimal_buckets(counts: dict[int, float], k: int) -> tuple[int, ...]:
     return tuple(sorted(set(bounds)))
 
 
-def evaluate(name: str, pads: Sequence[Callable[[int], int]], shapes: dict[tuple, float], code: str) -> Scheme:
+def evaluate(
+    name: str, pads: Sequence[Callable[[int], int]], shapes: dict[tuple, float], code: str
+) -> Scheme:
     """`pads` (one per varying dimension) applied to `shapes` (varying sizes -> weight)."""
     padded = {tuple(p(v) for p, v in zip(pads, shape)) for shape in shapes}
     real = extra = 0.0
@@ -117,7 +126,13 @@ def evaluate(name: str, pads: Sequence[Callable[[int], int]], shapes: dict[tuple
             real += weight * v
             extra += weight * (p(v) - v)
     buckets = tuple(tuple(sorted({p(shape[d]) for shape in shapes})) for d, p in enumerate(pads))
-    return Scheme(name=name, compiles=len(padded), padding=extra / real if real else 0.0, buckets=buckets, code=code)
+    return Scheme(
+        name=name,
+        compiles=len(padded),
+        padding=extra / real if real else 0.0,
+        buckets=buckets,
+        code=code,
+    )
 
 
 def schemes(shapes: dict[tuple, float], max_buckets: int = MAX_BUCKETS) -> list[Scheme]:
@@ -128,7 +143,11 @@ def schemes(shapes: dict[tuple, float], max_buckets: int = MAX_BUCKETS) -> list[
     top = max(max(shape) for shape in shapes)
     for n in MULTIPLES:
         if n < 2 * top:
-            out.append(evaluate(f"multiple_of({n})", [_multiple(n)] * ndim, shapes, f"n = -(-n // {n}) * {n}"))
+            out.append(
+                evaluate(
+                    f"multiple_of({n})", [_multiple(n)] * ndim, shapes, f"n = -(-n // {n}) * {n}"
+                )
+            )
     out.append(evaluate("pow2", [_pow2] * ndim, shapes, "n = 1 << (n - 1).bit_length()"))
     per_dim = []
     for d in range(ndim):
@@ -139,15 +158,27 @@ def schemes(shapes: dict[tuple, float], max_buckets: int = MAX_BUCKETS) -> list[
     distinct = max(len(c) for c in per_dim)
     for k in range(1, min(max_buckets, distinct - 1) + 1):
         bounds = [optimal_buckets(c, k) for c in per_dim]
-        out.append(evaluate(f"buckets({k})", [bucket_pad(b) for b in bounds], shapes, bucket_code(bounds[0])
-                            if ndim == 1 else f"buckets per dimension: {[list(b) for b in bounds]}"))
+        out.append(
+            evaluate(
+                f"buckets({k})",
+                [bucket_pad(b) for b in bounds],
+                shapes,
+                bucket_code(bounds[0])
+                if ndim == 1
+                else f"buckets per dimension: {[list(b) for b in bounds]}",
+            )
+        )
     return out
 
 
 def pick(candidates: list[Scheme], max_padding: float = MAX_PADDING) -> Scheme | None:
     """The fewest compiles within `max_padding`; ties: one line of code before a list, then less padding.
     None when nothing padded beats compiling every shape."""
-    within = [s for s in candidates[1:] if s.padding <= max_padding + 1e-12 and s.compiles < candidates[0].compiles]
+    within = [
+        s
+        for s in candidates[1:]
+        if s.padding <= max_padding + 1e-12 and s.compiles < candidates[0].compiles
+    ]
     if not within:
         return None
     return min(within, key=lambda s: (s.compiles, s.name.startswith("buckets"), s.padding))
@@ -155,8 +186,13 @@ def pick(candidates: list[Scheme], max_padding: float = MAX_PADDING) -> Scheme |
 
 def simplest(candidates: list[Scheme], max_padding: float = MAX_PADDING) -> Scheme | None:
     """The best one-line scheme (`multiple_of` / `pow2`) within `max_padding`."""
-    within = [s for s in candidates[1:] if not s.name.startswith("buckets") and s.padding <= max_padding + 1e-12
-              and s.compiles < candidates[0].compiles]
+    within = [
+        s
+        for s in candidates[1:]
+        if not s.name.startswith("buckets")
+        and s.padding <= max_padding + 1e-12
+        and s.compiles < candidates[0].compiles
+    ]
     return min(within, key=lambda s: (s.compiles, s.padding)) if within else None
 
 
@@ -189,8 +225,13 @@ def _seconds(e) -> float | None:
     return sum(values) if values else None
 
 
-def census(events: Iterable, *, sizes: Sequence[int] | None = None, max_padding: float = MAX_PADDING,
-           internal: bool = False) -> list[LeafCensus]:
+def census(
+    events: Iterable,
+    *,
+    sizes: Sequence[int] | None = None,
+    max_padding: float = MAX_PADDING,
+    internal: bool = False,
+) -> list[LeafCensus]:
     """Per (function, leaf) that retraced on shape: its shapes, seconds and bucket schemes.
 
     `sizes`: a sample of the real sizes of the varying dimension (e.g. a dataset's lengths), to
@@ -220,7 +261,9 @@ def census(events: Iterable, *, sizes: Sequence[int] | None = None, max_padding:
     return out
 
 
-def _leaf(function: str, key: str, leaf: str, seen: list, sizes, max_padding: float) -> LeafCensus | None:
+def _leaf(
+    function: str, key: str, leaf: str, seen: list, sizes, max_padding: float
+) -> LeafCensus | None:
     parsed = [(parse_shape(text), seconds) for text, seconds in seen]
     parsed = [(p[1], s) for p, s in parsed if p is not None]
     if len(parsed) < 2 or len({len(dims) for dims, _ in parsed}) != 1:
@@ -239,7 +282,17 @@ def _leaf(function: str, key: str, leaf: str, seen: list, sizes, max_padding: fl
             for n, count in weighted.items():
                 weights.setdefault((n,), float(count))
     candidates = schemes(weights)
-    return LeafCensus(function=function, key=key, leaf=leaf, shapes=shapes, compile_s=tuple(s for _, s in parsed), varying=varying, candidates=tuple(candidates), pick=pick(candidates, max_padding), simplest=simplest(candidates, max_padding))
+    return LeafCensus(
+        function=function,
+        key=key,
+        leaf=leaf,
+        shapes=shapes,
+        compile_s=tuple(s for _, s in parsed),
+        varying=varying,
+        candidates=tuple(candidates),
+        pick=pick(candidates, max_padding),
+        simplest=simplest(candidates, max_padding),
+    )
 
 
 def shape_text(dims: tuple) -> str:
@@ -250,15 +303,17 @@ def sizes_text(c: LeafCensus, limit: int = 8) -> str:
     """The varying dimensions' sizes seen, shortened: "17 sizes: 25, 26, …, 512"."""
     values = sorted({tuple(s[d] for d in c.varying) for s in c.shapes})
     texts = [str(v[0]) if len(v) == 1 else shape_text(v) for v in values]
-    shown = texts if len(texts) <= limit else [*texts[:limit - 2], "…", texts[-1]]
+    shown = texts if len(texts) <= limit else [*texts[: limit - 2], "…", texts[-1]]
     return f"{len(texts)} size(s): {', '.join(shown)}"
 
 
 def suggestion_text(c: LeafCensus) -> str:
     """One line: the shapes seen and what the pick (and the simplest scheme) would have cost."""
     dims = ", ".join(map(str, c.varying))
-    head = (f"{c.function} `{c.leaf}` dim {dims}: {sizes_text(c)}; {len(c.shapes)} compile(s), "
-            f"{c.seconds:.3f} s")
+    head = (
+        f"{c.function} `{c.leaf}` dim {dims}: {sizes_text(c)}; {len(c.shapes)} compile(s), "
+        f"{c.seconds:.3f} s"
+    )
     if c.pick is None:
         return head + "; no padding within the budget compiles fewer times"
     text = f"{head} → {_scheme_text(c, c.pick)}"
@@ -268,22 +323,45 @@ def suggestion_text(c: LeafCensus) -> str:
 
 
 def _scheme_text(c: LeafCensus, s: Scheme) -> str:
-    what = s.name if not s.name.startswith("buckets") else \
-        "pad to " + (", ".join(map(str, s.buckets[0])) if len(s.buckets) == 1 else str([list(b) for b in s.buckets])) \
+    what = (
+        s.name
+        if not s.name.startswith("buckets")
+        else "pad to "
+        + (
+            ", ".join(map(str, s.buckets[0]))
+            if len(s.buckets) == 1
+            else str([list(b) for b in s.buckets])
+        )
         + " (past the largest: its next multiple)"
+    )
     seconds = f", ~{s.compiles * c.mean_compile_s:.3f} s" if c.mean_compile_s is not None else ""
     return f"{what}: {s.compiles} compile(s){seconds}, padding {100 * s.padding:.1f} %"
 
 
-CENSUS_FRAME_COLUMNS = ("function", "leaf", "dims", "shapes_seen", "sizes", "seconds", "scheme", "buckets",
-                        "compiles", "padding", "seconds_est", "code", "suggested")
+CENSUS_FRAME_COLUMNS = (
+    "function",
+    "leaf",
+    "dims",
+    "shapes_seen",
+    "sizes",
+    "seconds",
+    "scheme",
+    "buckets",
+    "compiles",
+    "padding",
+    "seconds_est",
+    "code",
+    "suggested",
+)
 
 
 def _family(s: Scheme) -> str:
     return s.name.split("(")[0]
 
 
-def shortlist(c: LeafCensus, alternatives: int = 3, max_padding: float = MAX_PADDING) -> list[Scheme]:
+def shortlist(
+    c: LeafCensus, alternatives: int = 3, max_padding: float = MAX_PADDING
+) -> list[Scheme]:
     """The pick, then at most `alternatives` others (each family's best first, within the padding
     budget before past it, fewer compiles before less padding), then "as is" to compare with."""
     as_is, others = c.candidates[0], [s for s in c.candidates[1:] if s is not c.pick]
@@ -296,8 +374,9 @@ def shortlist(c: LeafCensus, alternatives: int = 3, max_padding: float = MAX_PAD
     return ([c.pick] if c.pick is not None else []) + sorted(chosen, key=ranked.index) + [as_is]
 
 
-def census_rows(found: Iterable[LeafCensus], alternatives: int | None = None,
-                max_padding: float = MAX_PADDING) -> list[dict]:
+def census_rows(
+    found: Iterable[LeafCensus], alternatives: int | None = None, max_padding: float = MAX_PADDING
+) -> list[dict]:
     """Rows of `jt.shape_census()`: per leaf, its `shortlist`, or every candidate scheme ("as is"
     first) when `alternatives` is None."""
     rows = []
@@ -305,11 +384,21 @@ def census_rows(found: Iterable[LeafCensus], alternatives: int | None = None,
         mean = c.mean_compile_s
         shown = c.candidates if alternatives is None else shortlist(c, alternatives, max_padding)
         for s in shown:
-            rows.append({
-                "function": c.function, "leaf": c.leaf, "dims": ",".join(map(str, c.varying)),
-                "shapes_seen": len(c.shapes), "sizes": sizes_text(c), "seconds": c.seconds, "scheme": s.name,
-                "buckets": "; ".join(",".join(map(str, b)) for b in s.buckets), "compiles": s.compiles,
-                "padding": s.padding, "seconds_est": None if mean is None else s.compiles * mean, "code": s.code,
-                "suggested": s is c.pick,
-            })
+            rows.append(
+                {
+                    "function": c.function,
+                    "leaf": c.leaf,
+                    "dims": ",".join(map(str, c.varying)),
+                    "shapes_seen": len(c.shapes),
+                    "sizes": sizes_text(c),
+                    "seconds": c.seconds,
+                    "scheme": s.name,
+                    "buckets": "; ".join(",".join(map(str, b)) for b in s.buckets),
+                    "compiles": s.compiles,
+                    "padding": s.padding,
+                    "seconds_est": None if mean is None else s.compiles * mean,
+                    "code": s.code,
+                    "suggested": s is c.pick,
+                }
+            )
     return rows

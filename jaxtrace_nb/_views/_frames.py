@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .._diagnosis._diagnose import CAUSES
-from .._log._events import COLUMN_TYPES, COLUMNS, Event
 from .._core._missing import number
 from .._core._vocabulary import Cause, EventKind
+from .._diagnosis._diagnose import CAUSES
+from .._log._events import COLUMN_TYPES, COLUMNS, Event
+
 
 def events_frame(events: Iterable[Event]):
     """A DataFrame with one row per event and the documented dtypes."""
@@ -43,15 +44,34 @@ def _typed(df):
             if kind == "jit":  # the members' plain strings, as this text column always held
                 column = column.map(str, na_action="ignore")
             column = column.astype(object)
-            df[name] = column.where(column.notna(), None)  # missing text is None, whatever pandas inferred
+            df[name] = column.where(
+                column.notna(), None
+            )  # missing text is None, whatever pandas inferred
     return df
 
 
-# The columns of `jt.summary()`, in order (the views' per-function table is `_report.TABLE_COLUMNS`).
+# The columns of `jt.summary()`, in order (the views' per-function table is
+# `_report.TABLE_COLUMNS`).
 SUMMARY_FRAME_COLUMNS = (
-    "function", "location", "internal", "nested", "traces", "compiles", "trace_s", "lower_s",
-    "compile_s", "total_s", "eqns", "eqns_total", "loop_repeats", "cache_hits", "cache_saved_s", "last_cause",
-    "last_leaf", "cells", "key",
+    "function",
+    "location",
+    "internal",
+    "nested",
+    "traces",
+    "compiles",
+    "trace_s",
+    "lower_s",
+    "compile_s",
+    "total_s",
+    "eqns",
+    "eqns_total",
+    "loop_repeats",
+    "cache_hits",
+    "cache_saved_s",
+    "last_cause",
+    "last_leaf",
+    "cells",
+    "key",
 )
 
 
@@ -70,11 +90,28 @@ def function_row(events: list[Event]) -> dict:
     """
     first = events[0]
     row = {
-        "function": first.function, "location": first.location, "internal": bool(first.internal),
-        "nested": bool(first.nested), "traces": 0, "compiles": 0, "trace_s": None, "lower_s": None,
-        "compile_s": None, "total_s": None, "eqns": None, "eqns_total": None, "loop_repeats": None,
-        "cache_hits": 0, "cache_saved_s": 0.0, "last_cause": None, "last_leaf": None, "cells": "",
-        "key": first.key, "retraces": 0, "leaves": "", "tests": (),
+        "function": first.function,
+        "location": first.location,
+        "internal": bool(first.internal),
+        "nested": bool(first.nested),
+        "traces": 0,
+        "compiles": 0,
+        "trace_s": None,
+        "lower_s": None,
+        "compile_s": None,
+        "total_s": None,
+        "eqns": None,
+        "eqns_total": None,
+        "loop_repeats": None,
+        "cache_hits": 0,
+        "cache_saved_s": 0.0,
+        "last_cause": None,
+        "last_leaf": None,
+        "cells": "",
+        "key": first.key,
+        "retraces": 0,
+        "leaves": "",
+        "tests": (),
     }
     cells: list = []
     tests: dict = {}
@@ -123,9 +160,14 @@ def summary_frame(events: Iterable[Event]):
     by_function: dict[str, list[Event]] = {}
     for e in events:
         by_function.setdefault(e.key, []).append(e)
-    rows = sorted((function_row(history) for history in by_function.values()), key=lambda r: -(r["total_s"] or 0.0))
-    df = pd.DataFrame.from_records([tuple(r[c] for c in SUMMARY_FRAME_COLUMNS) for r in rows],
-                                   columns=list(SUMMARY_FRAME_COLUMNS))
+    rows = sorted(
+        (function_row(history) for history in by_function.values()),
+        key=lambda r: -(r["total_s"] or 0.0),
+    )
+    df = pd.DataFrame.from_records(
+        [tuple(r[c] for c in SUMMARY_FRAME_COLUMNS) for r in rows],
+        columns=list(SUMMARY_FRAME_COLUMNS),
+    )
     df["last_cause"] = pd.Categorical(df["last_cause"], categories=list(CAUSES))
     for col in ("traces", "compiles", "cache_hits"):
         df[col] = df[col].astype("int64")
@@ -156,18 +198,48 @@ def cache_keys_frame(path: str):
     for name, seen, key in keys:
         facts = key.facts or {}
         devices = facts.get("devices") or {}
-        row = {"name": name, "key": key.key, "first_seen": pd.Timestamp(key.first_seen, unit="s", tz="UTC"),
-               "last_seen": pd.Timestamp(key.last_seen, unit="s", tz="UTC"), "seen": seen, "host": key.host,
-               "pid": key.pid, "function": key.function, "location": key.location, "outcome": key.outcome,
-               "reason": key.reason or None, "written": key.written, "jax": facts.get("jax"),
-               "jaxlib": facts.get("jaxlib"), "xla_flags": " ".join(facts.get("xla_flags") or []),
-               "devices": devices.get("count"), "device_kinds": ", ".join(devices.get("kinds") or {})}
+        row = {
+            "name": name,
+            "key": key.key,
+            "first_seen": pd.Timestamp(key.first_seen, unit="s", tz="UTC"),
+            "last_seen": pd.Timestamp(key.last_seen, unit="s", tz="UTC"),
+            "seen": seen,
+            "host": key.host,
+            "pid": key.pid,
+            "function": key.function,
+            "location": key.location,
+            "outcome": key.outcome,
+            "reason": key.reason or None,
+            "written": key.written,
+            "jax": facts.get("jax"),
+            "jaxlib": facts.get("jaxlib"),
+            "xla_flags": " ".join(facts.get("xla_flags") or []),
+            "devices": devices.get("count"),
+            "device_kinds": ", ".join(devices.get("kinds") or {}),
+        }
         parts = dict(key.components)
         row.update({f"part: {c}": parts.get(c) for c in CACHE_KEY_COMPONENTS})
         rows.append(row)
-    columns = ["name", "key", "first_seen", "last_seen", "seen", "host", "pid", "function", "location", "outcome",
-               "reason", "written", "jax", "jaxlib", "xla_flags", "devices", "device_kinds",
-               *(f"part: {c}" for c in CACHE_KEY_COMPONENTS)]
+    columns = [
+        "name",
+        "key",
+        "first_seen",
+        "last_seen",
+        "seen",
+        "host",
+        "pid",
+        "function",
+        "location",
+        "outcome",
+        "reason",
+        "written",
+        "jax",
+        "jaxlib",
+        "xla_flags",
+        "devices",
+        "device_kinds",
+        *(f"part: {c}" for c in CACHE_KEY_COMPONENTS),
+    ]
     df = pd.DataFrame.from_records(rows, columns=columns)
     for column in ("first_seen", "last_seen"):
         df[column] = pd.to_datetime(df[column], utc=True).dt.tz_convert(None)

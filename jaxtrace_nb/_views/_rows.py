@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
-from .._core import _format as fmt
 from .._cache._cache_words import HIT, MISS, notable_miss, verdict_word
-from .._log._events import Event
+from .._core import _format as fmt
 from .._core._missing import json_value
+from .._log._events import Event
 from ._report import EVENT_COLUMNS, GROUP_COLUMNS, TABLE_COLUMNS, Group, Report, is_shown
 
 MAX_EVENTS_PER_GROUP = 500  # the newest ones; every event stays in jt.log()
@@ -52,7 +52,7 @@ def prose_cell(explanation: str | None, hint: str | None, cache: str | None = No
 
 def cache_block(cache: str) -> list:
     """A persistent cache miss's words as a block: "persistent cache miss: …"."""
-    return [CACHE, [["cache", CACHE_LABEL + MISS], *prose(cache[len(MISS):])]]
+    return [CACHE, [["cache", CACHE_LABEL + MISS], *prose(cache[len(MISS) :])]]
 
 
 def cache_words(e: Event) -> str:
@@ -61,7 +61,7 @@ def cache_words(e: Event) -> str:
 
 
 def cache_verdict(e: Event) -> str:
-    """"hit", "miss" or "not cached" (an older log: its `cache_hit`), "" when the cache was off."""
+    """ "hit", "miss" or "not cached" (an older log: its `cache_hit`), "" when the cache was off."""
     word = verdict_word(e.persistent_cache)
     if word or e.cache_hit is None:
         return word
@@ -97,7 +97,9 @@ class GroupText(NamedTuple):
 
     cells: str
     tests: str  # the pytest tests whose calls traced (node ids), the first few
-    tests_full: str  # every one of them, a line each, where `tests` lists only the first few (else "")
+    tests_full: (
+        str  # every one of them, a line each, where `tests` lists only the first few (else "")
+    )
     function: str
     numbers: str  # "#2", "#2–#16"
     kind: str
@@ -118,13 +120,29 @@ def group_text(g: Group) -> GroupText:
     cells = list(dict.fromkeys(fmt.cell_label(e.cell) for e in g.events if e.cell is not None))
     tests = list(dict.fromkeys(e.test for e in g.events if e.test))
     numbers = {e.trace_number for e in g.events if e.trace_number is not None}
-    span = (f"#{min(numbers)}" + (f"–#{max(numbers)}" if len(numbers) > 1 else "")) if numbers else ""
+    span = (
+        (f"#{min(numbers)}" + (f"–#{max(numbers)}" if len(numbers) > 1 else "")) if numbers else ""
+    )
     shown, full = change_texts(g.events)
     explanation, hint = _explained(first)
     created = " or ".join(fmt.short_path(c) for c in (first.created_at or "").split(", ") if c)
-    return GroupText(", ".join(cells), *tests_texts(tests), first.function,
-                     span, first.kind, len(g.events), first.cause or "(not diagnosed)", first.leaf, shown, full,
-                     fmt.short_path(first.call_site), explanation, hint, created, cache_words(first))
+    return GroupText(
+        ", ".join(cells),
+        *tests_texts(tests),
+        first.function,
+        span,
+        first.kind,
+        len(g.events),
+        first.cause or "(not diagnosed)",
+        first.leaf,
+        shown,
+        full,
+        fmt.short_path(first.call_site),
+        explanation,
+        hint,
+        created,
+        cache_words(first),
+    )
 
 
 def why_line(t: GroupText) -> list[list[str]]:
@@ -146,10 +164,18 @@ def why_line(t: GroupText) -> list[list[str]]:
 def group_row(g: Group) -> dict:
     t = group_text(g)
     return {
-        "cells": t.cells, "tests": t.tests, "function": t.function, "numbers": t.numbers, "kind": t.kind,
+        "cells": t.cells,
+        "tests": t.tests,
+        "function": t.function,
+        "numbers": t.numbers,
+        "kind": t.kind,
         "count": t.count,
-        "cause": t.cause, "leaf": t.leaf, "change": t.change, "call_site": t.call_site,
-        "explanation": prose_cell(t.explanation, t.hint, t.cache), "first_seq": g.first.seq,
+        "cause": t.cause,
+        "leaf": t.leaf,
+        "change": t.change,
+        "call_site": t.call_site,
+        "explanation": prose_cell(t.explanation, t.hint, t.cache),
+        "first_seq": g.first.seq,
         "last_seq": g.events[-1].seq,
         "full": {"change": t.change_full, "tests": t.tests_full},
     }
@@ -160,15 +186,29 @@ def event_row(e: Event, slowest_seq) -> dict:
     before, after, _ = fmt.short_numbers(e.before, e.after)
     explanation, _ = _explained(e)
     return {
-        "seq": e.seq, "cell": fmt.cell_label(e.cell), "test": e.test,
+        "seq": e.seq,
+        "cell": fmt.cell_label(e.cell),
+        "test": e.test,
         "time": e.time.strftime("%H:%M:%S") if e.time else None,
-        "trace_number": e.trace_number, "kind": e.kind, "cause": e.cause, "leaf": e.leaf,
-        "change": fmt.change(before, after), "call_site": fmt.short_path(e.call_site),
-        "explanation": prose_cell(explanation, None, cache_words(e)), "eqns_total": json_value(e.eqns_total),
-        "flops": json_value(e.flops), "persistent_cache": cache_verdict(e), "trace_s": json_value(e.trace_s),
-        "lower_s": json_value(e.lower_s), "compile_s": json_value(e.compile_s), "total_s": e.total_s,
+        "trace_number": e.trace_number,
+        "kind": e.kind,
+        "cause": e.cause,
+        "leaf": e.leaf,
+        "change": fmt.change(before, after),
+        "call_site": fmt.short_path(e.call_site),
+        "explanation": prose_cell(explanation, None, cache_words(e)),
+        "eqns_total": json_value(e.eqns_total),
+        "flops": json_value(e.flops),
+        "persistent_cache": cache_verdict(e),
+        "trace_s": json_value(e.trace_s),
+        "lower_s": json_value(e.lower_s),
+        "compile_s": json_value(e.compile_s),
+        "total_s": e.total_s,
         "slowest": e.seq == slowest_seq,
-        "full": {"change": fmt.change(e.before, e.after), "persistent_cache": fmt.short_text(e.persistent_cache)},
+        "full": {
+            "change": fmt.change(e.before, e.after),
+            "persistent_cache": fmt.short_text(e.persistent_cache),
+        },
     }
 
 
@@ -177,9 +217,14 @@ def why(row: dict) -> list | None:
     notable = [g for g in row["groups"] if g.notable]
     if not notable:
         return None
-    t = group_text(max(notable, key=lambda g: g.events[-1].seq if g.events[-1].seq is not None else 0))
-    return [[WHY_LINE, why_line(t)], *([cache_block(t.cache)] if t.cache else []),
-            *([[HINT, prose(t.hint)]] if t.hint else [])]
+    t = group_text(
+        max(notable, key=lambda g: g.events[-1].seq if g.events[-1].seq is not None else 0)
+    )
+    return [
+        [WHY_LINE, why_line(t)],
+        *([cache_block(t.cache)] if t.cache else []),
+        *([[HINT, prose(t.hint)]] if t.hint else []),
+    ]
 
 
 def _search(row: dict) -> str:
@@ -195,8 +240,12 @@ def _search(row: dict) -> str:
             tests.add(e.test)
             call_sites.add(e.call_site)
             explanations.add(e.explanation)
-    words += [piece for text in sorted(t for t in explanations if t)
-              for code, piece in fmt.code_spans(fmt.short_paths_in(text)) if code]
+    words += [
+        piece
+        for text in sorted(t for t in explanations if t)
+        for code, piece in fmt.code_spans(fmt.short_paths_in(text))
+        if code
+    ]
     words += [fmt.cell_label(c) for c in sorted(c for c in cells if c is not None)]
     words += sorted(t for t in tests if t)
     words += sorted(fmt.short_path(c) for c in call_sites if c)
@@ -217,14 +266,26 @@ def table_row(row: dict) -> dict:
 def _table_row(row: dict) -> dict:
     tests, tests_full = tests_texts(row["tests"])
     return {
-        "key": row["id"], "hidden": not is_shown(row, internal=False), "internal": row["internal"],
-        "nested": row["nested"], "search": _search(row), "function": row["function"],
-        "location": fmt.short_path(row["location"]), "traces": row["traces"], "compiles": row["compiles"],
-        "eqns_total": json_value(row["eqns_total"]), "loop_repeats": json_value(row["loop_repeats"]),
-        "trace_s": json_value(row["trace_s"]), "lower_s": json_value(row["lower_s"]),
-        "compile_s": json_value(row["compile_s"]), "total_s": json_value(row["total_s"]),
-        "last_cause": row["last_cause"], "last_leaf": row["last_leaf"], "why": why(row),
-        "tests": tests, "full": {"tests": tests_full},
+        "key": row["id"],
+        "hidden": not is_shown(row, internal=False),
+        "internal": row["internal"],
+        "nested": row["nested"],
+        "search": _search(row),
+        "function": row["function"],
+        "location": fmt.short_path(row["location"]),
+        "traces": row["traces"],
+        "compiles": row["compiles"],
+        "eqns_total": json_value(row["eqns_total"]),
+        "loop_repeats": json_value(row["loop_repeats"]),
+        "trace_s": json_value(row["trace_s"]),
+        "lower_s": json_value(row["lower_s"]),
+        "compile_s": json_value(row["compile_s"]),
+        "total_s": json_value(row["total_s"]),
+        "last_cause": row["last_cause"],
+        "last_leaf": row["last_leaf"],
+        "why": why(row),
+        "tests": tests,
+        "full": {"tests": tests_full},
     }
 
 
@@ -248,24 +309,37 @@ def history_view(report: Report, function_id: str) -> dict:
     from ._where import census_view, profile_view
 
     where = f" ({fmt.short_path(first.location)})" if first.location else ""
-    cause = f" ({slowest.cause}{' at ' + slowest.leaf if slowest.leaf else ''})" if slowest.cause else ""
+    cause = (
+        f" ({slowest.cause}{' at ' + slowest.leaf if slowest.leaf else ''})"
+        if slowest.cause
+        else ""
+    )
     return {
-        "key": function_id, "title": f"{first.function}{where}: {len(events)} event(s) in {len(groups)} group(s)",
-        "note": (f"slowest: #{slowest.trace_number} {slowest.kind}{cause}, {slowest.total_s:.3f} s, "
-                 f"event {events.index(slowest) + 1} of {len(events)}"),
+        "key": function_id,
+        "title": f"{first.function}{where}: {len(events)} event(s) in {len(groups)} group(s)",
+        "note": (
+            f"slowest: #{slowest.trace_number} {slowest.kind}{cause}, {slowest.total_s:.3f} s, "
+            f"event {events.index(slowest) + 1} of {len(events)}"
+        ),
         "groups": groups,
-        "profile": profile_view(events), "census": census_view(census(events, internal=True)),
+        "profile": profile_view(events),
+        "census": census_view(census(events, internal=True)),
     }
 
 
 def column_spec(columns) -> list[dict]:
     """A column spec as the JS view receives it (the view holds no copy of its own)."""
-    return [{"name": c.name, "label": c.label, "kind": c.kind, "title": c.title, "collapse": c.collapse}
-            for c in columns]
+    return [
+        {"name": c.name, "label": c.label, "kind": c.kind, "title": c.title, "collapse": c.collapse}
+        for c in columns
+    ]
 
 
-SPECS = {"columns": column_spec(TABLE_COLUMNS), "group_columns": column_spec(GROUP_COLUMNS),
-         "event_columns": column_spec(EVENT_COLUMNS)}
+SPECS = {
+    "columns": column_spec(TABLE_COLUMNS),
+    "group_columns": column_spec(GROUP_COLUMNS),
+    "event_columns": column_spec(EVENT_COLUMNS),
+}
 
 
 def table_content(report: Report, *, timeline_svg: bool = True) -> dict:
@@ -276,9 +350,13 @@ def table_content(report: Report, *, timeline_svg: bool = True) -> dict:
     from ._timeline import svg, timeline
 
     rows = ",".join(_row_json(row) for row in report.rows(internal=True))
-    return {"headline": report.headline(internal=False), "headline_all": report.headline(internal=True),
-            "rows_json": f"[{rows}]", "timeline_svg": svg(timeline(report.all_events())) if timeline_svg else "",
-            "timeline_caption": report.timeline_caption()}
+    return {
+        "headline": report.headline(internal=False),
+        "headline_all": report.headline(internal=True),
+        "rows_json": f"[{rows}]",
+        "timeline_svg": svg(timeline(report.all_events())) if timeline_svg else "",
+        "timeline_caption": report.timeline_caption(),
+    }
 
 
 def _row_json(row: dict) -> str:

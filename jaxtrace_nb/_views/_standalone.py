@@ -15,15 +15,17 @@ import json
 import os
 import pathlib
 
-from .._log._events import COLUMNS, Event
 from .._core._missing import python_value
+from .._log._events import COLUMNS, Event
 from ._report import Report
 from ._rows import SPECS, history_view, table_content
 from ._text import render_html, stylesheet
 
 _CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:"
-_PAGE_CSS = ("body{margin:16px;background:#fff}h1{font:600 16px system-ui,sans-serif;margin:0 0 8px}"
-             ".jtnb-page .jtnb-static{margin-top:12px}")
+_PAGE_CSS = (
+    "body{margin:16px;background:#fff}h1{font:600 16px system-ui,sans-serif;margin:0 0 8px}"
+    ".jtnb-page .jtnb-static{margin-top:12px}"
+)
 
 
 # ------------------------------------------------------------------- sources
@@ -53,14 +55,21 @@ def _numbered(events: list[Event]) -> list[Event]:
 
 def _from_frame(df) -> list[Event]:
     names = [c for c in df.columns if c in COLUMNS]
-    return [Event(**{name: python_value(record[name]) for name in names}) for record in df.to_dict("records")]
+    return [
+        Event(**{name: python_value(record[name]) for name in names})
+        for record in df.to_dict("records")
+    ]
 
 
 def source_title(source) -> str:
     """A short name for where the events came from."""
     if isinstance(source, (str, os.PathLike)):
         return os.path.basename(os.fspath(source))
-    if isinstance(source, (list, tuple)) and source and all(isinstance(s, (str, os.PathLike)) for s in source):
+    if (
+        isinstance(source, (list, tuple))
+        and source
+        and all(isinstance(s, (str, os.PathLike)) for s in source)
+    ):
         names = [os.path.basename(os.fspath(s)) for s in source]
         return ", ".join(names) if len(names) <= 4 else f"{len(names)} logs"
     return "jaxtrace_nb session" if source is None else "jaxtrace_nb log"
@@ -77,10 +86,25 @@ def page(report: Report) -> str:
     """The report as one self-contained HTML page."""
     from ._where import html_sections
 
-    # The timeline, the equations per line and the census: drawn once, below the table (not by the view).
-    state = {**SPECS, **table_content(report, timeline_svg=False), "timeline_caption": "", "show_all": report.internal,
-             "sort_by": "total_s", "descending": True, "filter": "", "page": 0, "page_size": 50, "selected": "",
-             "history": {}, "variable": "", "status": "", "live": False, "exportable": False}
+    # The timeline, the equations per line and the census: drawn once, below the table (not by the
+    # view).
+    state = {
+        **SPECS,
+        **table_content(report, timeline_svg=False),
+        "timeline_caption": "",
+        "show_all": report.internal,
+        "sort_by": "total_s",
+        "descending": True,
+        "filter": "",
+        "page": 0,
+        "page_size": 50,
+        "selected": "",
+        "history": {},
+        "variable": "",
+        "status": "",
+        "live": False,
+        "exportable": False,
+    }
     histories = {row["id"]: history_view(report, row["id"]) for row in report.functions()}
     script = (pathlib.Path(__file__).parent / "_widget.js").read_text(encoding="utf-8")
     if "</script" in script.lower():
@@ -91,23 +115,30 @@ def page(report: Report) -> str:
         f"<meta http-equiv='Content-Security-Policy' content=\"{_CSP}\">"
         f"<title>{html.escape(report.title)}</title><style>{stylesheet()}{_PAGE_CSS}</style></head>\n"
         "<body class='jtnb-page jtnb-root'><h1>jaxtrace_nb report</h1>"
-        f"<div class='jtnb-note'>written {stamp} · filter, sort by any column, click a function for its history"
+        f"<div class='jtnb-note'>written {stamp} · filter, sort by any column, click a function "
+        "for its history"
         "</div>\n"
         "<div id='jtnb-app'></div>\n"
         f"{render_html(report)}\n"
         f"<div class='jtnb-where'>{html_sections(report)}</div>\n"
-        f"<script type='application/json' id='jtnb-data'>{_script_json({'state': state, 'histories': histories})}"
+        "<script type='application/json' "
+        f"id='jtnb-data'>{_script_json({'state': state, 'histories': histories})}"
         "</script>\n<script type='module'>\n"
         f"{script}\n"
         "const data = JSON.parse(document.getElementById('jtnb-data').textContent);\n"
-        "render({ model: new LocalModel(data.state, data.histories), el: document.getElementById('jtnb-app') });\n"
-        "</script></body></html>\n")
+        "render({ model: new LocalModel(data.state, data.histories), el: "
+        "document.getElementById('jtnb-app') });\n"
+        "</script></body></html>\n"
+    )
 
 
 def write_report(path, events, *, internal: bool = False, title: str | None = None) -> str:
     """Write the self-contained HTML report of `events` (see `events_from`) to `path`; returns the path."""
-    report = Report(events_from(events), f"{title or source_title(events)}: jit traces and compiles",
-                    internal=internal)
+    report = Report(
+        events_from(events),
+        f"{title or source_title(events)}: jit traces and compiles",
+        internal=internal,
+    )
     with open(path, "w", encoding="utf-8") as f:
         f.write(page(report))
     return os.fspath(path)

@@ -20,7 +20,8 @@ from ._rows import CACHE_LABEL, HINT_LABEL, GroupText, group_row, group_text, ta
 MAX_GROUPS_SHOWN = 20
 MAX_ROWS_SHOWN = 200
 _NUMERIC = ("int", "num", "seconds", "bar")
-# Where code may wrap: after "/" or "[", and after a "." that is no decimal point (never inside a number:
+# Where code may wrap: after "/" or "[", and after a "." that is no decimal point (never inside a
+# number:
 # `0.0375` stays whole). `_widget.js` splits alike.
 
 
@@ -38,17 +39,26 @@ def _text_value(column: Column, row: dict) -> str:
     return "" if value is None else str(value)
 
 
-# Columns wider than their `text_width` where a value needs it, up to this; past it, a value keeps its tail.
+# Columns wider than their `text_width` where a value needs it, up to this; past it, a value keeps
+# its tail.
 _TEXT_GROWS = {"function": 60, "last_leaf": 40}
 _TEXT_LAST = "tests"  # the terminal table's last column (never cut), where shown
 
 
 def _text_table(rows: list[dict]) -> list[str]:
-    columns = sorted((c for c in shown_columns(TABLE_COLUMNS, rows) if c.text_width),
-                     key=lambda c: c.name == _TEXT_LAST)
+    columns = sorted(
+        (c for c in shown_columns(TABLE_COLUMNS, rows) if c.text_width),
+        key=lambda c: c.name == _TEXT_LAST,
+    )
     values = [[_text_value(c, r) for c in columns] for r in rows]
-    widths = [max(c.text_width, len(c.label), min(_TEXT_GROWS.get(c.name, 0), max(map(len, column), default=0)))
-              for c, column in zip(columns, zip(*values) if values else [()] * len(columns))]
+    widths = [
+        max(
+            c.text_width,
+            len(c.label),
+            min(_TEXT_GROWS.get(c.name, 0), max(map(len, column), default=0)),
+        )
+        for c, column in zip(columns, zip(*values) if values else [()] * len(columns))
+    ]
 
     def line(texts: list[str]) -> str:
         cells = []
@@ -111,8 +121,13 @@ def _e(value) -> str:
 
 
 # How the static HTML marks up each style of rich text (`_rows`); `_widget.js` has its own DOM.
-_STYLE_MARKUP = {"code": ("code", ""), "change": ("code", "jtnb-change"), "count": ("span", "jtnb-count"),
-                 "called": ("span", "jtnb-called"), "cache": ("span", "jtnb-cache-label")}
+_STYLE_MARKUP = {
+    "code": ("code", ""),
+    "change": ("code", "jtnb-change"),
+    "count": ("span", "jtnb-count"),
+    "called": ("span", "jtnb-called"),
+    "cache": ("span", "jtnb-cache-label"),
+}
 
 
 def _span_html(style: str, text: str, title: str | None = None) -> str:
@@ -134,13 +149,20 @@ def rich_html(blocks: list | None) -> str:
 
 def _css(column: Column) -> str:
     """A column's classes, the same in the widget (`_widget.js`): its name, numeric, collapsible."""
-    return f"jtnb-c-{column.name}" + (" jtnb-n" if column.kind in _NUMERIC else "") + \
-        (" jtnb-narrow" if column.collapse == "narrow" else "")
+    return (
+        f"jtnb-c-{column.name}"
+        + (" jtnb-n" if column.kind in _NUMERIC else "")
+        + (" jtnb-narrow" if column.collapse == "narrow" else "")
+    )
 
 
 def shown_columns(columns: tuple[Column, ...], rows: list[dict]) -> tuple[Column, ...]:
     """`columns` less those left out where empty (`Column.collapse`) that no row has a value of."""
-    return tuple(c for c in columns if c.collapse != "empty" or any(r.get(c.name) not in (None, "") for r in rows))
+    return tuple(
+        c
+        for c in columns
+        if c.collapse != "empty" or any(r.get(c.name) not in (None, "") for r in rows)
+    )
 
 
 def _cell_html(column: Column, row: dict, scale: float) -> str:
@@ -151,7 +173,10 @@ def _cell_html(column: Column, row: dict, scale: float) -> str:
     if kind in ("seconds", "bar"):
         inner = fmt.seconds(value)
         if kind == "bar" and value:
-            inner = f"<span class='jtnb-bar' style='width:{round(80 * value / scale) if scale else 0}px'></span>" + inner
+            inner = (
+                f"<span class='jtnb-bar' style='width:{round(80 * value / scale) if scale else 0}px'></span>"
+                + inner
+            )
     elif kind == "code":
         inner = f"<code>{fmt.breakable(value)}</code>" if value else ""
     elif kind == "change":
@@ -165,31 +190,49 @@ def _cell_html(column: Column, row: dict, scale: float) -> str:
     return f"<td class='{css}'{title}>{inner}</td>"
 
 
-def _html_table(name: str, columns: tuple[Column, ...], rows: list[dict], scale: float = 0.0) -> str:
+def _html_table(
+    name: str, columns: tuple[Column, ...], rows: list[dict], scale: float = 0.0
+) -> str:
     columns = shown_columns(columns, rows)
-    head = "".join(f"<th class='{_css(c)}' title='{_e(c.title)}'>{_e(c.label)}</th>" for c in columns)
-    body = "".join("<tr>" + "".join(_cell_html(c, r, scale) for c in columns) + "</tr>" for r in rows)
-    return (f"<div class='jtnb-scroll'><table class='jtnb-table jtnb-{name}'><thead><tr>{head}</tr></thead>"
-            f"<tbody>{body}</tbody></table></div>")
+    head = "".join(
+        f"<th class='{_css(c)}' title='{_e(c.title)}'>{_e(c.label)}</th>" for c in columns
+    )
+    body = "".join(
+        "<tr>" + "".join(_cell_html(c, r, scale) for c in columns) + "</tr>" for r in rows
+    )
+    return (
+        f"<div class='jtnb-scroll'><table class='jtnb-table jtnb-{name}'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{body}</tbody></table></div>"
+    )
 
 
 def render_html(report: Report) -> str:
     """The static report: the widget's stylesheet, the headline, the table, the groups."""
     rows = [table_row(r) for r in report.rows()]
-    parts = [f"<style>{stylesheet()}</style><div class='jtnb-static jtnb-root'>",
-             f"<div class='jtnb-headline'>{_e(report.headline())}</div>"]
+    parts = [
+        f"<style>{stylesheet()}</style><div class='jtnb-static jtnb-root'>",
+        f"<div class='jtnb-headline'>{_e(report.headline())}</div>",
+    ]
     if rows:
         scale = max((r["compile_s"] or 0.0 for r in rows), default=0.0)
         parts.append(_html_table("summary", TABLE_COLUMNS, rows[:MAX_ROWS_SHOWN], scale))
         if len(rows) > MAX_ROWS_SHOWN:
-            parts.append(f"<p>… {len(rows) - MAX_ROWS_SHOWN} more function(s) in <code>jt.summary()</code></p>")
+            parts.append(
+                f"<p>… {len(rows) - MAX_ROWS_SHOWN} more function(s) in <code>jt.summary()</code></p>"
+            )
     groups = report.notable()
     if groups:
-        parts.append("<div class='jtnb-section'>Retraces and notes (repeats grouped by cause and leaf)</div>")
-        parts.append(_html_table("groups", GROUP_COLUMNS, [group_row(g) for g in groups[-MAX_GROUPS_SHOWN:]]))
+        parts.append(
+            "<div class='jtnb-section'>Retraces and notes (repeats grouped by cause and leaf)</div>"
+        )
+        parts.append(
+            _html_table("groups", GROUP_COLUMNS, [group_row(g) for g in groups[-MAX_GROUPS_SHOWN:]])
+        )
     parts.append("</div>")
     # Outside the static copy, which a live table hides: the widget does not show this section.
-    parts += [f"<div class='jtnb-root'>{section}</div>" for section in _process_section(report, "html")]
+    parts += [
+        f"<div class='jtnb-root'>{section}</div>" for section in _process_section(report, "html")
+    ]
     return "".join(parts)
 
 
@@ -199,12 +242,16 @@ def mimebundle(report: Report) -> dict[str, str]:
 
 # ----------------------------------------------------------- several processes
 def _process_section(report: Report, kind: str) -> list[str]:
-    """"Differs across processes" (found and rendered by `_processes`), when the events come
+    """ "Differs across processes" (found and rendered by `_processes`), when the events come
     from more than one JAX process; [] otherwise or when nothing differs."""
     if len(report.processes()) < 2:
         return []
     from .._diagnosis import _processes
 
     diffs = _processes.differences(report.all_events())
-    section = _processes.render_text_section(diffs) if kind == "text" else _processes.render_html_section(diffs)
+    section = (
+        _processes.render_text_section(diffs)
+        if kind == "text"
+        else _processes.render_html_section(diffs)
+    )
     return [fmt.short_paths_in(section)] if section else []

@@ -23,9 +23,9 @@ import weakref
 import anywidget
 import traitlets as t
 
+from .._log._events import EventLog
 from ._display import display_table
 from ._frames import events_frame, export_frame
-from .._log._events import EventLog
 from ._report import Report
 from ._rows import SPECS, history_view, table_content
 from ._text import mimebundle
@@ -47,10 +47,16 @@ class TraceTable(anywidget.AnyWidget):
     event_columns = t.List().tag(sync=True)
     headline = t.Unicode("").tag(sync=True)  # internal functions hidden (the visibility rule)
     headline_all = t.Unicode("").tag(sync=True)  # internal functions shown
-    rows_json = t.Unicode("[]").tag(sync=True)  # every function's row (JSON); `hidden` ones show with `show_all`
-    timeline_svg = t.Unicode("").tag(sync=True)  # the compiles over wall time (`_timeline.svg`: escaped SVG)
+    rows_json = t.Unicode("[]").tag(
+        sync=True
+    )  # every function's row (JSON); `hidden` ones show with `show_all`
+    timeline_svg = t.Unicode("").tag(
+        sync=True
+    )  # the compiles over wall time (`_timeline.svg`: escaped SVG)
     timeline_caption = t.Unicode("").tag(sync=True)  # "" without a compile (the view hides the box)
-    timeline_open = t.Bool(False).tag(sync=True)  # the view's timeline box is open: `timeline_svg` is drawn
+    timeline_open = t.Bool(False).tag(
+        sync=True
+    )  # the view's timeline box is open: `timeline_svg` is drawn
     # The view's own state, kept here so that a saved notebook reopens as it was left:
     show_all = t.Bool(False).tag(sync=True)
     sort_by = t.Unicode("total_s").tag(sync=True)
@@ -58,7 +64,9 @@ class TraceTable(anywidget.AnyWidget):
     filter = t.Unicode("").tag(sync=True)
     page = t.Int(0).tag(sync=True)
     page_size = t.Int(PAGE_SIZE).tag(sync=True)
-    selected = t.Unicode("").tag(sync=True)  # id (a row's `key`) of the function whose history is open
+    selected = t.Unicode("").tag(
+        sync=True
+    )  # id (a row's `key`) of the function whose history is open
     history = t.Dict().tag(sync=True)  # that function's groups and events (`_rows.history_view`)
     variable = t.Unicode("trace_df").tag(sync=True)
     status = t.Unicode("").tag(sync=True)  # what the last export did
@@ -101,7 +109,9 @@ class TraceTable(anywidget.AnyWidget):
         self._rendering = True
         try:
             with self.hold_sync():
-                for name, value in table_content(self._report, timeline_svg=self.timeline_open).items():
+                for name, value in table_content(
+                    self._report, timeline_svg=self.timeline_open
+                ).items():
                     setattr(self, name, value)
                 self._on_select(None)
         finally:
@@ -213,10 +223,15 @@ class TraceTable(anywidget.AnyWidget):
     def _events(self, ids) -> tuple[list, int]:
         """The events of the functions `ids` (rows' `key`; default: the shown ones), in order; and how many functions."""
         report = self._report
-        known = [row["key"] for row in report.rows()] if ids is None else \
-            [k for k in dict.fromkeys(report.key_of(str(i)) for i in ids) if k is not None]
-        events = sorted((e for k in known for e in report.history(k)),
-                        key=lambda e: e.seq if e.seq is not None else 0)
+        known = (
+            [row["key"] for row in report.rows()]
+            if ids is None
+            else [k for k in dict.fromkeys(report.key_of(str(i)) for i in ids) if k is not None]
+        )
+        events = sorted(
+            (e for k in known for e in report.history(k)),
+            key=lambda e: e.seq if e.seq is not None else 0,
+        )
         return events, len(known)
 
     def export_variable(self, name: str, keys=None) -> str:
