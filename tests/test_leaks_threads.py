@@ -13,11 +13,12 @@ from _support import without_and_with_recording
 
 import jaxtrace_nb as jt
 from jaxtrace_nb._core._values import summarize_static
-from jaxtrace_nb._keys._records import FunctionIdentity, Trace, TraceRecord
+from jaxtrace_nb._keys._records import FunctionIdentity, TraceRecord
 from jaxtrace_nb._keys._signature import Signature, array_leaf, static_leaf
 from jaxtrace_nb._log._events import Event, now
 from jaxtrace_nb._recording import _lifecycle
 from jaxtrace_nb._recording._session import Session, get_session
+from jaxtrace_nb._recording._trace import Trace
 
 
 class Config:

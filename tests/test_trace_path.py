@@ -595,9 +595,9 @@ def test_pending_traces_whose_frames_are_gone_fail_and_the_pending_stay_bounded(
     where the stack is too deep to tell which are gone. A pending trace's frame is known by its id
     and its code: a live frame of other code at its address, or the starting trace's own frame,
     is not it."""
-    from jaxtrace_nb._keys._records import Trace
     from jaxtrace_nb._recording import _probe
     from jaxtrace_nb._recording._probe import _MAX_PENDING, Probe
+    from jaxtrace_nb._recording._trace import Trace
 
     class Sink:
         failed: list = []

@@ -260,7 +260,7 @@ def test_a_compile_that_ends_before_our_thread_measures_its_program_itself_if_xl
 def test_a_job_left_behind_makes_nothing_of_another_trace_under_the_same_key(jt, monkeypatch):
     """A job carries its own `Trace`: where a read or a reset took it and another took its key
     (the trace's id, reused), the job makes nothing of that other one."""
-    from jaxtrace_nb._keys._records import Trace
+    from jaxtrace_nb._recording._trace import Trace
 
     measurer = jt.get_session().probe.measurer
     made = []
@@ -1160,8 +1160,8 @@ def test_a_hand_off_at_a_compiles_end_never_waits_for_our_thread():
     queues a job of its own (the parent's job is not in the child's thread)."""
     import os
 
-    from jaxtrace_nb._keys._records import Trace
     from jaxtrace_nb._recording._measure import Measurer
+    from jaxtrace_nb._recording._trace import Trace
 
     class Jobs:
         def __init__(self):

@@ -1,7 +1,7 @@
 """A trace's diagnosis before it is made (`PendingDiagnosis`), said as its caller's consequence
 (`diagnosed`), and what the trace's end puts on its event (`apply_end`).
 
-`Lifecycle` owns their order (a trace itself is a `_records.Trace`); these are records and plain
+`Lifecycle` owns their order (a trace itself is a `_trace.Trace`); these are records and plain
 functions of them, holding no user array, tracer or object.
 """
 
@@ -19,10 +19,11 @@ from .._diagnosis._diagnose import (
     join_ids,
     unrolled_loop_hint,
 )
-from .._keys._records import GraphStats, Stage, Trace
+from .._keys._records import GraphStats, Stage
 from .._keys._signature import Signature
 from .._log._events import Event
 from ._lineprof import profile_text
+from ._trace import Trace
 
 
 class PendingDiagnosis(NamedTuple):

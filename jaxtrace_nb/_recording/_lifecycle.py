@@ -8,7 +8,7 @@ What a trace means depends on its function's history (its trace number, whether 
 object is new, the earlier signatures its diagnosis compares with), so every trace start and
 end takes a tick, and a trace reads its function's state as the traces that ended before it
 started left it. Nobody needs an event until it is read, so by default a trace (a
-`_records.Trace`, the probe's from its start) is begun (reads the state), ended (updates it),
+`_trace.Trace`, the probe's from its start) is begun (reads the state), ended (updates it),
 built and diagnosed when the log is next read, in order. While someone follows the log (a
 subscriber: a live view, a persisted log, a guard), each event is built at its trace, and its diagnosis is made at once where a guard may
 stop the trace. Unpublished events are bounded. Nothing here holds a user array, tracer or
@@ -42,13 +42,13 @@ from .._keys._records import (
     GraphStats,
     LoweringRecord,
     Stage,
-    Trace,
     XlaCost,
 )
 from .._log._events import Event, EventLog, now, when
 from ._drafts import PendingDiagnosis, _set_graph, apply_end, diagnosed
 from ._functions import FunctionState, KeptKey, KeyBudget, keep, new_object, user_names
 from ._lineprof import profile_text
+from ._trace import Trace
 
 MAX_FUNCTIONS = 20_000
 # Events not yet in the log (traces not built, diagnoses not made yet): at most this many,

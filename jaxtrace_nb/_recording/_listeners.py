@@ -15,9 +15,10 @@ import sys
 import threading
 
 from .._cache._jax_cache_key import REQUEST_EVENT, KeyReader
-from .._keys._records import Sink, Stage, Trace
+from .._keys._records import Stage
 from . import _jax_internals as jaxi
 from ._measure import Measurer
+from ._trace import Sink, Trace
 
 _MAX_AWAITING = 16  # ended traces awaiting their lowerings around a later trace's, on one thread
 # JAX's lowering functions (JAX 0.8–0.10, pxla.py and mlir.py): a trace that ends while one of them

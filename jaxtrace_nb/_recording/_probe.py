@@ -31,11 +31,11 @@ import weakref
 from typing import Callable
 
 from .._core._vocabulary import JitKind
-from .._keys._records import Sink, Trace
 from . import _jax_internals as jaxi
 from ._decode import Decoder
 from ._listeners import Listeners
 from ._measure import Measurer
+from ._trace import Sink, Trace
 
 _TRACEBACKS_EXCLUDED = False  # JAX cannot remove a traceback exclusion: add ours once per process
 _MAX_HELPER_VERDICTS = 4096
