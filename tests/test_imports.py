@@ -159,3 +159,30 @@ def test_the_design_docs_layer_table_is_the_folders():
     for folder in FOLDERS:
         held = {p.stem for p in (PACKAGE / folder).glob("*.py") if p.stem != "__init__"}
         assert {m for m in documented[folder] if not m.endswith((".js", ".css"))} == held, folder
+
+
+def test_the_design_docs_retrace_walk_names_real_code_and_never_returns():
+    """docs/design.md's walk of one retrace: every place it names exists (``module.Class.method``
+    or ``module.function`` in the hop's folder), and the folders it passes through never come
+    back to one already left."""
+    import importlib
+
+    text = (PACKAGE.parent / "docs" / "design.md").read_text(encoding="utf-8")
+    table = text.split("## One retrace, hop by hop", 1)[1].split("\n## ", 1)[0]
+    rows = [
+        [cell.strip() for cell in line.split("|")[1:5]]
+        for line in table.splitlines()
+        if line.startswith("| ") and "---" not in line
+    ][1:]
+    assert len(rows) >= 6
+    left: list[str] = []
+    for number, folder, where, _ in rows:
+        folder, where = folder.strip("`/"), where.strip("`")
+        module, *attributes = where.split(".")
+        target = importlib.import_module(f"jaxtrace_nb.{folder}.{module}")
+        for name in attributes:
+            target = getattr(target, name)
+        assert callable(target), where
+        if not left or left[-1] != folder:
+            assert folder not in left, f"hop {number} comes back to {folder}"
+            left.append(folder)
