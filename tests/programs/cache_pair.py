@@ -53,9 +53,7 @@ if os.environ.get("PAIR_DEBUG_KEY"):
         """JAX's own hash of each part ("get_cache_key hash of serialized <part>: <hex>"), by key."""
 
         def emit(self, rec):
-            found = re.match(
-                r"get_cache_key hash of serialized (.+): ([0-9a-f]{64})$", rec.getMessage()
-            )
+            found = re.match(r"get_cache_key hash of serialized (.+): ([0-9a-f]{64})$", rec.getMessage())
             if found:
                 debug_parts.setdefault("pending", {})[found.group(1)] = found.group(2)
 
@@ -66,10 +64,7 @@ if os.environ.get("PAIR_DEBUG_KEY"):
     from jax import monitoring
 
     def _keyed(event, **kwargs):  # the key just computed: the parts logged since belong to it
-        if (
-            event == "/jax/compilation_cache/compile_requests_use_cache"
-            and "pending" in debug_parts
-        ):
+        if event == "/jax/compilation_cache/compile_requests_use_cache" and "pending" in debug_parts:
             key = sys._getframe(2).f_locals.get("cache_key")
             debug_parts[key] = debug_parts.pop("pending")
 
@@ -87,9 +82,7 @@ if os.environ.get("PAIR_PRECISION"):
     jax.config.update("jax_default_matmul_precision", os.environ["PAIR_PRECISION"])
 if cache_dir != "-":
     jax.config.update("jax_compilation_cache_dir", cache_dir)
-jax.config.update(
-    "jax_persistent_cache_min_compile_time_secs", float(os.environ.get("PAIR_MIN_TIME", "0"))
-)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", float(os.environ.get("PAIR_MIN_TIME", "0")))
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 
 import model  # noqa: E402
@@ -103,18 +96,10 @@ if jt is None:
     sys.exit(0)
 df = jt.log()
 compiles = df[df["persistent_cache"].notna()]
-print(
-    json.dumps(
-        {
-            "loss": loss,
-            "jax": jax.__version__,
-            "faults": jt.faults(),
-            "step": [
-                {"cache": r.persistent_cache, "hint_ids": r.hint_ids, "hint": r.hint}
-                for r in compiles[compiles["function"] == "step"].itertuples()
-            ],
-            "verdicts": compiles["persistent_cache"].tolist(),
-            "debug_parts": {k: v for k, v in debug_parts.items() if k != "pending"},
-        }
-    )
-)
+print(json.dumps({
+    "loss": loss, "jax": jax.__version__, "faults": jt.faults(),
+    "step": [{"cache": r.persistent_cache, "hint_ids": r.hint_ids, "hint": r.hint}
+             for r in compiles[compiles["function"] == "step"].itertuples()],
+    "verdicts": compiles["persistent_cache"].tolist(),
+    "debug_parts": {k: v for k, v in debug_parts.items() if k != "pending"},
+}))

@@ -8,9 +8,7 @@ print("jax imported before the program:", "jax" in sys.modules)
 os.environ["JAX_ENABLE_X64"] = "1"  # JAX reads it at import: recording must not import JAX first
 print("argv", sys.argv)
 print("path0", sys.path[0])
-print(
-    "main", __name__, __file__, __package__, __spec__, sys.modules["__main__"].__dict__ is globals()
-)
+print("main", __name__, __file__, __package__, __spec__, sys.modules["__main__"].__dict__ is globals())
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402

@@ -12,12 +12,8 @@ import sys
 import jax
 
 process_id, num_processes, port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-jax.distributed.initialize(
-    coordinator_address=f"127.0.0.1:{port}",
-    num_processes=num_processes,
-    process_id=process_id,
-    initialization_timeout=60,
-)
+jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=num_processes,
+                           process_id=process_id, initialization_timeout=60)
 
 import jax.numpy as jnp  # noqa: E402
 
