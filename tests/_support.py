@@ -171,7 +171,8 @@ def inventory_tool():
 _PACKAGE_DIR = pathlib.Path(jt.__file__).resolve().parent
 # A module file of the package wherever it is installed (a subprocess may import another copy):
 # the checkout's own directory may be called jaxtrace_nb too, so the name alone proves nothing.
-_PACKAGE_FILE = re.compile(r"(?<![\w.-])jaxtrace_nb[\\/](?:_adapters[\\/])?_{1,2}\w+\.py\b")
+# (A module is in one of the package's folders, `_recording/_probe.py`, or at its top.)
+_PACKAGE_FILE = re.compile(r"(?<![\w.-])jaxtrace_nb[\\/](?:_\w+[\\/]\w+|_{1,2}\w+)\.py\b")
 
 
 def package_frames(text: str) -> list:

@@ -217,7 +217,7 @@ def test_widget_carries_user_text_as_data(hostile):
     data, _ = table._repr_mimebundle_()
     assert set(data) == {"text/plain", "application/vnd.jupyter.widget-view+json"}
     _assert_safe_html(table.static_bundle()["text/html"])
-    script = os.path.dirname(jt.__file__) + "/_widget.js"
+    script = os.path.join(os.path.dirname(jt.__file__), "_views", "_widget.js")
     with open(script, encoding="utf-8") as f:
         source = f.read()
     assert (
