@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 
+from ._diagnosis._divergence import DivergenceError
 from ._integrations._watch import RetraceError, Watch
 from ._recording._jax_internals import SUPPORTED_JAX
 from ._recording._session import JaxtraceWarning, get_session
@@ -24,6 +25,7 @@ from ._recording._session import JaxtraceWarning, get_session
 __version__ = "0.1.0"
 
 __all__ = [
+    "DivergenceError",
     "JaxtraceWarning",
     "RetraceError",
     "SUPPORTED_JAX",
@@ -48,7 +50,13 @@ __all__ = [
 ]
 
 
-def start(*, max_events: int | None = None, persist: str | os.PathLike | None = None) -> None:
+def start(
+    *,
+    max_events: int | None = None,
+    persist: str | os.PathLike | None = None,
+    divergence: str | None = None,
+    divergence_grace_s: float | None = None,
+) -> None:
     """Start recording every jit trace and compile in this process (idempotent).
 
     `max_events` caps the log (default 100,000); the oldest events are dropped and
@@ -56,16 +64,29 @@ def start(*, max_events: int | None = None, persist: str | os.PathLike | None = 
     line, flushed as it happens, so a kernel that dies (say, out of memory in a huge
     compile) loses nothing already recorded; read it back with :func:`load`.
 
+    In a process of a `jax.distributed` run, each trace of a jitted function whose arguments
+    span processes (a global array) is compared with the other processes' through JAX's
+    coordination service. `divergence` says what a difference does: ``"warn"`` (the default:
+    a ``jaxtrace_nb: divergence`` line on stderr and a row of kind ``divergence`` in every
+    process's log), ``"raise"`` (also :class:`DivergenceError` in the process whose key differs,
+    before its program runs) or ``"off"``. `divergence_grace_s` (default 60) is how long a
+    process waits for the others' key (docs/divergence.md).
+
     Example::
 
         jt.start(persist="traces.jsonl")
         f(1.0); f(jnp.ones(3))
         jt.log()[["function", "cause", "leaf", "before", "after"]]
+        jt.start(divergence="raise")   # a cluster job fails fast, with the reason
     """
     session = get_session()
     if max_events is not None:
         session.log.set_max_events(max_events)
-    session.start(persist=None if persist is None else os.fspath(persist))
+    session.start(
+        persist=None if persist is None else os.fspath(persist),
+        divergence=divergence,
+        divergence_grace_s=divergence_grace_s,
+    )
 
 
 def load(paths):

@@ -7,6 +7,8 @@
 * `inventory_tool`: the JAX call-site extractor of `benchmarks/jax_inventory.py`.
 * `shell`-side helpers for a real IPython `InteractiveShell` (`display_texts`).
 * `package_frames`: the lines of a traceback that name a file of jaxtrace_nb itself.
+* `free_port`, `report_command`: a port for a local `jax.distributed` coordinator, and
+  ``python -m jaxtrace_nb report`` run on logs.
 """
 
 import contextlib
@@ -14,8 +16,11 @@ import gc
 import importlib.util
 import inspect
 import logging
+import os
 import pathlib
 import re
+import socket
+import subprocess
 import sys
 import warnings
 
@@ -378,3 +383,25 @@ def explained_misses():
         for logger in loggers:
             logger.removeHandler(handler)
         del session.lifecycle.on_trace
+
+
+REPO = pathlib.Path(__file__).parent.parent
+
+
+def free_port() -> int:
+    """A TCP port free on localhost now (for a `jax.distributed` coordinator)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def report_command(logs, timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m jaxtrace_nb report LOG...`` run from the repository, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "jaxtrace_nb", "report", *map(str, logs)],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

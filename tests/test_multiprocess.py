@@ -13,6 +13,7 @@ import sys
 import types
 
 import pytest
+from _support import free_port, report_command
 
 import jaxtrace_nb as jt
 from jaxtrace_nb._diagnosis._processes import (
@@ -32,14 +33,8 @@ REPO = PROGRAMS.parent.parent
 HAS_SIGNATURE = "signature" in COLUMNS
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run_processes(tmp_path, n: int, timeout: float = 150) -> list[pathlib.Path]:
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
     logs = [tmp_path / f"p{i}.jsonl" for i in range(n)]
     procs = [
@@ -132,14 +127,7 @@ def test_differs_across_processes_names_function_leaf_and_values(two_process_log
 
 
 def test_report_command_shows_the_section(two_process_logs):
-    out = subprocess.run(
-        [sys.executable, "-m", "jaxtrace_nb", "report", *map(str, two_process_logs)],
-        cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    out = report_command(two_process_logs)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("p0.jsonl, p1.jsonl (processes 0, 1): ")
     assert (
@@ -159,7 +147,7 @@ def test_a_trace_before_distributed_initialize_is_left_alone(tmp_path):
             "--persist",
             str(log),
             str(PROGRAMS / "trace_then_initialize.py"),
-            str(_free_port()),
+            str(free_port()),
         ],
         cwd=REPO,
         env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO)),

@@ -75,6 +75,17 @@ class EventKind(StrEnum):
 
     TRACE = "trace"  # a trace (a miss of JAX's tracing cache), with the compile that followed it
     COMPILE = "compile"  # a compile without a new trace
+    # processes of one `jax.distributed` run traced different keys for one function (`_divergence`)
+    DIVERGENCE = "divergence"
+
+
+class DivergenceMode(StrEnum):
+    """What a process does when its key for a function differs from the other processes':
+    ``jt.start(divergence=...)``."""
+
+    WARN = "warn"  # report it (stderr, the log), never stop the program
+    RAISE = "raise"  # report it, and raise `DivergenceError` in the differing process
+    OFF = "off"  # compare nothing
 
 
 class LeafKind(StrEnum):

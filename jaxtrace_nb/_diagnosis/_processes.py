@@ -348,3 +348,123 @@ def render_html_section(diffs: list[Difference]) -> str:
         parts.append(f"<p>… {len(diffs) - _MAX_SHOWN} more difference(s)</p>")
     parts.append("</div>")
     return "".join(parts)
+
+
+# ---------------------------------------------------------------- found live, and compile skew
+LIVE_TITLE = "Diverged across processes, found while the run ran"
+SKEW_TITLE = "Trace + compile seconds per process"
+_MAX_SKEW_ROWS = 20
+
+
+class Skew(NamedTuple):
+    """One function's trace + lower + XLA compile seconds in each process (None: never traced)."""
+
+    function: str
+    location: str | None
+    seconds: tuple  # ((process label, seconds or None), ...) in process order
+
+    @property
+    def spread(self) -> float:
+        known = [s for _, s in self.seconds if s is not None]
+        return max(known) - min(known) if known else 0.0
+
+
+def live_divergences(events) -> list[tuple[str, list[str]]]:
+    """The divergences the processes reported while they ran (events of kind ``divergence``), each
+    once: (its line, the processes whose log holds it)."""
+    found: dict[str, list[str]] = {}
+    places = []
+    for e in _rows(events):
+        if present(e.kind) != EventKind.DIVERGENCE:
+            continue
+        place = (present(getattr(e, "host", None)), present(getattr(e, "process", None)))
+        places.append(place)
+        found.setdefault(str(present(e.explanation) or ""), []).append(place)
+    labels = _labels(sorted(set(places), key=lambda p: (p[1] is None, p[1] or 0, p[0] or "")))
+    return [(line, sorted({labels[p] for p in ps})) for line, ps in found.items()]
+
+
+def compile_skew(events) -> list[Skew]:
+    """Per user function traced in two processes or more, each process's trace + lower + XLA
+    compile seconds (its traces and compiles summed), the largest spread first."""
+    totals: dict[tuple, dict[tuple, float]] = {}
+    places: list[tuple] = []
+    locations: dict[tuple, str | None] = {}
+    for e in _rows(events):
+        place = (present(getattr(e, "host", None)), present(getattr(e, "process", None)))
+        if place[1] is None:
+            continue
+        place = (place[0], int(place[1]))
+        if place not in places:
+            places.append(place)
+        if present(e.kind) == EventKind.DIVERGENCE or bool(present(e.internal)):
+            continue
+        seconds = [present(getattr(e, c, None)) for c in ("trace_s", "lower_s", "compile_s")]
+        seconds = [float(s) for s in seconds if s is not None]
+        fkey = _function_key(e)
+        locations.setdefault(fkey, present(getattr(e, "location", None)))
+        per = totals.setdefault(fkey, {})
+        per[place] = per.get(place, 0.0) + sum(seconds)
+    if len(places) < 2:
+        return []
+    places.sort(key=lambda p: (p[1], p[0] or ""))
+    labels = _labels(places)
+    out = [
+        Skew(fkey[0], locations[fkey], tuple((labels[p], per.get(p)) for p in places))
+        for fkey, per in totals.items()
+        if len(per) >= 2
+    ]
+    out.sort(key=lambda s: -s.spread)
+    return out
+
+
+def _seconds(value) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def render_live_text(found: list[tuple[str, list[str]]]) -> str:
+    if not found:
+        return ""
+    lines = [f"{LIVE_TITLE}:"]
+    for line, labels in found[:_MAX_SHOWN]:
+        lines.append(f"  {line.removeprefix('jaxtrace_nb: ')}")
+        lines.append(f"      in the logs of {', '.join(labels)}")
+    return "\n".join(lines)
+
+
+def render_live_html(found: list[tuple[str, list[str]]]) -> str:
+    if not found:
+        return ""
+    items = "".join(
+        f"<li><code>{_e(line.removeprefix('jaxtrace_nb: '))}</code>"
+        f"<div class='hint'>in the logs of {_e(', '.join(labels))}</div></li>"
+        for line, labels in found[:_MAX_SHOWN]
+    )
+    return f'<div class="jtnb-processes"><p><b>{_e(LIVE_TITLE)}</b></p><ul>{items}</ul></div>'
+
+
+def render_skew_text(skews: list[Skew]) -> str:
+    if not skews:
+        return ""
+    lines = [f"{SKEW_TITLE} (the slowest process is the one the others wait for):"]
+    for s in skews[:_MAX_SKEW_ROWS]:
+        cells = ", ".join(f"{label} {_seconds(v)}" for label, v in s.seconds)
+        lines.append(f"  {s.function}: {cells} (spread {s.spread:.3f} s)")
+    return "\n".join(lines)
+
+
+def render_skew_html(skews: list[Skew]) -> str:
+    if not skews:
+        return ""
+    labels = [label for label, _ in skews[0].seconds]
+    head = "".join(f"<th>{_e(label)} s</th>" for label in labels)
+    rows = "".join(
+        f"<tr><td><code>{_e(s.function)}</code></td>"
+        + "".join(f"<td class='n'>{_e(_seconds(v))}</td>" for _, v in s.seconds)
+        + f"<td class='n'>{_e(f'{s.spread:.3f}')}</td></tr>"
+        for s in skews[:_MAX_SKEW_ROWS]
+    )
+    return (
+        f'<div class="jtnb-processes"><p><b>{_e(SKEW_TITLE)}</b></p><table><thead><tr>'
+        f"<th>function</th>{head}<th>spread s</th></tr></thead><tbody>{rows}</tbody></table></div>"
+    )

@@ -1,7 +1,8 @@
 """``python -m jaxtrace_nb``: run a program with every jit trace and compile recorded, or
 report on persisted logs.
 
-    python -m jaxtrace_nb run [--persist PATH] [--max-traces N] [--max-retraces N] script.py [args...]
+    python -m jaxtrace_nb run [--persist PATH] [--max-traces N] [--max-retraces N]
+                              [--divergence MODE] script.py [args...]
     python -m jaxtrace_nb run [...] -m module [args...]
     python -m jaxtrace_nb report LOG... [-o report.html]
 
@@ -22,6 +23,8 @@ _RUN_OPTIONS = {
     "--persist": "persist",
     "--max-traces": "max_traces",
     "--max-retraces": "max_retraces",
+    "--divergence": "divergence",
+    "--divergence-grace": "divergence_grace_s",
 }
 
 _DESCRIPTION = (
@@ -32,6 +35,7 @@ examples:
   python -m jaxtrace_nb run train.py --lr 3e-4          # report on stderr at exit
   python -m jaxtrace_nb run --persist traces.jsonl -m mypkg.train
   python -m jaxtrace_nb run --max-traces 1 train.py     # stop at the first retrace of any function
+  python -m jaxtrace_nb run --divergence=raise train.py # fail where processes compile different programs
   python -m jaxtrace_nb report p0.jsonl p1.jsonl        # merge the logs of a multi-process run
   python -m jaxtrace_nb report traces.jsonl -o report.html
   python -m jaxtrace_nb report /data/jax_cache           # every key of that cache, and what changed
@@ -47,7 +51,9 @@ The persist path may contain {pid} and {host}, replaced by the process id and th
 name (one log per process of a multi-process run; merge them with `report`).
 With --max-traces/--max-retraces a jaxtrace_nb.RetraceError (naming the function, the changed
 argument leaf, before -> after and a hint) ends the program like any uncaught exception
-(exit status 1)."""
+(exit status 1). In a jax.distributed run, --divergence=raise does the same with a
+jaxtrace_nb.DivergenceError in the process whose key for a jitted function differs from the
+other processes' (warn, the default: a `jaxtrace_nb: divergence` line on stderr; off)."""
 
 
 def _positive(text: str) -> int:
@@ -83,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_RUN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="python -m jaxtrace_nb run [-h] [--persist PATH] [--max-traces N] [--max-retraces N]\n"
+        "                              [--divergence {warn,raise,off}]\n"
         "                              (script.py | -m module) [args ...]",
     )
     run.add_argument(
@@ -102,6 +109,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         type=_count,
         help="raise RetraceError at the (N+1)-th retrace (0: at the first retrace)",
+    )
+    run.add_argument(
+        "--divergence",
+        metavar="MODE",
+        choices=("warn", "raise", "off"),
+        help="in a jax.distributed run, what a jitted function traced with another key than in the "
+        "other processes does: warn (default), raise DivergenceError, or off",
+    )
+    run.add_argument(
+        "--divergence-grace",
+        dest="divergence_grace_s",
+        metavar="SECONDS",
+        type=float,
+        help="how long a process waits for the other processes' key of a trace (default 60)",
     )
     run.add_argument(
         "-m",
@@ -158,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             persist=ns.persist,
             max_traces=ns.max_traces,
             max_retraces=ns.max_retraces,
+            divergence=ns.divergence,
+            divergence_grace_s=ns.divergence_grace_s,
         )
     ns = parser.parse_args(argv)
     if ns.command == "report":

@@ -79,8 +79,17 @@ class _AfterImport:
 class _Recording:
     """What `run` holds: the session started with persistence, a watch with the limits."""
 
-    def __init__(self, persist: str | None, max_traces: int | None, max_retraces: int | None):
+    def __init__(
+        self,
+        persist: str | None,
+        max_traces: int | None,
+        max_retraces: int | None,
+        divergence: str | None = None,
+        divergence_grace_s: float | None = None,
+    ):
         self.persist = persist
+        self.divergence = divergence
+        self.divergence_grace_s = divergence_grace_s
         self.max_traces = max_traces
         self.max_retraces = max_retraces
         self.watch = None
@@ -91,7 +100,11 @@ class _Recording:
         try:
             import jaxtrace_nb as jt
 
-            jt.start(persist=self.persist)
+            jt.start(
+                persist=self.persist,
+                divergence=self.divergence,
+                divergence_grace_s=self.divergence_grace_s,
+            )
             # A watch holds recording even if the program calls jt.stop(); it carries the limits.
             watch = jt.watch(max_traces=self.max_traces, max_retraces=self.max_retraces)
             watch.__enter__()
@@ -128,6 +141,8 @@ def run(
     max_traces: int | None = None,
     max_retraces: int | None = None,
     title: str | None = None,
+    divergence: str | None = None,
+    divergence_grace_s: float | None = None,
 ) -> int:
     """Run `script` (or `module`) as python would, recording; the report goes to stderr at exit.
 
@@ -145,7 +160,7 @@ def run(
                 file=sys.stderr,
             )
             return 2
-    recording = _Recording(persist, max_traces, max_retraces)
+    recording = _Recording(persist, max_traces, max_retraces, divergence, divergence_grace_s)
     status = {"interrupted": False, "pid": os.getpid()}
     title = title or f"jaxtrace_nb run {target}"
     runner = _runner(script, module, args)

@@ -346,3 +346,67 @@ def listener_api(kind: str) -> tuple[Callable, Callable] | None:
     if register is None or unregister is None:
         return None
     return register, unregister
+
+
+class Distributed(NamedTuple):
+    """A `jax.distributed` run this process is part of: its coordination service's key-value store
+    (JAX's ``DistributedRuntimeClient``), this process's index and the number of processes."""
+
+    client: Any
+    process: int
+    processes: int
+
+
+_DISTRIBUTED: list = []  # JAX's ``distributed`` module, once imported (or None: it has none)
+
+
+def distributed() -> Distributed | None:
+    """The `jax.distributed` run this process takes part in now, or None (not initialized, a single
+    process, or a JAX whose ``jax._src.distributed.global_state`` reads otherwise). Read at each
+    call: ``jax.distributed.initialize`` may come before or after recording starts."""
+    if not _DISTRIBUTED:
+        try:
+            from jax._src import distributed as module
+
+            _DISTRIBUTED.append(module)
+        except Exception:
+            _DISTRIBUTED.append(None)
+    module = _DISTRIBUTED[0]
+    state = getattr(module, "global_state", None)
+    client = getattr(state, "client", None)
+    if client is None:
+        return None
+    try:
+        processes, process = int(state.num_processes), int(state.process_id)
+    except Exception:
+        return None
+    needed = ("key_value_set", "key_value_increment", "blocking_key_value_get", "key_value_dir_get")
+    if processes < 2 or not all(hasattr(client, name) for name in needed):
+        return None
+    return Distributed(client, process, processes)
+
+
+# The JAX functions above the announcing frame that hold a jitted call's arguments (``args``,
+# ``kwargs``): 0.9–0.11 (``_trace_for_jit``, ``_infer_params``), 0.8 (``_infer_params_internal``).
+_ARGUMENT_FRAMES = ("_trace_for_jit", "_infer_params", "_infer_params_internal")
+_MAX_ARGUMENT_DEPTH = 4
+
+
+def spans_processes(frame) -> bool:
+    """Whether the jitted call whose trace `frame` announces has an argument array that is not fully
+    addressable from this process (a global array over several processes' devices). The arguments
+    are read from JAX's frames above `frame` and not kept."""
+    import jax
+
+    f = frame.f_back
+    for _ in range(_MAX_ARGUMENT_DEPTH):
+        if f is None:
+            return False
+        if f.f_code.co_name in _ARGUMENT_FRAMES:
+            local = f.f_locals
+            if "args" in local:
+                leaves = jax.tree_util.tree_leaves((local.get("args"), local.get("kwargs")))
+                array = jax.Array
+                return any(isinstance(x, array) and not x.is_fully_addressable for x in leaves)
+        f = f.f_back
+    return False

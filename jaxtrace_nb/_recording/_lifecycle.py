@@ -206,6 +206,28 @@ class Lifecycle:
                 raise
         return True
 
+    def on_divergence(self, fields: dict) -> None:
+        """A divergence across processes (`_divergence.event_fields`) into the log, after the traces
+        recorded before it."""
+        try:
+            host, process = self._place()
+            event = Event(
+                time=now(),
+                cell=self._cell(),
+                kind=EventKind.DIVERGENCE,
+                internal=False,
+                nested=False,
+                host=host,
+                process=process,
+                test=self._test(),
+                **fields,
+            )
+            with self.lock:
+                self._publish()
+                self.log.append(event)
+        except Exception as e:
+            self.fault("divergence", e)
+
     def _begin(self, trace: Trace, defer: bool = True) -> None:
         """What the function's state says of the trace: its number, whether its function object is
         new, and its diagnosis (made when published when `defer`: most are never read)."""

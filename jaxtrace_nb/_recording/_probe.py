@@ -31,6 +31,7 @@ import weakref
 from typing import Callable
 
 from .._core._vocabulary import JitKind
+from .._diagnosis._divergence import DivergenceError
 from . import _jax_internals as jaxi
 from ._decode import Decoder
 from ._listeners import Listeners
@@ -87,6 +88,7 @@ class Probe:
         self.measurer = Measurer(sink)  # the programs' sizes and line profiles, XLA's figures
         self.listeners = Listeners(self, sink, self.measurer)
         self.keys = self.listeners.keys  # the persistent cache's keys, read while the cache is on
+        self.peers = None  # the comparison with the other processes of a run (`_peers.Peers`)
 
     capture_cost = _measurers(
         "capture_cost", "Equation counts, unrolled loops, FLOPs and bytes of each compile."
@@ -274,6 +276,13 @@ class Probe:
         if traces:
             self._fail_gone(traces, frame)
         if self._sink.on_trace(trace):  # may raise RetraceError, by design
+            peers = self.peers
+            if peers is not None and not trace.record.identity.internal:
+                try:
+                    peers.on_trace(trace.record, frame)
+                except DivergenceError:  # by design: the trace stops before its program is made
+                    self._sink.on_trace_failed(trace)
+                    raise
             traces.append(trace)
 
     def _fail_gone(self, traces: list[Trace], frame) -> None:

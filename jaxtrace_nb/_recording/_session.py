@@ -14,8 +14,11 @@ import threading
 import warnings
 
 from .._cache._cache_explainer import CacheExplainer
+from .._core._vocabulary import DivergenceMode
+from .._diagnosis._divergence import Finding, event_fields, local_key
 from .._log._events import EventLog
 from ._lifecycle import FunctionState, Lifecycle
+from ._peers import Peers
 from ._probe import Probe
 from ._self_check import run_self_check_with
 
@@ -37,6 +40,8 @@ class Session:
             test=lambda: self.current_test,
         )
         self.probe = Probe(self.lifecycle)
+        self.peers = Peers(report=self._diverged, fault=self.fault)
+        self.probe.peers = self.peers
         self.cache = CacheExplainer(
             self.log,
             fault=self.fault,
@@ -86,8 +91,19 @@ class Session:
                 except Exception as e:
                     self.fault("uninstall", e)
 
-    def start(self, persist: str | None = None) -> None:
+    def start(
+        self,
+        persist: str | None = None,
+        divergence: str | None = None,
+        divergence_grace_s: float | None = None,
+    ) -> None:
         with self._lock:
+            if divergence is not None:
+                self.peers.mode = DivergenceMode(divergence)
+            if divergence_grace_s is not None:
+                if not divergence_grace_s > 0:
+                    raise ValueError("divergence_grace_s must be a positive number of seconds")
+                self.peers.grace_s = float(divergence_grace_s)
             if persist is not None:
                 self.persist_to(persist)
             if not self._started:
@@ -96,10 +112,18 @@ class Session:
 
     def stop(self) -> None:
         with self._lock:
+            self.peers.close()  # (before the log closes: the other processes' findings, in it)
             self.persist_to(None)
             if self._started:
                 self._started = False
                 self.release()
+
+    def _diverged(self, found: Finding) -> None:
+        """Another process's key differs (`_peers`): one line on stderr, one event in the log."""
+        print(found.message(), file=sys.stderr, flush=True)
+        fields = event_fields(found, self._place()[1])
+        fields["key"] = local_key(found, list(self.lifecycle.functions))
+        self.lifecycle.on_divergence(fields)
 
     def persist_to(self, path: str | None) -> None:
         """Append every event to `path` as JSON lines from now on (None: stop persisting)."""

@@ -117,7 +117,10 @@ def function_row(events: list[Event]) -> dict:
     tests: dict = {}
     leaves: list = []
     trace, compile_, first_ = EventKind.TRACE, EventKind.COMPILE, Cause.FIRST  # looked up once
+    diverged = EventKind.DIVERGENCE
     for e in events:
+        if e.kind == diverged:  # not a trace of this process: its group row says it
+            continue
         if e.kind == trace:
             row["traces"] += 1
             row["nested"] = row["nested"] and bool(e.nested)

@@ -18,6 +18,7 @@ from typing import NamedTuple
 from .._cache._cache_words import HIT, MISS, notable_miss, verdict_word
 from .._core import _format as fmt
 from .._core._missing import json_value
+from .._core._vocabulary import EventKind
 from .._log._events import Event
 from ._report import EVENT_COLUMNS, GROUP_COLUMNS, TABLE_COLUMNS, Group, Report, is_shown
 
@@ -133,7 +134,8 @@ def group_text(g: Group) -> GroupText:
         span,
         first.kind,
         len(g.events),
-        first.cause or "(not diagnosed)",
+        first.cause
+        or ("across processes" if first.kind == EventKind.DIVERGENCE else "(not diagnosed)"),
         first.leaf,
         shown,
         full,

@@ -248,10 +248,20 @@ def _process_section(report: Report, kind: str) -> list[str]:
         return []
     from .._diagnosis import _processes
 
-    diffs = _processes.differences(report.all_events())
-    section = (
-        _processes.render_text_section(diffs)
-        if kind == "text"
-        else _processes.render_html_section(diffs)
-    )
-    return [fmt.short_paths_in(section)] if section else []
+    events = report.all_events()
+    diffs = _processes.differences(events)
+    live = _processes.live_divergences(events)
+    skews = _processes.compile_skew(events)
+    if kind == "text":
+        sections = (
+            _processes.render_live_text(live),
+            _processes.render_text_section(diffs),
+            _processes.render_skew_text(skews),
+        )
+    else:
+        sections = (
+            _processes.render_live_html(live),
+            _processes.render_html_section(diffs),
+            _processes.render_skew_html(skews),
+        )
+    return [fmt.short_paths_in(section) for section in sections if section]

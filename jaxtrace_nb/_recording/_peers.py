@@ -1,0 +1,381 @@
+"""Live comparison of cache keys across the processes of a `jax.distributed` run.
+
+At a top-level trace of a user's jitted function whose arguments include an array that is not
+fully addressable (a global array over several processes' devices), the probe hands the trace's
+record to `Peers.on_trace`. The key travels through JAX's own coordination service (its key-value
+store, read by `_jax_internals.distributed`), under ``jaxtrace_nb/`` (`ROOT`); a cache-hit
+call never reaches this code, and a function that only sees process-local arrays is never compared.
+
+Per compared trace (the n-th of function F in every process), in each of N processes:
+
+1. ``set F/n/p/<process> = digest`` and ``increment F/n/count``;
+2. the process whose increment reaches N reads ``F/n/p/`` (N digests) and sets ``F/n/done`` to the
+   groups (the largest group's digest, and the processes of any other); every other process waits
+   for ``F/n/done`` (``blocking_key_value_get``, at most the grace period);
+3. if the digests differ, the lowest process of each group sets ``F/n/key/<digest>`` to its whole key,
+   and each process fetches the keys it lacks to name the leaves (`_divergence`);
+4. one process claims the finding and appends it to ``alerts/<k>``, which every process's watcher
+   thread follows: a process that traced nothing (a cache hit while another process retraced) reports
+   it too.
+
+So a process makes 3 operations per compared trace when every process agrees (the last one 4), a
+constant, whatever N; the coordinator serves 3N + 2 (docs/divergence.md).
+
+In ``"warn"`` mode each comparison runs on a thread of its own, and the program never waits; in
+``"raise"`` mode it runs in the trace, which waits for the other processes (at most the grace
+period) and raises `DivergenceError` in a process that differs, before JAX compiles or runs the
+traced program. Every other failure here (the store's errors, a missing JAX internal) is counted
+as a fault (``jt.faults()["divergence"]``) and reported once, never raised.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from .._core._vocabulary import DivergenceMode
+from .._diagnosis._divergence import (
+    DivergenceError,
+    Finding,
+    Group,
+    PortableKey,
+    finding,
+    function_id,
+    portable_key,
+)
+from . import _jax_internals as jaxi
+
+ROOT = "jaxtrace_nb"
+DEFAULT_GRACE_S = 60.0
+_WATCH_POLL_MS = 1000
+_MAX_COUNTS = 100_000  # functions counted, at most
+_MAX_WAITING = 256  # comparisons waiting for the other processes at once, at most
+
+
+class Store:
+    """JAX's key-value client, each operation counted (`operations`, `bytes`)."""
+
+    def __init__(self, client: Any):
+        self.client = client
+        self.operations: collections.Counter = collections.Counter()
+        self.bytes = 0
+
+    def set(self, key: str, value: str, overwrite: bool = False) -> None:
+        self._count("set", key, value)
+        if overwrite:
+            self.client.key_value_set(key, value, allow_overwrite=True)
+        else:
+            self.client.key_value_set(key, value)
+
+    def increment(self, key: str) -> int:
+        self._count("increment", key, "")
+        return int(self.client.key_value_increment(key, 1))
+
+    def wait(self, key: str, seconds: float) -> str:
+        self._count("blocking_get", key, "")
+        value = self.client.blocking_key_value_get(key, max(1, int(seconds * 1000)))
+        self.bytes += len(value)
+        return value
+
+    def entries(self, prefix: str) -> list[tuple[str, str]]:
+        self._count("dir_get", prefix, "")
+        found = self.client.key_value_dir_get(prefix)
+        self.bytes += sum(len(k) + len(v) for k, v in found)
+        return found
+
+    def _count(self, op: str, key: str, value: str) -> None:
+        self.operations[op] += 1
+        self.bytes += len(key) + len(value)
+
+
+class Comparison(NamedTuple):
+    """One trace's key to compare with the other processes' n-th key of its function."""
+
+    function: str
+    location: str
+    log_key: str  # the function's key in the log
+    function_id: str
+    number: int
+    key: PortableKey
+    digest: str
+    process: int
+    processes: int
+    grace_s: float
+
+
+def encode_groups(published: dict[int, str]) -> str:
+    """``F/n/done``: the largest group's digest, and the processes of every other group."""
+    by_digest: dict[str, list[int]] = {}
+    for process, digest in sorted(published.items()):
+        by_digest.setdefault(digest, []).append(process)
+    rest = max(by_digest, key=lambda d: (len(by_digest[d]), -by_digest[d][0]))
+    return json.dumps({"rest": rest, "listed": {d: p for d, p in by_digest.items() if d != rest}})
+
+
+def decode_groups(text: str, processes: int) -> list[Group]:
+    data = json.loads(text)
+    listed = {d: tuple(p) for d, p in data["listed"].items()}
+    taken = {p for ps in listed.values() for p in ps}
+    rest = tuple(p for p in range(processes) if p not in taken)
+    return [Group(data["rest"], rest)] + [Group(d, p) for d, p in listed.items()]
+
+
+def partial_groups(published: dict[int, str], processes: int) -> list[Group]:
+    """The groups of the processes that published a key, and of those that did not (digest None)."""
+    by_digest: dict[str, list[int]] = {}
+    for process, digest in sorted(published.items()):
+        by_digest.setdefault(digest, []).append(process)
+    groups = [Group(d, tuple(p)) for d, p in by_digest.items()]
+    missing = tuple(p for p in range(processes) if p not in published)
+    return groups + ([Group(None, missing)] if missing else [])
+
+
+class Peers:
+    """The comparison of this process's keys with the other processes' (see the module)."""
+
+    def __init__(
+        self, report: Callable[[Finding], None], fault: Callable[[str, BaseException], None]
+    ):
+        self.mode = DivergenceMode.WARN
+        self.grace_s = DEFAULT_GRACE_S
+        self._report, self._fault = report, fault
+        self._lock = threading.Condition()
+        self._counts: dict[str, int] = {}  # function id -> keys compared so far
+        self._agreed: dict[str, tuple[int, PortableKey]] = {}  # the last key every process traced
+        self._reported: set[tuple] = set()
+        self._pending = 0
+        self._store: Store | None = None
+        self._client = None  # the key-value client of the run the alerts were followed in
+        self._watcher: threading.Thread | None = None
+        self._watching = threading.Event()
+        self._next_alert = 1
+        self._closes = 0
+        self._exit_registered = False
+        self.compared = 0  # keys compared (traces published)
+
+    # ------------------------------------------------------------------ the trace path
+    def on_trace(self, record, frame) -> None:
+        """A top-level trace of a user's function (`record`, announced by `frame`): compare its key
+        if its arguments span processes. Raises `DivergenceError` in ``"raise"`` mode, by design."""
+        __tracebackhide__ = True
+        if self.mode == DivergenceMode.OFF or record.signature is None:
+            return
+        try:
+            run = jaxi.distributed()
+            if run is None or not jaxi.spans_processes(frame):
+                return
+            job = self._comparison(record, run)
+            self._watch(run.client)
+        except Exception as e:
+            self._fault("divergence", e)
+            return
+        if self.mode == DivergenceMode.RAISE:
+            found = self._compare(job)
+            if found is not None and found.differs(job.process):
+                raise DivergenceError(found.message(), finding=found)
+            return
+        with self._lock:
+            if self._pending >= _MAX_WAITING:
+                self._fault("divergence", RuntimeError("too many comparisons waiting; one skipped"))
+                return
+            self._pending += 1
+        # A thread of its own: a comparison waiting for a late process holds up no other one.
+        threading.Thread(
+            target=self._compare_later, args=(job,), name="jaxtrace_nb-compare", daemon=True
+        ).start()
+
+    def _comparison(self, record, run) -> Comparison:
+        identity = record.identity
+        fid = function_id(identity.name, identity.filename)
+        key = portable_key(record.signature.get())
+        with self._lock:
+            if fid not in self._counts and len(self._counts) >= _MAX_COUNTS:
+                self._counts.clear()
+            number = self._counts[fid] = self._counts.get(fid, 0) + 1
+        return Comparison(
+            function=identity.name,
+            location=identity.location,
+            log_key=identity.key,
+            function_id=fid,
+            number=number,
+            key=key,
+            digest=key.digest(),
+            process=run.process,
+            processes=run.processes,
+            grace_s=self.grace_s,
+        )
+
+    # ------------------------------------------------------------------ the comparison
+    def _compare_later(self, job: Comparison) -> None:
+        try:
+            self._compare(job)
+        finally:
+            with self._lock:
+                self._pending -= 1
+                self._lock.notify_all()
+
+    def _compare(self, job: Comparison) -> Finding | None:
+        """Publish `job`'s key, wait for the others', and report what differs (contained)."""
+        try:
+            store = self._store
+            if store is None:
+                return None
+            self.compared += 1
+            prefix = f"{ROOT}/{job.function_id}/{job.number}/"
+            store.set(f"{prefix}p/{job.process}", job.digest)
+            if store.increment(f"{prefix}count") >= job.processes:
+                published = self._published(store, prefix)  # (each set its digest before counting)
+                groups = partial_groups(published, job.processes)
+                store.set(f"{prefix}done", encode_groups(published))
+            else:
+                try:
+                    groups = decode_groups(store.wait(f"{prefix}done", job.grace_s), job.processes)
+                except Exception:  # (the grace period passed) who published, then
+                    groups = partial_groups(self._published(store, prefix), job.processes)
+            if len(groups) == 1:
+                with self._lock:
+                    self._agreed[job.function_id] = (job.number, job.key)
+                return None
+            found = self._finding(store, job, prefix, groups)
+            self._found(store, found, prefix)
+            return found
+        except Exception as e:
+            self._fault("divergence", e)
+            return None
+
+    @staticmethod
+    def _published(store: Store, prefix: str) -> dict[int, str]:
+        return {int(k.rsplit("/", 1)[1]): v for k, v in store.entries(f"{prefix}p/")}
+
+    def _finding(self, store: Store, job: Comparison, prefix: str, groups: list[Group]) -> Finding:
+        keys = {job.digest: job.key}
+        mine = next(g for g in groups if job.process in g.processes)
+        if min(mine.processes) == job.process:
+            store.set(f"{prefix}key/{job.digest}", job.key.to_json(), overwrite=True)
+        for g in groups:
+            if g.digest is not None and g.digest not in keys:
+                try:
+                    keys[g.digest] = PortableKey.from_json(
+                        store.wait(f"{prefix}key/{g.digest}", job.grace_s)
+                    )
+                except Exception as e:
+                    self._fault("divergence", e)
+        with self._lock:
+            agreed = self._agreed.get(job.function_id)
+        previous = agreed[1] if agreed is not None and agreed[0] == job.number - 1 else None
+        return finding(
+            function=job.function,
+            location=job.location,
+            key=job.log_key,
+            function_id=job.function_id,
+            number=job.number,
+            groups=groups,
+            keys=keys,
+            grace_s=job.grace_s,
+            previous=previous,
+        )
+
+    def _found(self, store: Store, found: Finding | None, prefix: str) -> None:
+        if found is None:
+            return
+        self._report_once(found)
+        claim = f"{prefix}alerted/{'traced' if found.reference_traced else 'missing'}"
+        try:
+            store.set(claim, "1")
+        except Exception:
+            return  # another process claimed it: it alerts
+        index = store.increment(f"{ROOT}/alerts/count")
+        store.set(f"{ROOT}/alerts/{index}", found.to_json())
+
+    def _report_once(self, found: Finding) -> None:
+        with self._lock:
+            if found.ident in self._reported:
+                return
+            self._reported.add(found.ident)
+        try:
+            self._report(found)
+        except Exception as e:
+            self._fault("divergence", e)
+
+    # ------------------------------------------------------------------ every process hears
+    def _watch(self, client: Any) -> None:
+        """Follow the findings other processes append (started at the first comparison)."""
+        with self._lock:
+            if self._store is not None and self._store.client is client:
+                if self._watcher is not None and self._watcher.is_alive():
+                    return
+            if self._store is None or self._store.client is not client:
+                if self._client is not client:
+                    self._client, self._next_alert = client, 1
+                self._store = Store(client)
+            self._watching.set()
+            self._watcher = threading.Thread(
+                target=self._follow, args=(self._store,), name="jaxtrace_nb-alerts", daemon=True
+            )
+            self._watcher.start()
+            if not self._exit_registered:  # after JAX's own shutdown was registered: runs before it
+                self._exit_registered = True
+                atexit.register(self.close)
+
+    def _follow(self, store: Store) -> None:
+        while self._watching.is_set():
+            try:
+                text = store.wait(f"{ROOT}/alerts/{self._next_alert}", _WATCH_POLL_MS / 1000)
+            except Exception:
+                run = jaxi.distributed()
+                if run is None or run.client is not store.client:
+                    return  # JAX's distributed run ended
+                continue
+            self._next_alert += 1
+            try:
+                self._report_once(Finding.from_json(text))
+            except Exception as e:
+                self._fault("divergence", e)
+
+    def close(self) -> None:
+        """Before recording stops (or the process exits): finish the comparisons under way, wait
+        for the other processes to get here (at most the grace period), and report every finding
+        they made; then stop following. Contained."""
+        try:
+            deadline = time.monotonic() + self.grace_s + 5
+            with self._lock:
+                while self._pending and time.monotonic() < deadline:
+                    self._lock.wait(0.1)
+            store = self._store
+            run = jaxi.distributed()
+            if store is None or run is None or run.client is not store.client:
+                self._stop_watching()
+                return
+            self._closes += 1
+            prefix = f"{ROOT}/close/{self._closes}/"
+            if store.increment(f"{prefix}count") >= run.processes:
+                store.set(f"{prefix}done", "1")
+            else:
+                try:
+                    store.wait(f"{prefix}done", self.grace_s)
+                except Exception:
+                    pass
+            self._stop_watching()
+            while True:  # the findings the watcher has not read yet
+                try:
+                    text = store.client.key_value_try_get(f"{ROOT}/alerts/{self._next_alert}")
+                except Exception:
+                    break
+                self._next_alert += 1
+                self._report_once(Finding.from_json(text))
+            with self._lock:
+                self._store = None  # (a later comparison follows again, from the next finding)
+        except Exception as e:
+            self._fault("divergence", e)
+
+    def _stop_watching(self) -> None:
+        self._watching.clear()
+        watcher = self._watcher
+        if watcher is not None and watcher is not threading.current_thread():
+            watcher.join(timeout=_WATCH_POLL_MS / 1000 + 1)
+        self._watcher = None

@@ -1,0 +1,297 @@
+"""Live comparison of cache keys across the processes of a `jax.distributed` run (issue 45).
+
+Real clusters of local CPU processes (gloo collectives, a coordinator on localhost, a global array
+over every process's device) run `tests/programs/dist_divergence.py`:
+
+* two processes under ``python -m jaxtrace_nb run --persist`` (recording starts before
+  ``jax.distributed.initialize``), in "warn" mode, and the same program without jaxtrace_nb;
+* four processes that start recording after ``initialize`` with ``divergence="raise"``.
+
+A cluster that cannot start fails these tests (it is never skipped). The other tests check the
+pure parts (`_divergence`, the store's protocol texts) and that a failing store is contained.
+"""
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+from _support import free_port, report_command
+
+from jaxtrace_nb._core._vocabulary import DivergenceMode
+from jaxtrace_nb._diagnosis._divergence import (
+    STDERR_PREFIX,
+    Finding,
+    Group,
+    PortableKey,
+    differing_leaves,
+    finding,
+    function_id,
+    judge,
+)
+from jaxtrace_nb._recording._peers import (
+    Comparison,
+    Peers,
+    Store,
+    decode_groups,
+    encode_groups,
+    partial_groups,
+)
+
+PROGRAMS = pathlib.Path(__file__).parent / "programs"
+PROGRAM = PROGRAMS / "dist_divergence.py"
+REPO = PROGRAMS.parent.parent
+TIMEOUT_S = 240
+RUN = [sys.executable, "-m", "jaxtrace_nb", "run"]
+
+
+def _start(n: int, scenario: str, tmp: pathlib.Path, *, record: bool) -> list:
+    port = free_port()
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
+    procs = []
+    for i in range(n):
+        log = tmp / f"{scenario}-{'rec' if record else 'plain'}-{i}.jsonl"
+        program = [str(PROGRAM), str(i), str(n), str(port), scenario]
+        if scenario == "two" and record:
+            command = [*RUN, "--persist", str(log), "--divergence-grace", "3", *program]
+        else:
+            command = [sys.executable, *program, *([str(log)] if record else [])]
+        procs.append(
+            (
+                log,
+                subprocess.Popen(
+                    command,
+                    cwd=REPO,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                ),
+            )
+        )
+    return procs
+
+
+def _finish(procs: list) -> list[dict]:
+    out = []
+    try:
+        for log, p in procs:
+            stdout, stderr = p.communicate(timeout=TIMEOUT_S)
+            out.append({"log": log, "stdout": stdout, "stderr": stderr, "rc": p.returncode})
+    finally:
+        for _, p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    for i, r in enumerate(out):
+        assert r["rc"] == 0, f"process {i} of the cluster failed:\n{r['stderr'][-4000:]}"
+    return out
+
+
+def _lines(r: dict, tag: str) -> list[str]:
+    return [line[len(tag) + 1 :] for line in r["stdout"].splitlines() if line.startswith(tag + " ")]
+
+
+def _rows(r: dict) -> list[dict]:
+    (text,) = _lines(r, "ROWS")
+    cols = ["function", "leaf", "before", "after", "explanation", "process", "trace_number"]
+    return [dict(zip(cols, row)) for row in json.loads(text)]
+
+
+def _stderr_lines(r: dict) -> list[str]:
+    return [line for line in r["stderr"].splitlines() if line.startswith(STDERR_PREFIX)]
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory):
+    """The three runs, started together (9 processes at once would crowd 2 cores: the four-process
+    run starts when the two-process ones are done)."""
+    tmp = tmp_path_factory.mktemp("divergence")
+    two = _start(2, "two", tmp, record=True)
+    plain = _start(2, "two", tmp, record=False)
+    runs = {"two": _finish(two), "plain": _finish(plain)}
+    runs["four"] = _finish(_start(4, "four", tmp, record=True))
+    return runs
+
+
+# ------------------------------------------------------------------ real clusters
+def test_identical_traces_report_nothing(clusters):
+    for r in clusters["two"] + clusters["four"]:
+        assert not [row for row in _rows(r) if row["function"] == "same"]
+        assert not [line for line in _stderr_lines(r) if "`same`" in line]
+    assert len(_lines(clusters["four"][0], "RESULT")) == 4  # same ×3, double: nothing stopped them
+
+
+def test_a_static_value_differing_on_one_process_is_named_live_in_every_process(clusters):
+    expected = "`scale`: 2.0 on process 0 → 3.0 on process 1"
+    for i, r in enumerate(clusters["two"]):
+        (row,) = [row for row in _rows(r) if row["function"] == "step"]
+        assert (row["leaf"], row["before"], row["after"]) == ("scale", "2.0", "3.0")
+        assert row["process"] == i and row["trace_number"] == 2
+        assert expected in row["explanation"] and "process 1 traced it" in row["explanation"]
+        (line,) = [line for line in _stderr_lines(r) if "`step`" in line]
+        assert expected in line
+
+
+def test_a_local_batch_one_row_short_is_named_with_both_global_shapes(clusters):
+    for i, r in enumerate(clusters["two"]):
+        (row,) = [row for row in _rows(r) if row["function"] == "batch_sum"]
+        assert row["leaf"] == "x" and row["process"] == i
+        assert re.match(r"f32\[8\b", row["before"]) and re.match(r"f32\[6\b", row["after"])
+        (line,) = [line for line in _stderr_lines(r) if "`batch_sum`" in line]
+        assert "on process 0 → " in line and "on process 1" in line
+        assert "process 1 traced another key than process 0" in line
+
+
+def test_a_dtype_on_one_of_four_processes_is_named_in_all_four(clusters):
+    for i, r in enumerate(clusters["four"]):
+        (row,) = [row for row in _rows(r) if row["function"] == "double"]
+        assert row["leaf"] == "x" and row["process"] == i
+        assert row["before"].startswith("f32[") and row["after"].startswith("f16[")
+        (line,) = [line for line in _stderr_lines(r) if "`double`" in line]
+        assert "on processes 0, 1, 2 → f16[" in line and "on process 3" in line
+
+
+def test_raise_stops_the_differing_process_before_its_program_runs(clusters):
+    for i, r in enumerate(clusters["four"]):
+        raised = _lines(r, "RAISED")
+        if i != 3:
+            assert not raised
+            assert any(line.split()[1] == "double" for line in _lines(r, "RESULT"))
+            continue
+        (text,) = raised
+        process, body_traced, message = text.split(" ", 2)
+        assert (process, body_traced) == ("3", "0")  # `double`'s body never ran: nothing compiled
+        assert json.loads(message).startswith(STDERR_PREFIX)
+        assert "f16[" in json.loads(message)
+
+
+def test_a_function_over_process_local_arrays_is_never_compared(clusters):
+    local = function_id("local_only", "dist_divergence.py")
+    step = function_id("step", "dist_divergence.py")
+    for r in clusters["two"]:
+        (keys,) = _lines(r, "KEYS")
+        keys = json.loads(keys)
+        assert any(f"/{step}/" in k for k in keys)  # (the store is read right)
+        assert not any(f"/{local}/" in k for k in keys)
+        assert not [row for row in _rows(r) if row["function"] == "local_only"]
+
+
+def test_the_report_over_the_persisted_logs_shows_the_divergence_and_the_skew(clusters):
+    logs = [str(r["log"]) for r in clusters["two"]]
+    out = report_command(logs)
+    assert out.returncode == 0, out.stderr
+    assert "Diverged across processes, found while the run ran:" in out.stdout
+    assert "`scale`: 2.0 on process 0 → 3.0 on process 1" in out.stdout
+    assert "in the logs of process 0, process 1" in out.stdout
+    skew = out.stdout.split("Trace + compile seconds per process")[1]
+    assert re.search(r"step: process 0 [\d.]+, process 1 [\d.]+ \(spread", skew)
+
+
+def test_results_with_recording_equal_those_without(clusters):
+    for recorded, plain in zip(clusters["two"], clusters["plain"]):
+        assert _lines(recorded, "RESULT") == _lines(plain, "RESULT")
+        assert len(_lines(plain, "RESULT")) >= 7
+        assert not _stderr_lines(plain)
+
+
+# ------------------------------------------------------------------ the pure parts
+def _key(**leaves) -> PortableKey:
+    return PortableKey(tuple((path, form, text) for path, (form, text) in leaves.items()))
+
+
+def test_who_differs_is_the_minority_and_a_tie_goes_to_process_0():
+    reference, others = judge([Group("b", (1,)), Group("a", (0,))])
+    assert reference.processes == (0,) and [g.processes for g in others] == [(1,)]
+    reference, others = judge([Group("a", (0,)), Group("b", (1, 2, 3))])
+    assert reference.processes == (1, 2, 3) and others[0].processes == (0,)
+    reference, _ = judge([Group("a", (1,)), Group(None, (0,))])  # retraced alone: differs
+    assert reference.digest is None
+
+
+def test_the_groups_travel_compactly_and_back():
+    published = {0: "a", 1: "a", 2: "b", 3: "a"}
+    text = encode_groups(published)
+    assert json.loads(text) == {"rest": "a", "listed": {"b": [2]}}
+    groups = decode_groups(text, 4)
+    assert {g.digest: g.processes for g in groups} == {"a": (0, 1, 3), "b": (2,)}
+    assert partial_groups({1: "a"}, 3) == [Group("a", (1,)), Group(None, (0, 2))]
+
+
+def test_leaves_are_compared_by_form_and_named_by_text():
+    a = _key(x=("array:('array', (8, 2), 'float32')", "f32[8,2]"), s=("static::float:2.0", "2.0"))
+    b = _key(x=("array:('array', (8, 2), 'float32')", "f32[8,2]"), s=("static::float:3.0", "3.0"))
+    (d,) = differing_leaves(a, b)
+    assert (d.path, d.before, d.after, d.by_text) == ("s", "2.0", "3.0", False)
+    assert (
+        a.digest() != b.digest()
+        and a.digest() == _key(**dict((p, (f, "other text")) for p, f, _ in a.leaves)).digest()
+    )
+    found = finding(
+        function="step",
+        location="t.py:1",
+        key="t.py::step",
+        function_id="f",
+        number=2,
+        groups=[Group(a.digest(), (0, 2)), Group(b.digest(), (1,))],
+        keys={a.digest(): a, b.digest(): b},
+        grace_s=5,
+    )
+    assert found.differs(1) and not found.differs(0)
+    assert found.message() == (
+        f"{STDERR_PREFIX} in `step` (t.py:1), compared key #2: process 1 traced another key than "
+        "processes 0, 2: `s`: 2.0 on processes 0, 2 → 3.0 on process 1"
+    )
+    assert Finding.from_json(found.to_json()) == found
+
+
+def test_static_forms_are_exact_and_the_same_in_every_process():
+    from jaxtrace_nb._core._values import summarize_static
+    from jaxtrace_nb._diagnosis._divergence import portable_key
+    from jaxtrace_nb._keys._signature import Signature, static_leaf
+
+    def key_of(value):
+        leaf = static_leaf(summarize_static(value), "static_argnums", value)
+        return portable_key(Signature(function_token=(), context=(), leaves={"v": leaf}))
+
+    assert key_of(0.1 + 0.2).digest() != key_of(0.3).digest()  # repr round-trips: no rounding
+    assert key_of(frozenset({"a", "b", "c"})).leaves == key_of(frozenset({"c", "b", "a"})).leaves
+    assert key_of(1).digest() != key_of(1.0).digest()  # a static_argnums value: its type too
+    assert key_of(float("nan")).leaves[0][1].startswith("text:")  # a NaN equals nothing
+
+
+class _Failing:
+    """A key-value client whose every operation fails (a coordinator gone)."""
+
+    def __getattr__(self, name):
+        def fail(*args, **kwargs):
+            raise RuntimeError(f"{name}: UNAVAILABLE")
+
+        return fail
+
+
+def test_a_failing_store_is_contained_and_counted():
+    faults, reported = [], []
+    peers = Peers(report=reported.append, fault=lambda stage, e: faults.append(stage))
+    peers.mode = DivergenceMode.RAISE
+    peers._store = Store(_Failing())
+    job = Comparison("f", "t.py:1", "t.py::f", "id", 1, _key(), _key().digest(), 0, 2, 0.1)
+    assert peers._compare(job) is None
+    assert faults == ["divergence"] and not reported
+
+
+def test_run_takes_the_divergence_options():
+    from jaxtrace_nb._integrations._cli import _parse_run, build_parser
+
+    ns = _parse_run(build_parser(), ["--divergence=raise", "--divergence-grace", "5", "t.py", "a"])
+    assert (ns.divergence, ns.divergence_grace_s, ns.script, ns.args) == (
+        "raise",
+        5.0,
+        "t.py",
+        ["a"],
+    )
+    with pytest.raises(SystemExit):
+        _parse_run(build_parser(), ["--divergence=loud", "t.py"])
