@@ -278,7 +278,18 @@ def test_a_failing_store_is_contained_and_counted():
     peers = Peers(report=reported.append, fault=lambda stage, e: faults.append(stage))
     peers.mode = DivergenceMode.RAISE
     peers._store = Store(_Failing())
-    job = Comparison("f", "t.py:1", "t.py::f", "id", 1, _key(), _key().digest(), 0, 2, 0.1)
+    job = Comparison(
+        function="f",
+        location="t.py:1",
+        log_key="t.py::f",
+        function_id="id",
+        number=1,
+        key=_key(),
+        digest=_key().digest(),
+        process=0,
+        processes=2,
+        grace_s=0.1,
+    )
     assert peers._compare(job) is None
     assert faults == ["divergence"] and not reported
 

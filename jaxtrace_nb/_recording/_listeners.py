@@ -102,6 +102,9 @@ class Listeners:
             trace = self._awaited(name)
             if trace is not None and self.cache_events is not _KEY_EVENTS:
                 self._measurer.beside_compile(trace)  # in our thread while XLA compiles it
+            peers = self._probe.peers
+            if peers is not None:
+                peers.beside_compile()
             stage = jaxi.stage_frame(event) if self.full else None
             if stage is not None and stage.raised:
                 return  # the lowering failed: nothing is compiled

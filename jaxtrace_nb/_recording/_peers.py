@@ -21,7 +21,8 @@ Per compared trace (the n-th of function F in every process), in each of N proce
 So a process makes 3 operations per compared trace when every process agrees (the last one 4), a
 constant, whatever N; the coordinator serves 3N + 2 (docs/divergence.md).
 
-In ``"warn"`` mode each comparison runs on a thread of its own, and the program never waits; in
+In ``"warn"`` mode each comparison runs on a worker thread from the moment XLA begins the trace's
+compile (the GIL is free then), and the program never waits for it; in
 ``"raise"`` mode it runs in the trace, which waits for the other processes (at most the grace
 period) and raises `DivergenceError` in a process that differs, before JAX compiles or runs the
 traced program. Every other failure here (the store's errors, a missing JAX internal) is counted
@@ -33,6 +34,8 @@ from __future__ import annotations
 import atexit
 import collections
 import json
+import os
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -55,15 +58,18 @@ DEFAULT_GRACE_S = 60.0
 _WATCH_POLL_MS = 1000
 _MAX_COUNTS = 100_000  # functions counted, at most
 _MAX_WAITING = 256  # comparisons waiting for the other processes at once, at most
+_MAX_WORKERS = 8  # threads comparing at once, at most
+_MAX_DELAY_S = 0.5  # a comparison waits for XLA's compile to start at most this long
 
 
 class Store:
     """JAX's key-value client, each operation counted (`operations`, `bytes`)."""
 
-    def __init__(self, client: Any):
+    def __init__(self, client: Any, traffic: collections.Counter | None = None):
         self.client = client
         self.operations: collections.Counter = collections.Counter()
         self.bytes = 0
+        self.traffic = traffic  # (also counted there: the operations of every store, and "bytes")
 
     def set(self, key: str, value: str, overwrite: bool = False) -> None:
         self._count("set", key, value)
@@ -79,18 +85,25 @@ class Store:
     def wait(self, key: str, seconds: float) -> str:
         self._count("blocking_get", key, "")
         value = self.client.blocking_key_value_get(key, max(1, int(seconds * 1000)))
-        self.bytes += len(value)
+        self._received(len(value))
         return value
 
     def entries(self, prefix: str) -> list[tuple[str, str]]:
         self._count("dir_get", prefix, "")
         found = self.client.key_value_dir_get(prefix)
-        self.bytes += sum(len(k) + len(v) for k, v in found)
+        self._received(sum(len(k) + len(v) for k, v in found))
         return found
 
     def _count(self, op: str, key: str, value: str) -> None:
         self.operations[op] += 1
-        self.bytes += len(key) + len(value)
+        if self.traffic is not None:
+            self.traffic[op] += 1
+        self._received(len(key) + len(value))
+
+    def _received(self, n: int) -> None:
+        self.bytes += n
+        if self.traffic is not None:
+            self.traffic["bytes"] += n
 
 
 class Comparison(NamedTuple):
@@ -101,11 +114,12 @@ class Comparison(NamedTuple):
     log_key: str  # the function's key in the log
     function_id: str
     number: int
-    key: PortableKey
+    key: PortableKey | None  # None until made from `signature` (off the trace path in "warn" mode)
     digest: str
     process: int
     processes: int
     grace_s: float
+    signature: Any = None  # the trace's `Signature` (or its deferred form), where `key` is None
 
 
 def encode_groups(published: dict[int, str]) -> str:
@@ -149,6 +163,13 @@ class Peers:
         self._agreed: dict[str, tuple[int, PortableKey]] = {}  # the last key every process traced
         self._reported: set[tuple] = set()
         self._pending = 0
+        self._compiling = threading.Event()  # set when XLA begins a compile
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._waiting: collections.deque = collections.deque()  # made at traces, not handed on yet
+        self._dispatcher: threading.Thread | None = None
+        self._workers = self._idle = 0  # worker threads, and those free for a job
+        self._pid = os.getpid()
+        self.traffic: collections.Counter = collections.Counter()  # operations and bytes, all runs
         self._store: Store | None = None
         self._client = None  # the key-value client of the run the alerts were followed in
         self._watcher: threading.Thread | None = None
@@ -184,15 +205,53 @@ class Peers:
                 self._fault("divergence", RuntimeError("too many comparisons waiting; one skipped"))
                 return
             self._pending += 1
-        # A thread of its own: a comparison waiting for a late process holds up no other one.
-        threading.Thread(
-            target=self._compare_later, args=(job,), name="jaxtrace_nb-compare", daemon=True
-        ).start()
+            self._waiting.append(job)  # (no thread woken here: see `_dispatch`)
+            if self._pid != os.getpid():  # a forked child has none of its parent's threads
+                self._pid, self._workers, self._idle, self._dispatcher = os.getpid(), 0, 0, None
+                self._jobs = queue.SimpleQueue()
+            if self._dispatcher is None:
+                self._dispatcher = threading.Thread(
+                    target=self._dispatch, name="jaxtrace_nb-dispatch", daemon=True
+                )
+                self._dispatcher.start()
+
+    def beside_compile(self) -> None:
+        """JAX lowered a program, and XLA compiles it now (releasing the GIL): comparisons start."""
+        if self._waiting:
+            self._compiling.set()
+
+    def _dispatch(self) -> None:
+        """Hand the comparisons to the workers when XLA compiles, or `_MAX_DELAY_S` after they were
+        made at the latest: a thread woken while JAX traces would make JAX's thread wait for the GIL."""
+        while True:
+            self._compiling.wait(_MAX_DELAY_S)
+            self._compiling.clear()
+            while self._waiting:
+                self._submit(self._waiting.popleft())
+
+    def _submit(self, job: Comparison) -> None:
+        """`job` to a worker thread: an idle one, else a new one up to `_MAX_WORKERS` (so that a
+        comparison waiting for a late process holds up no other), else the queue."""
+        with self._lock:
+            spawn = self._idle == 0 and self._workers < _MAX_WORKERS
+            if spawn:
+                self._workers += 1
+            else:
+                self._idle -= 1  # (taken: the next job waits for another)
+        self._jobs.put(job)
+        if spawn:
+            threading.Thread(target=self._work, name="jaxtrace_nb-compare", daemon=True).start()
+
+    def _work(self) -> None:
+        jobs = self._jobs
+        while True:
+            self._compare_later(jobs.get())
+            with self._lock:
+                self._idle += 1
 
     def _comparison(self, record, run) -> Comparison:
         identity = record.identity
         fid = function_id(identity.name, identity.filename)
-        key = portable_key(record.signature.get())
         with self._lock:
             if fid not in self._counts and len(self._counts) >= _MAX_COUNTS:
                 self._counts.clear()
@@ -203,11 +262,12 @@ class Peers:
             log_key=identity.key,
             function_id=fid,
             number=number,
-            key=key,
-            digest=key.digest(),
+            key=None,
+            digest="",
             process=run.process,
             processes=run.processes,
             grace_s=self.grace_s,
+            signature=record.signature,
         )
 
     # ------------------------------------------------------------------ the comparison
@@ -225,6 +285,9 @@ class Peers:
             store = self._store
             if store is None:
                 return None
+            if job.key is None:
+                key = portable_key(job.signature.get())
+                job = job._replace(key=key, digest=key.digest(), signature=None)
             self.compared += 1
             prefix = f"{ROOT}/{job.function_id}/{job.number}/"
             store.set(f"{prefix}p/{job.process}", job.digest)
@@ -312,7 +375,7 @@ class Peers:
             if self._store is None or self._store.client is not client:
                 if self._client is not client:
                     self._client, self._next_alert = client, 1
-                self._store = Store(client)
+                self._store = Store(client, self.traffic)
             self._watching.set()
             self._watcher = threading.Thread(
                 target=self._follow, args=(self._store,), name="jaxtrace_nb-alerts", daemon=True
@@ -343,6 +406,7 @@ class Peers:
         they made; then stop following. Contained."""
         try:
             deadline = time.monotonic() + self.grace_s + 5
+            self._compiling.set()
             with self._lock:
                 while self._pending and time.monotonic() < deadline:
                     self._lock.wait(0.1)
