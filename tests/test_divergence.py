@@ -306,3 +306,18 @@ def test_run_takes_the_divergence_options():
     )
     with pytest.raises(SystemExit):
         _parse_run(build_parser(), ["--divergence=loud", "t.py"])
+
+
+def test_the_readme_example_runs_on_one_machine():
+    out = subprocess.run(
+        [sys.executable, str(REPO / "notebooks" / "divergence_demo.py")],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "exit status 0" in out.stdout and "exit status 1" not in out.stdout
+    assert out.stdout.count("`scale`: 2.0 on process 0 → 3.0 on process 1") == 2
+    assert out.stdout.count("`x`: f32[8") == 2

@@ -19,7 +19,7 @@ Per compared trace (the n-th of function F in every process), in each of N proce
    it too.
 
 So a process makes 3 operations per compared trace when every process agrees (the last one 4), a
-constant, whatever N; the coordinator serves 3N + 2 (docs/divergence.md).
+constant, whatever N; the coordinator serves 3N + 1 (docs/divergence.md).
 
 In ``"warn"`` mode each comparison runs on a worker thread from the moment XLA begins the trace's
 compile (the GIL is free then), and the program never waits for it; in
