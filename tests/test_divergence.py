@@ -321,3 +321,36 @@ def test_the_readme_example_runs_on_one_machine():
     assert "exit status 0" in out.stdout and "exit status 1" not in out.stdout
     assert out.stdout.count("`scale`: 2.0 on process 0 → 3.0 on process 1") == 2
     assert out.stdout.count("`x`: f32[8") == 2
+
+
+def test_a_divergence_row_reads_in_the_table_escaped():
+    from jaxtrace_nb._core._vocabulary import EventKind
+    from jaxtrace_nb._log._events import Event
+    from jaxtrace_nb._views._report import Report
+    from jaxtrace_nb._views._rows import group_row
+    from jaxtrace_nb._views._text import render_html, render_text
+
+    line = f"{STDERR_PREFIX} in `f<script>` (t.py:1), compared key #1: process 1 traced another key"
+    event = Event(
+        kind=EventKind.DIVERGENCE,
+        function="f<script>",
+        key="t.py::f<script>",
+        location="t.py:1",
+        internal=False,
+        nested=False,
+        trace_number=1,
+        leaf="x",
+        before="f32[8,2]",
+        after="f32[6,2]",
+        explanation=line,
+        process=0,
+        seq=0,
+    )
+    report = Report([event], "t")
+    (group,) = report.groups("t.py::f<script>")
+    row = group_row(group)
+    assert (row["kind"], row["cause"], row["leaf"]) == ("divergence", "across processes", "x")
+    assert "f32[8,2] → f32[6,2]" in render_text(report)
+    page = render_html(report)
+    assert "f<script>" not in page and "f&lt;script&gt;" in page
+    assert report.counts().traces == 0 and report.counts().retraces == 0

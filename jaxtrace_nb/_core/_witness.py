@@ -265,6 +265,11 @@ class Witness:
         except Exception:  # an __eq__ that raises: JAX could not have cached it as equal either
             return False
 
+    def plain(self) -> tuple[bool, Any]:
+        """(whether the value is kept as itself or its plain form, that value): what may be written
+        down and compared elsewhere (another process), where an object held weakly may not."""
+        return self.held is not _MISSING, None if self.held is _MISSING else self.held
+
     def certain(self, other: Witness) -> bool:
         """Whether `equals` compared the values themselves (not only their hashes)."""
         if self.by_identity or other.by_identity:

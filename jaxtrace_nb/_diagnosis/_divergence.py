@@ -27,9 +27,9 @@ import hashlib
 import json
 import math
 import os
-import weakref
 from typing import Any, NamedTuple
 
+from .._core._vocabulary import LeafKind
 from .._core._witness import Witness
 from .._keys._signature import NODE_SUFFIX, Signature
 
@@ -93,35 +93,36 @@ class _NotPortable(Exception):
     pass
 
 
+_ATOMS = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis))
+
+
 def _portable(value: Any) -> str:
     """A text of a plain form, equal for two forms exactly when they are equal (``repr`` of a float
-    round-trips; a frozenset's items sorted; NaN, which equals nothing, kept apart)."""
+    round-trips; a frozenset's items sorted; NaN, which equals nothing, kept apart). A weak
+    reference (an object compared by identity) has none."""
     t = type(value)
     if t is float and value != value:
         raise _NotPortable  # a NaN is equal only to itself in JAX's cache: another process's is not
-    if t in (int, bool, str, bytes, complex, type(None), type(Ellipsis)) or t is float:
+    if t in _ATOMS:
         return f"{t.__name__}:{value!r}"
     if t is tuple:
         return "(" + ",".join(_portable(v) for v in value) + ")"
     if t is frozenset:
         return "{" + ",".join(sorted(_portable(v) for v in value)) + "}"
-    if isinstance(value, weakref.ref):
-        raise _NotPortable
     raise _NotPortable
 
 
 def _leaf_form(leaf) -> str:
-    kind = str(leaf.kind)
-    witness = leaf.witness
-    if kind == "array":
+    kind, witness = leaf.kind, leaf.witness
+    if kind == LeafKind.ARRAY:
         return "array:" + repr(tuple(leaf.token))
-    if kind == "static" and type(witness) is Witness:
+    if kind == LeafKind.STATIC and type(witness) is Witness:
         if witness.by_identity:
             return f"identity:{leaf.type_name}:{leaf.name or leaf.text}"
-        held = witness.held
+        kept, value = witness.plain()
         try:
-            if type(held).__name__ != "_Missing":
-                return f"static:{leaf.type_name if witness.typed else ''}:{_portable(held)}"
+            if kept:
+                return f"static:{leaf.type_name if witness.typed else ''}:{_portable(value)}"
         except _NotPortable:
             pass
         return f"text:{leaf.type_name}:{leaf.text}"

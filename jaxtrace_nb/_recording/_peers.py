@@ -254,7 +254,8 @@ class Peers:
         fid = function_id(identity.name, identity.filename)
         with self._lock:
             if fid not in self._counts and len(self._counts) >= _MAX_COUNTS:
-                self._counts.clear()
+                self._counts.clear()  # (bounded: a function counted afresh compares as a new one)
+                self._agreed.clear()
             number = self._counts[fid] = self._counts.get(fid, 0) + 1
         return Comparison(
             function=identity.name,
@@ -359,6 +360,8 @@ class Peers:
         with self._lock:
             if found.ident in self._reported:
                 return
+            if len(self._reported) >= _MAX_COUNTS:
+                self._reported.clear()
             self._reported.add(found.ident)
         try:
             self._report(found)
