@@ -386,27 +386,38 @@ def distributed() -> Distributed | None:
     return Distributed(client, process, processes)
 
 
-# The JAX functions above the announcing frame that hold a jitted call's arguments (``args``,
-# ``kwargs``): 0.9–0.11 (``_trace_for_jit``, ``_infer_params``), 0.8 (``_infer_params_internal``).
-_ARGUMENT_FRAMES = ("_trace_for_jit", "_infer_params", "_infer_params_internal")
+# The JAX functions above the announcing frame that hold a jitted call's arguments, flat where they
+# can: 0.9–0.11 ``_trace_for_jit`` (``args_ft``, a FlatTree whose values are the dynamic leaves),
+# 0.8 ``_infer_params_impl`` (``explicit_args``); else any of them with ``args``, ``kwargs``.
+_ARGUMENT_FRAMES = (
+    "_trace_for_jit",
+    "_infer_params_impl",
+    "_infer_params",
+    "_infer_params_internal",
+)
 _MAX_ARGUMENT_DEPTH = 4
 
 
 def spans_processes(frame) -> bool:
     """Whether the jitted call whose trace `frame` announces has an argument array that is not fully
     addressable from this process (a global array over several processes' devices). The arguments
-    are read from JAX's frames above `frame` and not kept."""
+    are read from JAX's frames above `frame` and not kept; JAX's own flat list of them where the
+    frame has one (flattening again would run the user's pytree code)."""
     import jax
 
+    array = jax.Array
     f = frame.f_back
     for _ in range(_MAX_ARGUMENT_DEPTH):
         if f is None:
             return False
         if f.f_code.co_name in _ARGUMENT_FRAMES:
             local = f.f_locals
-            if "args" in local:
-                leaves = jax.tree_util.tree_leaves((local.get("args"), local.get("kwargs")))
-                array = jax.Array
-                return any(isinstance(x, array) and not x.is_fully_addressable for x in leaves)
+            flat = getattr(local.get("args_ft"), "vals", None)
+            if flat is None:
+                flat = local.get("explicit_args")
+            if flat is None and "args" in local:
+                flat = jax.tree_util.tree_leaves((local.get("args"), local.get("kwargs")))
+            if flat is not None:
+                return any(isinstance(x, array) and not x.is_fully_addressable for x in flat)
         f = f.f_back
     return False
