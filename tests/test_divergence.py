@@ -294,6 +294,15 @@ def test_a_failing_store_is_contained_and_counted():
     assert faults == ["divergence"] and not reported
 
 
+def test_start_refuses_an_unknown_mode():
+    import jaxtrace_nb as jt
+
+    with pytest.raises(ValueError, match="'warn', 'raise' or 'off'"):
+        jt.start(divergence="loud")
+    with pytest.raises(ValueError, match="positive"):
+        jt.start(divergence_grace_s=0)
+
+
 def test_run_takes_the_divergence_options():
     from jaxtrace_nb._integrations._cli import _parse_run, build_parser
 

@@ -45,7 +45,18 @@ class DivergenceError(RuntimeError):
     not), at the trace, before the traced program is compiled or run. Public as
     ``jaxtrace_nb.DivergenceError``; its message is the line the other processes print.
 
-    `finding` is the comparison (`Finding`): the function, the processes, each differing leaf."""
+    `finding` is the comparison (`Finding`): the function, the processes, each differing leaf.
+
+    Example::
+
+        jt.start(divergence="raise")
+        try:
+            step(global_batch, scale)
+        except jt.DivergenceError as e:
+            print(e)                                   # the line every process printed
+            print(e.finding.divergent[0].leaves[0])    # (path, before, after, by_text)
+            raise
+    """
 
     def __init__(self, *args, finding: Finding | None = None):
         super().__init__(*args)

@@ -99,6 +99,10 @@ class Session:
     ) -> None:
         with self._lock:
             if divergence is not None:
+                if divergence not in tuple(DivergenceMode):
+                    raise ValueError(
+                        f"divergence must be 'warn', 'raise' or 'off', not {divergence!r}"
+                    )
                 self.peers.mode = DivergenceMode(divergence)
             if divergence_grace_s is not None:
                 if not divergence_grace_s > 0:
