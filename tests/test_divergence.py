@@ -169,6 +169,11 @@ def test_raise_stops_the_differing_process_before_its_program_runs(clusters):
         assert "f16[" in json.loads(message)
 
 
+def test_a_cache_hit_call_of_a_compared_function_runs_none_of_our_code(clusters):
+    for i, r in enumerate(clusters["two"]):
+        assert _lines(r, "HIT_FRAMES") == [f"{i} 0"]
+
+
 def test_a_function_over_process_local_arrays_is_never_compared(clusters):
     local = function_id("local_only", "dist_divergence.py")
     step = function_id("step", "dist_divergence.py")

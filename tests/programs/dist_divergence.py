@@ -12,7 +12,8 @@ SCENARIO "four": recording started after initialize with ``divergence="raise"``;
 `double` with float16 local data on process 3 only, which raises DivergenceError there.
 
 Each process prints lines "RESULT ..." (the program's results), and, when recording, "ROWS <json>"
-(its log's divergence rows) and "KEYS <json>" (the key-value store's keys under jaxtrace_nb/).
+(its log's divergence rows), "KEYS <json>" (the key-value store's keys under jaxtrace_nb/) and, in
+"two", "HIT_FRAMES" (how many calls of jaxtrace_nb's code 20 cache-hit calls made on this thread).
 """
 
 import functools
@@ -68,6 +69,25 @@ import jax.experimental.multihost_utils  # noqa: E402
 
 for rows in (4, 4, 2):  # a retrace on every process alike: nothing to report
     result("same", gathered(same(global_array(rows))))
+
+if scenario == "two" and recording:  # cache-hit calls of a compared function: none of our code runs
+    import os
+
+    import jaxtrace_nb
+
+    package = os.path.dirname(jaxtrace_nb.__file__) + os.sep
+    ours = []
+    x = global_array(4)
+
+    def profile(frame, event, arg):
+        if frame.f_code.co_filename.startswith(package):
+            ours.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    for _ in range(20):
+        same(x)
+    sys.setprofile(None)
+    print("HIT_FRAMES", process_id, len(ours), flush=True)
 
 if scenario == "two":
 
