@@ -17,9 +17,10 @@ cluster each, rotated round after round so that the machine's noise hits every m
 
 Reported: each mode's median wall seconds of the loop (the slower process's), the ratios warn / off
 (the comparison's cost within recording) and off / plain (recording's own); per compared trace,
-the seconds the comparison adds to the trace path (`Peers.on_trace`: the key's digest and a
-thread started) and the seconds each comparison took on its own thread (publishing, waiting for
-the other process, reading the answer), with its key-value operations. This script asserts
+the seconds the comparison adds to the trace path (`Peers.on_trace`: whether an argument spans
+processes, the comparison numbered and queued; the first one also starts the threads) and the seconds each comparison took on its own thread (publishing, waiting for
+the other process, reading the answer), with its key-value operations (not counting the alerts
+watcher's long polls, one a second, nor the two operations of the closing sync). This script asserts
 nothing.
 """
 
@@ -162,7 +163,7 @@ def main() -> None:
     compare = [s for run in runs["warn"] for p in run for s in p["compare_s"]]
     compared = [p["compared"] for run in runs["warn"] for p in run]
     operations = [
-        sum(n for op, n in p["operations"].items() if op != "bytes")
+        sum(n for op, n in p["operations"].items() if op not in ("bytes", "watch", "close"))
         for run in runs["warn"]
         for p in run
     ]

@@ -35,6 +35,10 @@ What is compared at trace number n, exactly (nothing else is claimed):
 It cannot see: differences in functions no process traced (cache hits), in compiles that
 followed no trace (placement, committedness), in values that are not part of the trace key
 (array contents), in the trace context, or between processes whose logs were not given.
+
+Beside it, from the same events: the divergences the processes found while they ran (events of
+kind ``divergence``, `_divergence`), each once with the logs that hold it (`live_divergences`), and
+each function's trace + lower + XLA compile seconds per process (`compile_skew`).
 """
 
 from __future__ import annotations

@@ -19,7 +19,9 @@ Per compared trace (the n-th of function F in every process), in each of N proce
    it too.
 
 So a process makes 3 operations per compared trace when every process agrees (the last one 4), a
-constant, whatever N; the coordinator serves 3N + 1 (docs/divergence.md).
+constant, whatever N; the coordinator serves 3N + 1 (docs/divergence.md). Besides, each process's
+watcher holds one long poll (``blocking_key_value_get``, renewed every second) while it follows, and
+`close` makes 2 operations once.
 
 In ``"warn"`` mode each comparison runs on a worker thread from the moment XLA begins the trace's
 compile (the GIL is free then), and the program never waits for it; in
@@ -62,8 +64,12 @@ _MAX_WORKERS = 8  # threads comparing at once, at most
 _MAX_DELAY_S = 0.5  # a comparison waits for XLA's compile to start at most this long
 
 
+WATCH, CLOSE = "watch", "close"  # the operations of the alerts' watcher and of `Peers.close`
+
+
 class Store:
-    """JAX's key-value client, each operation counted (`operations`, `bytes`)."""
+    """JAX's key-value client, each operation counted (`operations`, `bytes`) by its name, or by
+    what it serves (`WATCH`, `CLOSE`) where that is not a comparison."""
 
     def __init__(self, client: Any, traffic: collections.Counter | None = None):
         self.client = client
@@ -71,19 +77,19 @@ class Store:
         self.bytes = 0
         self.traffic = traffic  # (also counted there: the operations of every store, and "bytes")
 
-    def set(self, key: str, value: str, overwrite: bool = False) -> None:
-        self._count("set", key, value)
+    def set(self, key: str, value: str, overwrite: bool = False, op: str = "set") -> None:
+        self._count(op, key, value)
         if overwrite:
             self.client.key_value_set(key, value, allow_overwrite=True)
         else:
             self.client.key_value_set(key, value)
 
-    def increment(self, key: str) -> int:
-        self._count("increment", key, "")
+    def increment(self, key: str, op: str = "increment") -> int:
+        self._count(op, key, "")
         return int(self.client.key_value_increment(key, 1))
 
-    def wait(self, key: str, seconds: float) -> str:
-        self._count("blocking_get", key, "")
+    def wait(self, key: str, seconds: float, op: str = "blocking_get") -> str:
+        self._count(op, key, "")
         value = self.client.blocking_key_value_get(key, max(1, int(seconds * 1000)))
         self._received(len(value))
         return value
@@ -391,7 +397,9 @@ class Peers:
     def _follow(self, store: Store) -> None:
         while self._watching.is_set():
             try:
-                text = store.wait(f"{ROOT}/alerts/{self._next_alert}", _WATCH_POLL_MS / 1000)
+                text = store.wait(
+                    f"{ROOT}/alerts/{self._next_alert}", _WATCH_POLL_MS / 1000, op=WATCH
+                )
             except Exception:
                 run = jaxi.distributed()
                 if run is None or run.client is not store.client:
@@ -420,11 +428,11 @@ class Peers:
                 return
             self._closes += 1
             prefix = f"{ROOT}/close/{self._closes}/"
-            if store.increment(f"{prefix}count") >= run.processes:
-                store.set(f"{prefix}done", "1")
+            if store.increment(f"{prefix}count", op=CLOSE) >= run.processes:
+                store.set(f"{prefix}done", "1", op=CLOSE)
             else:
                 try:
-                    store.wait(f"{prefix}done", self.grace_s)
+                    store.wait(f"{prefix}done", self.grace_s, op=CLOSE)
                 except Exception:
                     pass
             self._stop_watching()
