@@ -1,7 +1,8 @@
 """``python -m jaxtrace_nb``: run a program with every jit trace and compile recorded, or
 report on persisted logs.
 
-    python -m jaxtrace_nb run [--persist PATH] [--max-traces N] [--max-retraces N] script.py [args...]
+    python -m jaxtrace_nb run [--persist PATH] [--max-traces N] [--max-retraces N]
+                              script.py [args...]
     python -m jaxtrace_nb run [...] -m module [args...]
     python -m jaxtrace_nb report LOG... [-o report.html]
 
@@ -78,11 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
     commands.required = True
     run = commands.add_parser(
         "run",
-        help="run a script or module, recording every jit trace and compile; report to stderr at exit",
+        help="run a script or module, recording every jit trace and compile; report to stderr at "
+        "exit",
         description=_RUN_DESCRIPTION,
         epilog=_RUN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        usage="python -m jaxtrace_nb run [-h] [--persist PATH] [--max-traces N] [--max-retraces N]\n"
+        usage="python -m jaxtrace_nb run [-h] [--persist PATH] [--max-traces N] "
+        "[--max-retraces N]\n"
         "                              (script.py | -m module) [args ...]",
     )
     run.add_argument(
@@ -117,10 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser(
         "report",
         help="print the report of one or more persisted logs, or write it as HTML",
-        description="Report on logs written with `run --persist` or jaxtrace_nb.start(persist=...). "
-        "Several logs (one per process of a multi-process run) are merged in time "
-        "order; "
-        "functions whose traces differ between processes are listed.",
+        description="Report on logs written with `run --persist` or "
+        "jaxtrace_nb.start(persist=...). Several logs (one per process of a multi-process run) are "
+        "merged in time order; functions whose traces differ between processes are listed.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     report.add_argument(
