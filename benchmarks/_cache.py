@@ -14,10 +14,10 @@ Our threads' work (the index writer's, the program profiles') is finished betwee
 (outside the timing, so that each round starts alike; it runs beside the compiles within a round).
 The words of the misses are made when the log is read: that read is timed apart (`settle_s`), as
 is the writer's flush. A warm start apart (`_warm_start`): `WARM_PROGRAMS` programs served by the
-cache back to back, recording off and on by turns. Each phase is timed in wall seconds, in this process's CPU seconds (all its
-threads: on a machine that other work loads, they are not inflated by waiting for a core) and in
-the CPU seconds of the user's thread alone; the CPU seconds of our own threads (``jaxtrace_nb-*``)
-are counted per round, their work for the round finished.
+cache back to back, recording off and on by turns. Each phase is timed in wall seconds, in this
+process's CPU seconds (all its threads: on a machine that other work loads, they are not inflated by
+waiting for a core) and in the CPU seconds of the user's thread alone; the CPU seconds of our own
+threads (``jaxtrace_nb-*``) are counted per round, their work for the round finished.
 """
 
 from __future__ import annotations
@@ -186,7 +186,8 @@ def _key_cost(jt, step, params, x, repeats: int) -> dict:
 
 # Compiles back to back: blocks of rounds with our threads' work not finished between rounds, only
 # at the block's end, counted in the block's seconds ("all in").
-BLOCKS = 192  # 96 a mode, off and recorded in the order off, recorded, recorded, off, ...: about 5 minutes
+# 96 a mode, off and recorded in the order off, recorded, recorded, off, ...: about 5 minutes
+BLOCKS = 192
 BLOCK_ROUNDS = 4
 
 
@@ -199,9 +200,9 @@ def _blocks(jt, session, params, x, blocks: int, rounds: int) -> dict:
     As in a training loop, a round's program lives on while the next round runs (its function and
     JAX's trace of it), so that our thread's walk of a hit falls in the next round's work (at its
     miss's lookup: `_measure.AFTER_COMPILE_DELAY_S`; in-memory caches are cleared before the hit
-    only: a new function misses them anyway). A block's end finishes our work as a read of the log does (the programs not walked yet
-    walked there, the index writer's records written): not by waiting for our thread, whose jobs
-    start after a delay, time in which it does no work."""
+    only: a new function misses them anyway). A block's end finishes our work as a read of the log
+    does (the programs not walked yet walked there, the index writer's records written): not by
+    waiting for our thread, whose jobs start after a delay, time in which it does no work."""
     import jax
 
     runs: dict = {"off": [], "recorded": []}

@@ -50,7 +50,8 @@ def _own(value):
 def synthetic(templates: list, n: int, functions: int = 200):
     """`n` events cycling through `templates`, spread over `functions` distinct functions, made one
     at a time as a session makes them (a list of a million fresh events, each with its own texts the
-    log then shares, would leave the freed texts' pages behind and measure the allocator, not the log)."""
+    log then shares, would leave the freed texts' pages behind and measure the allocator, not the
+    log)."""
     from jaxtrace_nb._log._events import COLUMNS, Event
 
     start = datetime.datetime(2025, 1, 1, 12, 0, 0)

@@ -61,7 +61,8 @@ def _models(size: str):
     return [
         (f"Equinox MLP (depth {depth}, width {width}), forward", mlp_forward, (mlp, mlp_x)),
         (
-            f"Equinox transformer block (d_model {d_model}, {heads} heads, seq {seq}), value_and_grad",
+            f"Equinox transformer block (d_model {d_model}, {heads} heads, seq {seq}), "
+            "value_and_grad",
             block_step,
             (block, block_x),
         ),
@@ -74,7 +75,8 @@ def fresh(fn):
 
 
 def _first_and_second(fn, args, seen: list) -> tuple[float, float, list]:
-    """Wall seconds of the first and second call of `eqx.filter_jit(fn)`, and JAX's events in the first."""
+    """Wall seconds of the first and second call of `eqx.filter_jit(fn)`, and JAX's events in the
+    first."""
     import equinox as eqx
     import jax
 
@@ -90,7 +92,8 @@ def _first_and_second(fn, args, seen: list) -> tuple[float, float, list]:
 
 
 def worker(quick: bool, force: bool) -> dict:
-    """Runs on a GPU; elsewhere only with `force`, as a dry run with small models that proves the code works."""
+    """Runs on a GPU; elsewhere only with `force`, as a dry run with small models that proves the
+    code works."""
     import jax
 
     import jaxtrace_nb as jt

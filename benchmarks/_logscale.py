@@ -49,7 +49,8 @@ def memory_by_field(events: list) -> dict:
 
 
 def worker(quick: bool) -> dict:
-    """Per log size: seconds of log(), summary(), exports; bytes per event; profiles at the goal size."""
+    """Per log size: seconds of log(), summary(), exports; bytes per event; profiles at the goal
+    size."""
     from _events import real_templates, synthetic
     from _stats import profile_top
 

@@ -1,10 +1,11 @@
-"""pytest plugin for ``benchmarks/peer_suites.py``: records outcomes, optionally with jaxtrace_nb on.
+"""pytest plugin for ``benchmarks/peer_suites.py``: records outcomes, optionally with jaxtrace_nb
+on.
 
 Loaded with ``-p benchmarks._peer_plugin`` in both runs of a peer test file. Environment:
 
     JAXTRACE_PEER_OUT     where to write the JSON result at session end (required)
-    JAXTRACE_PEER_RECORD  "1": call ``jaxtrace_nb.start()`` before collection, for the whole session;
-                          otherwise jaxtrace_nb is never imported
+    JAXTRACE_PEER_RECORD  "1": call ``jaxtrace_nb.start()`` before collection, for the whole
+                          session; otherwise jaxtrace_nb is never imported
     JAXTRACE_PEER_SRC     the peer checkout root: modules imported from it are listed in the
                           result (test files, conftest, helpers), so that a run which picked up
                           the checkout's package instead of the installed one shows

@@ -1,4 +1,5 @@
-"""Trace path: a retrace-heavy workload with and without recording, and beside JAX's and Equinox's own tools.
+"""Trace path: a retrace-heavy workload with and without recording, and beside JAX's and Equinox's
+own tools.
 
 Each workload retraces one freshly created function T times (a new shape every call), in
 one of these modes, rotated round after round in one process so that machine noise hits
@@ -36,7 +37,8 @@ MODES = ("baseline", "recorded", "recorded_no_cost", "recorded_timed", "explain"
 class _SelfTimer:
     """Times the probe's per-trace work (the trace-start hook and the trace-end listener) and its
     listeners by shadowing them: on the instances, and on the decoder class and probe module.
-    Shadowed only while `on` (the hook and listeners are taken at `jt.start()`: switch before it)."""
+    Shadowed only while `on` (the hook and listeners are taken at `jt.start()`: switch before
+    it)."""
 
     def __init__(self, session):
         from jaxtrace_nb._recording import _measure
@@ -254,9 +256,8 @@ def workloads(quick: bool) -> list[dict]:
             make, inputs = _helpers_workload(leaves, traces)
             out.append(
                 {
-                    "name": f"jax.jit(model).trace, {leaves} layers: hundreds of nested jnp helper traces "
-                    f"each, {traces} "
-                    "traces",
+                    "name": f"jax.jit(model).trace, {leaves} layers: hundreds of nested jnp helper "
+                    f"traces each, {traces} traces",
                     "how": "trace",
                     "jit": "jax",
                     "leaves": leaves + 1,
@@ -270,7 +271,8 @@ def workloads(quick: bool) -> list[dict]:
             make, inputs = _module_workload(traces)
             out.append(
                 {
-                    "name": f"eqx.filter_jit MLP module (18 leaves), {traces} calls, new batch size each",
+                    "name": f"eqx.filter_jit MLP module (18 leaves), {traces} calls, new batch "
+                    "size each",
                     "how": "calls",
                     "jit": "equinox",
                     "leaves": 18,
@@ -341,7 +343,8 @@ def _run(workload: dict, mode: str, inputs, ctx) -> dict:
     out = {"total_s": total, "traces": len(inputs)}
     if mode.startswith("recorded"):
         start = time.perf_counter()
-        session.lifecycle.publish()  # the events and diagnoses deferred until read: what the first view pays
+        # the events and diagnoses deferred until read: what the first view pays
+        session.lifecycle.publish()
         out["settle_s"] = time.perf_counter() - start
         records, listener_s = ctx["timer"].take()
         if mode == "recorded_timed":

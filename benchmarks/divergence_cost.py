@@ -1,7 +1,7 @@
 """What the live comparison across processes (issue 45) costs: per trace, and on a compile-heavy
 two-process workload, recording with the comparison on against recording with it off.
 
-    python benchmarks/divergence_cost.py               # -> benchmarks/results/divergence-cost-<commit>.txt/.json
+    python benchmarks/divergence_cost.py     # -> benchmarks/results/divergence-cost-<commit>.txt
     python benchmarks/divergence_cost.py --rounds 1 --keys 4 --out /tmp    # a smoke test
 
 Each run is a real two-process `jax.distributed` cluster on this machine (CPU, gloo collectives,
@@ -18,7 +18,8 @@ cluster each, rotated round after round so that the machine's noise hits every m
 Reported: each mode's median wall seconds of the loop (the slower process's), the ratios warn / off
 (the comparison's cost within recording) and off / plain (recording's own); per compared trace,
 the seconds the comparison adds to the trace path (`Peers.on_trace`: whether an argument spans
-processes, the comparison numbered and queued; the first one also starts the threads) and the seconds each comparison took on its own thread (publishing, waiting for
+processes, the comparison numbered and queued; the first one also starts the threads) and the
+seconds each comparison took on its own thread (publishing, waiting for
 the other process, reading the answer), with its key-value operations (not counting the alerts
 watcher's long polls, one a second, nor the two operations of the closing sync). This script asserts
 nothing.
@@ -178,7 +179,8 @@ def main() -> None:
         f"{args.rounds} clusters per mode. Results the same in every mode: {same}.",
         "",
         "| plain s | off s | warn s | warn / off | off / plain | compared traces per process | "
-        "trace path µs per compared trace (median) | comparison ms per trace, own thread (median) | "
+        "trace path µs per compared trace (median) | "
+        "comparison ms per trace, own thread (median) | "
         "KV operations per process per trace |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         f"| {wall['plain']:.3f} | {wall['off']:.3f} | {wall['warn']:.3f} | "

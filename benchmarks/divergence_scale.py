@@ -1,7 +1,7 @@
 """The live comparison across processes (issue 45) at scale: key-value operations and seconds per
 trace for 2 to 1,000 processes, simulated.
 
-    python benchmarks/divergence_scale.py     # -> benchmarks/results/divergence-scale-<commit>.txt/.json
+    python benchmarks/divergence_scale.py   # -> benchmarks/results/divergence-scale-<commit>.txt
     python benchmarks/divergence_scale.py --processes 2,8 --out /tmp
 
 1. **The real store's round trips.** A one-process `jax.distributed` run on this machine (JAX's own
@@ -156,7 +156,8 @@ def simulate(processes: int, latency: dict[str, float], differs: bool) -> dict:
 
 
 def measure_store() -> dict[str, float]:
-    """Median seconds of each operation on JAX's real coordination service (one process, localhost)."""
+    """Median seconds of each operation on JAX's real coordination service (one process,
+    localhost)."""
     import jax
 
     with socket.socket() as s:
@@ -215,8 +216,10 @@ def main() -> None:
         "JAX's coordination service on localhost, median of "
         f"{REPEATS}: " + ", ".join(f"{op} {s * 1e6:.0f} µs" for op, s in latency.items()),
         "",
-        "| processes | case | KV operations per process (mean / max) | KV operations per trace, all processes | "
-        "bytes per process (mean / max) | bytes per trace, all processes | seconds per trace (simulated) | "
+        "| processes | case | KV operations per process (mean / max) | "
+        "KV operations per trace, all processes | "
+        "bytes per process (mean / max) | bytes per trace, all processes | "
+        "seconds per trace (simulated) | "
         "reported in | leaf named |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -224,7 +227,8 @@ def main() -> None:
         lines.append(
             f"| {r['processes']} | {'one differs' if r['differs'] else 'all agree'} | "
             f"{r['ops_per_process_mean']:.3f} / {r['ops_per_process_max']} | {r['ops_total']} | "
-            f"{r['bytes_per_process_mean']:.1f} / {r['bytes_per_process_max']} | {r['bytes_total']} | "
+            f"{r['bytes_per_process_mean']:.1f} / {r['bytes_per_process_max']} | "
+            f"{r['bytes_total']} | "
             f"{r['seconds']:.3f} | {r['reported_in']} | {', '.join(r['named']) or '—'} |"
         )
     text = "\n".join(lines) + "\n"

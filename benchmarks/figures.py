@@ -15,8 +15,8 @@ transcripts (the output of one run, shown for its form), not results. Read, a fi
 3. any number in a table row that names a results file (the counts of the peer-suite table).
 
 Not figures: a bound, that is a number right after ``≤ ≥ < >``, "under", "over", "within",
-"at most" or "at least", or inside "max(…)" (a goal, or a limit the code sets, not a measurement); versions
-("0.10.2"); and the phrases of `NOT_MEASURED`, each with its reason.
+"at most" or "at least", or inside "max(…)" (a goal, or a limit the code sets, not a measurement);
+versions ("0.10.2"); and the phrases of `NOT_MEASURED`, each with its reason.
 
 **Its source** is the results files (``benchmarks/results/<name>``) named in the figure's table row,
 else those named in its section (from one heading to the next, any level). The figure is sourced
@@ -24,9 +24,10 @@ when one of them
 
 * exists,
 * states in its header (first 5 lines) the command that made it (``command: python …``, or a first
-  line ``$ python …``) and the commit it measured (``commit <hex>``; a peer-suite report carries it in
-  its file name, ``…-<hex>.txt``),
-* and holds the figure's number (thousands separators ignored; as a number, not inside a longer one).
+  line ``$ python …``) and the commit it measured (``commit <hex>``; a peer-suite report carries it
+  in its file name, ``…-<hex>.txt``),
+* and holds the figure's number (thousands separators ignored; as a number, not inside a longer
+  one).
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ def documents(root: Path = ROOT) -> list[Path]:
 
 
 def _prose(line: str) -> str:
-    """`line` without its code spans and link targets (numbers there are code, paths and anchors)."""
+    """`line` without its code spans and link targets (numbers there are code, paths and
+    anchors)."""
     line = _CODE_SPAN.sub(lambda m: " " * len(m.group(0)), line)
     return re.sub(r"\]\([^)]*\)", lambda m: "]" + " " * (len(m.group(0)) - 1), line)
 

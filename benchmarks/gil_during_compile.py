@@ -82,10 +82,9 @@ def main() -> None:
 
     alone = rate(alone_from, alone_to)
     lines = [
-        f"jax {jax.__version__}; {os.cpu_count()} cores; python {sys.version.split()[0]}; switch interval "
-        f"{sys.getswitchinterval() * 1e3:.1f} ms; load average {os.getloadavg()[0]:.2f}; "
-        "commit "
-        f"{_commit()}",
+        f"jax {jax.__version__}; {os.cpu_count()} cores; python {sys.version.split()[0]}; switch "
+        f"interval {sys.getswitchinterval() * 1e3:.1f} ms; load average {os.getloadavg()[0]:.2f}; "
+        f"commit {_commit()}",
         f"counting thread alone: {alone:.0f} turns/ms",
         f"{PROGRAMS} programs (16-layer MLP step, value and gradient), per stage: median "
         "span, and the counting "

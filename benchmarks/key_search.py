@@ -1,17 +1,19 @@
-"""The search for the closest earlier key over a long stream (issue 43), against JAX's own explainer.
+"""The search for the closest earlier key over a long stream (issue 43), against JAX's own
+explainer.
 
-    python benchmarks/key_search.py                 # 1,000 keys a stream -> benchmarks/results/key-search-*.txt/.json
+    # 1,000 keys a stream -> benchmarks/results/key-search-*.txt/.json
+    python benchmarks/key_search.py
     python benchmarks/key_search.py --keys 200 --out DIR
 
-One jitted function is traced once per key (``jax.jit(f).trace``: a real trace, no compile), every key
-new, in three streams: a new static value each time (every earlier key one component away: all of them
-tie), a new shape each time (likewise, in the types layer), and a 16-leaf pytree whose leaves change
-one at a time in turn (the closest key is one of many at distance one or two). Each stream runs in a
-fresh process per mode, the modes rotated round after round:
+One jitted function is traced once per key (``jax.jit(f).trace``: a real trace, no compile), every
+key new, in three streams: a new static value each time (every earlier key one component away: all
+of them tie), a new shape each time (likewise, in the types layer), and a 16-leaf pytree whose
+leaves change one at a time in turn (the closest key is one of many at distance one or two). Each
+stream runs in a fresh process per mode, the modes rotated round after round:
 
 * ``baseline``: nothing observes JAX;
-* ``explain``: ``jax_explain_cache_misses`` on, its messages formatted into an in-memory log: JAX scans
-  every earlier key of the function at every miss (``partial_eval.explain``);
+* ``explain``: ``jax_explain_cache_misses`` on, its messages formatted into an in-memory log: JAX
+  scans every earlier key of the function at every miss (``partial_eval.explain``);
 * ``recorded``: ``jt.start()``; the stream, then the log read once (every deferred diagnosis made,
   each one searching all the keys JAX holds): both timed, and their sum is recording's cost.
 
@@ -223,10 +225,10 @@ def main() -> None:
             "explained": runs[kind]["explain"][-1]["explained"],
         }
         lines.append(
-            f"| {kind} | {args.keys} | {med['baseline']:.3f} | {med['explain']:.3f} | {med['recorded']:.3f} "
-            f"({stream_s:.3f} + {read_s:.3f}) | {med['recorded'] / med['baseline']:.3f} | "
-            f"{med['recorded'] / med['explain']:.3f} | {first:.3f} | {last:.3f} | "
-            f"{rec[-1]['causes']} |"
+            f"| {kind} | {args.keys} | {med['baseline']:.3f} | {med['explain']:.3f} | "
+            f"{med['recorded']:.3f} ({stream_s:.3f} + {read_s:.3f}) | "
+            f"{med['recorded'] / med['baseline']:.3f} | {med['recorded'] / med['explain']:.3f} | "
+            f"{first:.3f} | {last:.3f} | {rec[-1]['causes']} |"
         )
     text = "\n".join(lines) + "\n"
     print(text)

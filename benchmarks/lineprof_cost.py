@@ -68,8 +68,8 @@ def main() -> None:
             best = min(best, time.perf_counter() - start)
         assert sum(own for _, own, _ in rows) == eqns
         lines.append(
-            f"transformer, {blocks:2d} blocks, value_and_grad: {eqns:5d} equations, walk {1e3 * best:6.1f} ms, "
-            f"{1e6 * best / eqns:4.1f} us per equation, {len(rows)} rows kept"
+            f"transformer, {blocks:2d} blocks, value_and_grad: {eqns:5d} equations, walk "
+            f"{1e3 * best:6.1f} ms, {1e6 * best / eqns:4.1f} us per equation, {len(rows)} rows kept"
         )
         print(lines[-1], flush=True)
     lines.append(f"load average {os.getloadavg()[0]:.1f} at the end")

@@ -4,13 +4,13 @@
     python benchmarks/mutation.py             # every module in [tool.mutmut] only_mutate
     python benchmarks/mutation.py --modules _report,_rows     # a shard: some modules only
     python benchmarks/mutation.py --sample _diagnosis=40,_values=20   # of these, a seeded sample
-    python benchmarks/mutation.py --results-only              # write the report of the last run again
+    python benchmarks/mutation.py --results-only  # write the report of the last run again
 
 mutmut (configured in pyproject.toml, ``[tool.mutmut]``) copies the package to ``mutants/``, makes
 each mutant of the modules in ``only_mutate`` a function it can switch on, runs the tests named in
-``pytest_add_cli_args_test_selection`` once to learn which tests reach which function, then, for each
-mutant, forks a worker that runs only those tests (``-x``). A mutant is *killed* when a test fails,
-*survives* when they all pass; "no tests" means no selected test reaches its function.
+``pytest_add_cli_args_test_selection`` once to learn which tests reach which function, then, for
+each mutant, forks a worker that runs only those tests (``-x``). A mutant is *killed* when a test
+fails, *survives* when they all pass; "no tests" means no selected test reaches its function.
 
 The report, ``benchmarks/results/mutation-<date>-<commit>.txt``, names the command, the commit (and
 whether the working tree differed from it), mutmut's version, the score (killed / (killed +
@@ -20,8 +20,9 @@ kept by hand in ``benchmarks/mutation_equivalent.txt`` (mutant name: reason).
 
 Speed, on 2 shared cores: about 1 s a mutant whose first test fails, and the selected tests' whole
 time for a survivor. Two settings keep a worker cheap: ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` (no
-third-party pytest plugins load in each worker) and ``-p no:unraisableexception -p no:threadexception``
-(which otherwise run ``gc.collect()`` five times a test run over a heap holding JAX).
+third-party pytest plugins load in each worker) and
+``-p no:unraisableexception -p no:threadexception`` (which otherwise run ``gc.collect()`` five times
+a test run over a heap holding JAX).
 """
 
 from __future__ import annotations
@@ -183,8 +184,8 @@ def report(command: list[str], seconds: float | None, names: list[str], how: str
     ]
     for module, c in sorted(by_module.items()):
         lines.append(
-            f"| {module} | {sum(c.values())} (of {total[module]}) | {c['killed']} | {c['survived']} | "
-            f"{c['no tests']} | {c['timeout']} | {score(c)} |"
+            f"| {module} | {sum(c.values())} (of {total[module]}) | {c['killed']} | "
+            f"{c['survived']} | {c['no tests']} | {c['timeout']} | {score(c)} |"
         )
     lines += ["", "Mutants not killed (mutmut's diff of the function: - original, + mutant):", ""]
     for name, s in sorted(status.items()):

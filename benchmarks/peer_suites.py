@@ -1,4 +1,5 @@
-"""Peer suites: run JAX's, Equinox's, Optax's and Flax NNX's own tests without and with jaxtrace_nb recording.
+"""Peer suites: run JAX's, Equinox's, Optax's and Flax NNX's own tests without and with jaxtrace_nb
+recording.
 
     python -m benchmarks.peer_suites --jax-src /tmp/peer/jax --equinox-src /tmp/peer/equinox \\
         --optax-src /tmp/peer/optax --flax-src /tmp/peer/flax [--only jax|equinox|optax|flax] \\
@@ -50,8 +51,8 @@ JAX_SKIP_SLOW_TESTS=true.
 
 Test dependencies (pip, beyond jax, equinox, optax, flax, chex, pytest): absl-py and hypothesis
 (JAX), beartype (Equinox's pytest addopts) and tqdm (Equinox progress-meter tests),
-scikit-learn and scipy (Optax), einops, treescope and cloudpickle (Flax NNX). No test file is left out; Equinox skips its own test_onnx
-(``@pytest.mark.skip``, a tf2onnx bug).
+scikit-learn and scipy (Optax), einops, treescope and cloudpickle (Flax NNX). No test file is left
+out; Equinox skips its own test_onnx (``@pytest.mark.skip``, a tf2onnx bug).
 
 Timing-sensitive: Equinox's ``test_while_loop.py::test_speed_buffer_while`` asserts how run time
 scales with size and flips under CPU load, with or without recording. JAX's ``TracebackTest``
@@ -119,7 +120,8 @@ def default_units(suite: str, src: str, per_file: bool) -> list[list[str]]:
 
 
 def run_pytest(suite, src, paths, record, args, logdir, tag) -> dict:
-    """One pytest session in a subprocess; returns the plugin's JSON plus wall time and exit code."""
+    """One pytest session in a subprocess; returns the plugin's JSON plus wall time and exit
+    code."""
     out = os.path.join(logdir, f"{tag}.json")
     env = {k: v for k, v in os.environ.items() if not k.startswith("JAXTRACE_")}
     path = [args.jaxtrace_path, REPO] if args.jaxtrace_path else [REPO]
@@ -301,8 +303,8 @@ def report(units: list[dict]) -> str:
                 if "file_seconds" in v
             )
             lines.append(
-                f"   {name}: {f['tests']} tests, {f['identical']} identical, {len(f['differ'])} differ"
-                f"   [without: {fmt_counts(f['without'])} | with: {fmt_counts(f['with'])}]"
+                f"   {name}: {f['tests']} tests, {f['identical']} identical, {len(f['differ'])} "
+                f"differ   [without: {fmt_counts(f['without'])} | with: {fmt_counts(f['with'])}]"
                 + (f"  tests' seconds: {secs}" if secs else "")
             )
             for d in f["differ"]:
@@ -314,12 +316,13 @@ def report(units: list[dict]) -> str:
                 kinds[failure_kind(d["crash"] or d["text"])] += 1
                 msg = (d["crash"] or d["text"]).strip().replace("\n", " ⏎ ")[:300]
                 lines.append(
-                    f"     {d['nodeid']}: {d['without']} -> {d['with']}{' [flaky]' if d['flaky'] else ''}"
-                    f"\n         {msg}"
+                    f"     {d['nodeid']}: {d['without']} -> "
+                    f"{d['with']}{' [flaky]' if d['flaky'] else ''}\n         {msg}"
                 )
         if u["compare"]["flaky"]:
             lines.append(
-                f"   flaky without recording ({len(u['compare']['flaky'])}): {', '.join(u['compare']['flaky'])}"
+                f"   flaky without recording ({len(u['compare']['flaky'])}): "
+                f"{', '.join(u['compare']['flaky'])}"
             )
     lines.append("\nsummary (wall seconds per run)")
     lines.append(f"  {'unit':44} {'tests':>6} {'differ':>6} {'events':>7} {'faults':>6}  wall")
@@ -381,8 +384,8 @@ def main(argv=None) -> int:
     p.add_argument(
         "--explain",
         action="store_true",
-        help="instead: one recorded run with jax_explain_cache_misses on; report, for every miss JAX "
-        "explains, whether jaxtrace_nb's cause is of JAX's category",
+        help="instead: one recorded run with jax_explain_cache_misses on; report, for every miss "
+        "JAX explains, whether jaxtrace_nb's cause is of JAX's category",
     )
     p.add_argument(
         "--jaxtrace-path",
@@ -402,7 +405,8 @@ def main(argv=None) -> int:
     }
     if not srcs:
         p.error(
-            "give at least one --jax-src / --equinox-src / --optax-src / --flax-src (matching --only)"
+            "give at least one --jax-src / --equinox-src / --optax-src / --flax-src (matching "
+            "--only)"
         )
     if args.files and len(srcs) != 1:
         p.error("--files needs exactly one suite (use --only)")
@@ -426,8 +430,8 @@ def main(argv=None) -> int:
                 r = run_pytest(suite, src, paths, record, args, logdir, f"{stem}-{mode}")
                 unit["runs"][mode] = r
                 print(
-                    f"{suite} {paths[0]}{' …' if len(paths) > 1 else ''} {mode}: {len(r['outcomes'])} tests, "
-                    f"{r['wall_s']} s, exit {r['returncode']}",
+                    f"{suite} {paths[0]}{' …' if len(paths) > 1 else ''} {mode}: "
+                    f"{len(r['outcomes'])} tests, {r['wall_s']} s, exit {r['returncode']}",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -457,7 +461,8 @@ def explain_report(units: list[dict], out: str | None) -> int:
                 + ", ".join(f"{cause} {n}" for cause, n in r["causes"].items())
             )
         lines += [
-            f"     unknown: {e['function']} #{e['trace_number']} (internal={e['internal']}): {e['explanation'][:200]}"
+            f"     unknown: {e['function']} #{e['trace_number']} (internal={e['internal']}): "
+            f"{e['explanation'][:200]}"
             for e in r.get("unknown_events") or ()
         ]
     lines.append(

@@ -97,8 +97,8 @@ def main() -> None:
             per_trace[mode].append(run(mode))
     base = statistics.median(per_trace["not recorded"])
     print(
-        f"jax {jax.__version__}; jax.jit(f).trace, dict of {args.leaves} leaves, {args.traces} traces, "
-        f"{args.rounds} rounds"
+        f"jax {jax.__version__}; jax.jit(f).trace, dict of {args.leaves} leaves, {args.traces} "
+        f"traces, {args.rounds} rounds"
     )
     for mode in MODES:
         ratios = sorted(t / b for t, b in zip(per_trace[mode], per_trace["not recorded"]))

@@ -1,7 +1,7 @@
 """What jaxtrace_nb costs: every figure of issue 6 against its baseline, measured in one run.
 
-    python benchmarks/run.py              # full run -> benchmarks/results/<platform>-<date>.json and .txt
-    python benchmarks/run.py --quick      # small sizes, ~2 minutes (CI); results in a temporary folder
+    python benchmarks/run.py          # full run -> benchmarks/results/<platform>-<date>.json/.txt
+    python benchmarks/run.py --quick  # small sizes, ~2 minutes (CI); results in a temporary folder
     python benchmarks/run.py --quick --out DIR
 
 Sections: hot path (cache-hit calls, recording on vs. never loaded), trace path (a
@@ -9,10 +9,10 @@ retrace-heavy workload vs. no recording, `jax_explain_cache_misses` and
 `eqx.debug.assert_max_traces`; our own seconds per trace; compile-cost capture on vs. off),
 log scale (`jt.log()`, `jt.summary()`, exports, bytes per event), widget state, the
 GPU first-call accounting, and the persistent compilation cache (a compile-heavy workload
-with JAX's persistent cache on: recording with each key's parts read, on vs. off). Each measurement runs in a fresh subprocess (`--worker`), so
-"never loaded" never imports jaxtrace_nb; figures are medians of repeats with their
-min–max spread, and baseline and recorded repeats alternate so that noise hits both.
-This script asserts nothing: it reports each goal as met or not met.
+with JAX's persistent cache on: recording with each key's parts read, on vs. off). Each measurement
+runs in a fresh subprocess (`--worker`), so "never loaded" never imports jaxtrace_nb; figures are
+medians of repeats with their min–max spread, and baseline and recorded repeats alternate so that
+noise hits both. This script asserts nothing: it reports each goal as met or not met.
 """
 
 from __future__ import annotations
@@ -299,7 +299,8 @@ def _with_ours(row: dict, *phases: str) -> float:
 
 
 def _warm_start_figures(warm: dict) -> dict:
-    """Spreads and on / off ratios (rounds paired in their order) of `_cache._warm_start`'s rounds."""
+    """Spreads and on / off ratios (rounds paired in their order) of `_cache._warm_start`'s
+    rounds."""
     runs = warm["runs"]
     out = {k: warm[k] for k in ("programs", "rounds")}
     pairs = (
@@ -813,8 +814,8 @@ def render_text(results: dict) -> str:
     if "cases" in hot:
         lines += [
             "",
-            f"Hot path: seconds per cache-hit call; median (min–max) of {hot['processes_per_mode']} "
-            f"processes per mode x {hot['blocks_per_process']} blocks",
+            "Hot path: seconds per cache-hit call; median (min–max) of "
+            f"{hot['processes_per_mode']} processes per mode x {hot['blocks_per_process']} blocks",
             _table(
                 ["case", "never loaded", "recorded", "ratio", "pair ratios", "interleaved on/off"],
                 [
@@ -892,7 +893,8 @@ def render_text(results: dict) -> str:
                 )
         if trace.get("self_profile"):
             lines.append(
-                f"  cProfile of our per-trace work only, {trace['self_profile']['workload']}, top own time:"
+                f"  cProfile of our per-trace work only, {trace['self_profile']['workload']}, top "
+                "own time:"
             )
             lines += [f"    {p}" for p in trace["self_profile"]["top_own_time"]]
     log = results["sections"].get("log", {})
@@ -935,8 +937,8 @@ def render_text(results: dict) -> str:
         for r in log["sizes"]:
             if "memory_by_field" in r:
                 lines.append(
-                    f"  memory by field at {r['events']:,} events (bytes/event, sys.getsizeof of owned "
-                    f"objects): "
+                    f"  memory by field at {r['events']:,} events (bytes/event, sys.getsizeof of "
+                    "owned objects): "
                     + ", ".join(f"{k} {v:.0f}" for k, v in r["memory_by_field"].items())
                 )
             for key in ("profile_log", "profile_summary"):
@@ -996,9 +998,9 @@ def render_text(results: dict) -> str:
         if warm:
             modes = list(warm["hits_s"])
             lines.append(
-                f"  warm start: seconds per round of {warm['programs']} compiles served by the cache back to "
-                f"back, median (min–max) of {warm['rounds'] // len(modes)} rounds per "
-                "mode, modes in turn: "
+                f"  warm start: seconds per round of {warm['programs']} compiles served by the "
+                f"cache back to back, median (min–max) of {warm['rounds'] // len(modes)} rounds "
+                "per mode, modes in turn: "
                 + "; ".join(
                     f"{phase} "
                     + ", ".join(f"{m} {fmt_spread(warm[f'{phase}_s'][m], 's')}" for m in modes)
@@ -1018,9 +1020,8 @@ def render_text(results: dict) -> str:
         blocks = cache.get("blocks")
         if blocks:
             lines.append(
-                f"  compiles back to back: {blocks['blocks']} blocks of {blocks['rounds']} rounds, off and "
-                "recorded by turns, on / off median (min–max) and its 95 % interval: "
-                ""
+                f"  compiles back to back: {blocks['blocks']} blocks of {blocks['rounds']} rounds, "
+                "off and recorded by turns, on / off median (min–max) and its 95 % interval: "
                 + "; ".join(
                     f"{what} {fmt_spread(blocks[f'{phase}_ratio'])} (interval "
                     f"{_interval(blocks[f'{phase}_ratio'])})"
@@ -1030,24 +1031,21 @@ def render_text(results: dict) -> str:
         parts = cache.get("listener_parts")
         if parts:
             lines.append(
-                f"  recording's listeners, ms per compile over {parts['compiles']} compiles (misses and hits; "
-                "the first three are the outermost, _trace_end and _xla_cost inside them; "
-                "_profile and "
-                "measure in our own thread while XLA compiles, measure on the user's "
-                "thread "
-                "where that thread is late): "
+                f"  recording's listeners, ms per compile over {parts['compiles']} compiles "
+                "(misses and hits; the first three are the outermost, _trace_end and _xla_cost "
+                "inside them; _profile and measure in our own thread while XLA compiles, measure "
+                "on the user's thread where that thread is late): "
                 + ", ".join(f"{k} {v:.3f}" for k, v in parts["ms_per_compile"].items())
             )
         for read in cache.get("xla_reads") or ():
             lines.append(
                 f"  XLA figures read, {read['layers']}-layer MLP step (width {read['width']}, "
-                f"{read['eqns_total']} equations): compile {read['compile_s'] * 1e3:.1f} "
-                "ms, FLOPs "
-                f"{read['flops_s'] * 1e3:.3f} ms "
-                f"({read['flops_s'] / read['eqns_total'] * 1e6:.1f} µs an "
-                f"equation), bytes {read['bytes_s'] * 1e3:.3f} ms "
-                f"({read['bytes_s'] / read['eqns_total'] * 1e6:.1f}"
-                f" µs), both {(read['flops_s'] + read['bytes_s']) / read['compile_s'] * 100:.2f} % of the compile"
+                f"{read['eqns_total']} equations): compile {read['compile_s'] * 1e3:.1f} ms, FLOPs "
+                f"{read['flops_s'] * 1e3:.3f} ms ({read['flops_s'] / read['eqns_total'] * 1e6:.1f} "
+                f"µs an equation), bytes {read['bytes_s'] * 1e3:.3f} ms "
+                f"({read['bytes_s'] / read['eqns_total'] * 1e6:.1f} µs), both "
+                f"{(read['flops_s'] + read['bytes_s']) / read['compile_s'] * 100:.2f} % of the "
+                "compile"
             )
     gpu = results["sections"].get("gpu", {})
     lines += ["", f"GPU: {gpu.get('status') or gpu.get('error')}"]

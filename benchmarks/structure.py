@@ -235,7 +235,10 @@ def main() -> None:
             capture_output=True,
             text=True,
         ).stdout.strip()
-        header = f"# python benchmarks/structure.py, package at commit {commit}{' (modified)' if dirty else ''}\n"
+        header = (
+            "# python benchmarks/structure.py, package at commit "
+            f"{commit}{' (modified)' if dirty else ''}\n"
+        )
         pathlib.Path(args.out).write_text(header + text + "\n", encoding="utf-8")
 
 

@@ -1,14 +1,14 @@
-"""Write, or check, the sample outputs of README.md, docs/samples.md and docs/pytest.md from real runs
-of their programs.
+"""Write, or check, the sample outputs of README.md, docs/samples.md and docs/pytest.md from real
+runs of their programs.
 
-    python docs/readme_samples.py            # run each sample and write its output into its document
-    python docs/readme_samples.py --check    # run each sample; exit 1 if a document says otherwise
+    python docs/readme_samples.py          # run each sample and write its output into its document
+    python docs/readme_samples.py --check  # run each sample; exit 1 if a document says otherwise
 
-A sample is a ```text block of a document (`DOCUMENTS`) right after a line ``<!-- sample: NAME -->``.
-Its output comes from (`SAMPLES`):
+A sample is a ```text block of a document (`DOCUMENTS`) right after a line
+``<!-- sample: NAME -->``. Its output comes from (`SAMPLES`):
 
-* ``ipython-demo``: its document's own ```python block just above it, run as ``demo.ipy`` in terminal
-  IPython (``ipython --ext=jaxtrace_nb demo.ipy``), as the document says;
+* ``ipython-demo``: its document's own ```python block just above it, run as ``demo.ipy`` in
+  terminal IPython (``ipython --ext=jaxtrace_nb demo.ipy``), as the document says;
 * ``run``: ``python -m jaxtrace_nb run --persist traces.jsonl train.py`` on `docs/samples/train.py`;
 * ``distributed``: two processes of `tests/programs/dist_step.py` (``jax.distributed`` on CPU, a
   coordinator on a free port of 127.0.0.1, shown as ``$PORT``) under ``python -m jaxtrace_nb run
@@ -240,7 +240,8 @@ def main(argv: list[str]) -> int:
                 if masked(said) != masked(now):
                     stale.append(name)
                     print(
-                        f"{document.name} sample {name!r} differs from a run:\n--- {document.name}\n{said}--- run\n"
+                        f"{document.name} sample {name!r} differs from a run:\n"
+                        f"--- {document.name}\n{said}--- run\n"
                         f"{now}",
                         file=sys.stderr,
                     )

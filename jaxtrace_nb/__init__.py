@@ -90,7 +90,8 @@ def start(
 
 
 def load(paths):
-    """The DataFrame of one or more logs persisted with ``start(persist=path)``, as :func:`log` gives it.
+    """The DataFrame of one or more logs persisted with ``start(persist=path)``, as :func:`log`
+    gives it.
 
     `paths` is a path or a list of paths (e.g. one per process of a multi-process run); their
     events are merged in time order, each row with its `host` and `process`. Tolerates a torn
@@ -158,7 +159,8 @@ def log(*, internal: bool = True):
 
 
 def summary(*, internal: bool = False, by: str = "total_s"):
-    """DataFrame with one row per function: traces, compiles, seconds, equations, last cause and leaf.
+    """DataFrame with one row per function: traces, compiles, seconds, equations, last cause and
+    leaf.
 
     Sorted by `by`, largest first (``"compile_s"``, ``"eqns"``, ``"traces"``, ...). Example::
 
@@ -229,7 +231,7 @@ def show(events_or_paths) -> None:
     """Display the interactive table (in a notebook) or the text report (elsewhere) of a log
     other than the live one: a DataFrame, a persisted log's path, or a list of paths. Example::
 
-        jt.show("traces.jsonl")          # the log a script wrote with `python -m jaxtrace_nb run --persist`
+        jt.show("traces.jsonl")  # the log a script wrote with `python -m jaxtrace_nb run --persist`
         jt.show(jt.log().query("cell == 4"))
     """
     from ._integrations._ipython import show as display
@@ -238,7 +240,8 @@ def show(events_or_paths) -> None:
 
 
 def _events(events, internal: bool):
-    """The events to look at: the live log's (None), or those of a DataFrame, a log's path or paths."""
+    """The events to look at: the live log's (None), or those of a DataFrame, a log's path or
+    paths."""
     if events is None:
         found = get_session().log.events()
     else:
@@ -296,13 +299,13 @@ def shape_census(
 
         for batch in batches:            # 12 distinct lengths
             step(params, batch)
-        jt.shape_census()[["leaf", "scheme", "buckets", "compiles", "padding", "suggested"]]
-        #     leaf           scheme                                  buckets  compiles  padding  suggested
-        #   tokens       buckets(5)                         34,58,96,136,250         5    0.121       True
-        #   tokens       buckets(6)                      34,58,96,136,203,250         6    0.077      False
-        #   tokens  multiple_of(16)           16,32,48,64,96,128,144,208,256         9    0.076      False
-        #   tokens             pow2                         16,32,64,128,256         5    0.312      False
-        #   tokens            as is  16,21,27,34,41,58,84,96,119,136,203,250        12    0.000      False
+        jt.shape_census()[["scheme", "buckets", "compiles", "padding", "suggested"]]
+        #           scheme                                  buckets  compiles  padding  suggested
+        #       buckets(5)                         34,58,96,136,250         5    0.121       True
+        #       buckets(6)                      34,58,96,136,203,250         6    0.077      False
+        #  multiple_of(16)           16,32,48,64,96,128,144,208,256         9    0.076      False
+        #             pow2                         16,32,64,128,256         5    0.312      False
+        #            as is  16,21,27,34,41,58,84,96,119,136,203,250        12    0.000      False
         jt.shape_census(full=True)       # every scheme tried: 19 rows for this leaf
     """
     import pandas as pd

@@ -77,7 +77,8 @@ def tidy(nb):
 
 
 def main(argv: list[str]) -> int:
-    """Execute the notebooks named in `argv` (default: all) and write them back with their outputs."""
+    """Execute the notebooks named in `argv` (default: all) and write them back with their
+    outputs."""
     import nbformat
 
     env = kernel_env()

@@ -167,7 +167,8 @@ def run_all(page) -> None:
 # composited over the backgrounds they sit on ("selector": ratio).
 CONTRAST = """(root, selectors) => {
   const parse = (c) => {
-    const p = (c.match(/\\(([^)]*)\\)/) || [0, "0,0,0,0"])[1].split(/[ ,\\/]+/).filter(Boolean).map(Number);
+    const p = (c.match(/\\(([^)]*)\\)/) || [0, "0,0,0,0"])[1].split(/[ ,\\/]+/)\
+.filter(Boolean).map(Number);
     return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1];
   };
   const over = (top, under) => top.slice(0, 3).map((v, i) => v * top[3] + under[i] * (1 - top[3]));
@@ -180,7 +181,8 @@ CONTRAST = """(root, selectors) => {
     }
     return layers.reverse().reduce((under, c) => over(c, under), [255, 255, 255]);
   };
-  const lum = (rgb) => rgb.map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
+  const lum = (rgb) => rgb.map((v) => { v /= 255; \
+return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
     .reduce((s, v, i) => s + v * [0.2126, 0.7152, 0.0722][i], 0);
   const ratio = (el) => {
     const bg = background(el);

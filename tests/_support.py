@@ -85,8 +85,9 @@ def calling_line(thunk) -> str | None:
 
 
 class Run:
-    """What a program did: step outcomes, warnings, body runs, cache sizes, and where each step called
-    from (`calls`: (label, the line of a one-line lambda step or None, the log's event numbers it made))."""
+    """What a program did: step outcomes, warnings, body runs, cache sizes, and where each step
+    called from (`calls`: (label, the line of a one-line lambda step or None, the log's event
+    numbers it made))."""
 
     def __init__(self):
         self.steps: list[tuple] = []
@@ -245,8 +246,10 @@ class _ExplainedMisses(logging.Handler):
         self.latest = None
         self.started: dict = {}  # JAX name -> draft of that function's latest trace start
         self.after = explained_after  # JAX 0.8 explains a miss once its trace is done
-        self.by_draft: list = []  # (draft, (name, category)); a draft's event is built when the log is read
-        self.every: dict = {}  # id(draft) -> JAX's categories of the new key's difference from each earlier key
+        # (draft, (name, category)); a draft's event is built when the log is read
+        self.by_draft: list = []
+        # id(draft) -> JAX's categories of the new key's difference from each earlier key
+        self.every: dict = {}
         on_trace = session.lifecycle.on_trace
 
         def tagged(trace):

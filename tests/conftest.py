@@ -54,7 +54,8 @@ def pytest_runtest_call(item):
     broken = jt.faults().get("invariant", 0) - invariant_before
     if broken > 0 and item.get_closest_marker("breaks_invariant") is None:
         pytest.fail(
-            f"{broken} diagnosis(es) that JAX's own comparison does not back (jt.faults()['invariant'])",
+            f"{broken} diagnosis(es) that JAX's own comparison does not back "
+            "(jt.faults()['invariant'])",
             pytrace=False,
         )
     if item.get_closest_marker("allows_unknown") is not None:
@@ -63,8 +64,8 @@ def pytest_runtest_call(item):
     if unknown:
         e = unknown[0]
         pytest.fail(
-            f"{len(unknown)} trace(s) with cause 'unknown', first {e.function!r} #{e.trace_number}: "
-            f"{e.explanation}",
+            f"{len(unknown)} trace(s) with cause 'unknown', first {e.function!r} "
+            f"#{e.trace_number}: {e.explanation}",
             pytrace=False,
         )
     return result

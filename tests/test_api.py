@@ -191,9 +191,9 @@ def test_start_stop_idempotent_and_restores_jax():
 
 
 def test_start_adds_its_own_listeners_and_stop_removes_only_those():
-    """Another library's `jax.monitoring` listeners, registered before `start`, are still there after
-    `stop` (jaxtrace_nb never calls `clear_event_listeners`, which removes everyone's); the ones `start`
-    adds are jaxtrace_nb's, and `stop` removes exactly them."""
+    """Another library's `jax.monitoring` listeners, registered before `start`, are still there
+    after `stop` (jaxtrace_nb never calls `clear_event_listeners`, which removes everyone's); the
+    ones `start` adds are jaxtrace_nb's, and `stop` removes exactly them."""
     from jax import monitoring
     from jax._src import monitoring as mon
 

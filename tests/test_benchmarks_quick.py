@@ -1,4 +1,5 @@
-"""The benchmark script runs end to end in quick mode and reports every section (no timings asserted)."""
+"""The benchmark script runs end to end in quick mode and reports every section (no timings
+asserted)."""
 
 import json
 import pathlib

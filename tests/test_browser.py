@@ -75,7 +75,8 @@ _TIMING_OBSERVER = """() => {
       w.__timed = true;
       const out = w.closest('.jp-OutputArea-output');
       window.__jtnb.push({headline: w.querySelector('.jtnb-headline').textContent,
-                          ms: performance.now() - out.__seen, render_ms: Number(w.dataset.firstPageMs),
+                          ms: performance.now() - out.__seen, \
+render_ms: Number(w.dataset.firstPageMs),
                           at: Date.now()});
     }
   }).observe(document.body, {childList: true, subtree: true});
@@ -222,12 +223,11 @@ def test_sort_filter_group_and_history_in_jupyterlab(tmp_path):
             page.locator(".jp-OutputArea-output").filter(has_text='"built"').inner_text()
         )
         print(
-            f"\n10,000 events / 500 functions, first page in the browser: {timing['at'] - 1000 * kernel['built']:.0f} ms "
-            f"after the kernel built the table ({timing['ms']:.0f} ms after its output appeared, "
-            "view's own "
-            f"drawing {timing['render_ms']:.1f} ms); "
-            f"{timing['at'] - 1000 * kernel['started']:.0f} ms from the "
-            f"cell's start, building 10,000 events included"
+            "\n10,000 events / 500 functions, first page in the browser: "
+            f"{timing['at'] - 1000 * kernel['built']:.0f} ms after the kernel built the table "
+            f"({timing['ms']:.0f} ms after its output appeared, view's own drawing "
+            f"{timing['render_ms']:.1f} ms); {timing['at'] - 1000 * kernel['started']:.0f} ms from "
+            "the cell's start, building 10,000 events included"
         )
         big.locator(".jtnb-next").click()
         expect(big.locator(".jtnb-range")).to_have_text("51–100 of 500")
@@ -284,7 +284,8 @@ def test_tour_shows_the_why_readably_in_light_and_dark(tmp_path, theme):
 
 @pytest.mark.browser
 def test_headless_executed_notebook_opens_with_its_table(tmp_path):
-    """Executed by nbclient, then opened in JupyterLab with no kernel model: the saved table shows."""
+    """Executed by nbclient, then opened in JupyterLab with no kernel model: the saved table
+    shows."""
     from nbclient import NotebookClient
     from playwright.sync_api import expect
 
@@ -441,17 +442,20 @@ NUMBERS_WHOLE = """(root) => {
     let text = "";
     const wbr = new Set();
     for (let n = walk.nextNode(); n; n = walk.nextNode()) {
-      if (n.nodeType === Node.ELEMENT_NODE) { if (n.tagName === "WBR") wbr.add(text.length); continue; }
+      if (n.nodeType === Node.ELEMENT_NODE) { if (n.tagName === "WBR") wbr.add(text.length); \
+continue; }
       nodes.push([n, text.length]);
       text += n.data;
     }
     for (const m of text.matchAll(/\\d+(?:\\.\\d+)?(?:e-?\\d+)?/g)) {
-      const at = (offset) => { let k = nodes.length - 1; while (k > 0 && nodes[k][1] > offset) k--; return k; };
+      const at = (offset) => { let k = nodes.length - 1; while (k > 0 && nodes[k][1] > offset) \
+k--; return k; };
       const [a, b] = [at(m.index), at(m.index + m[0].length - 1)];
       const range = document.createRange();
       range.setStart(nodes[a][0], m.index - nodes[a][1]);
       range.setEnd(nodes[b][0], m.index + m[0].length - nodes[b][1]);
-      const tops = new Set([...range.getClientRects()].filter((r) => r.width > 0).map((r) => Math.round(r.top)));
+      const tops = new Set([...range.getClientRects()].filter((r) => r.width > 0)\
+.map((r) => Math.round(r.top)));
       const inside = [...wbr].some((p) => p > m.index && p < m.index + m[0].length);
       out.push({ text: m[0], lines: tops.size, wbr_inside: inside });
     }
@@ -499,7 +503,8 @@ def test_table_fits_1280_px_with_the_file_browser_open(tmp_path):
 
         size = table.evaluate("""(w) => { const s = w.querySelector('.jtnb-scroll');
             const panel = w.closest('.jp-NotebookPanel').getBoundingClientRect();
-            return {scroll: s.scrollWidth, room: s.clientWidth, right: w.querySelector('table').getBoundingClientRect().right,
+            return {scroll: s.scrollWidth, room: s.clientWidth, \
+right: w.querySelector('table').getBoundingClientRect().right,
                     panel: panel.right, widget: w.getBoundingClientRect().width}; }""")
         print(f"\n1,280 px, file browser open: {size}")
         assert (
@@ -637,8 +642,9 @@ _LONG_NAME = "make_train_step.<locals>.train_step_with_a_rather_long_descriptive
 
 
 def _layout_events(functions: int) -> list:
-    """A run's compiles with long names, long paths and every kind of text cell: the first compile the
-    slowest (the largest mark, at 0 s), retraces of several causes (a legend of several entries)."""
+    """A run's compiles with long names, long paths and every kind of text cell: the first compile
+    the slowest (the largest mark, at 0 s), retraces of several causes (a legend of several
+    entries)."""
     import datetime
 
     from jaxtrace_nb._log._events import Event
@@ -703,22 +709,30 @@ LAYOUT = """() => {
   const shown = (e) => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== "hidden";
   const name = (e) => `${e.tagName.toLowerCase()}.${e.getAttribute("class") || ""}`;
   const past = [...document.body.querySelectorAll("*")].filter(shown)
-    .filter((e) => e.getBoundingClientRect().right > page + 0.5 || e.getBoundingClientRect().left < -0.5)
-    .map((e) => `${name(e)} ${Math.round(e.getBoundingClientRect().left)}..${Math.round(e.getBoundingClientRect().right)}`);
+    .filter((e) => e.getBoundingClientRect().right > page + 0.5 \
+|| e.getBoundingClientRect().left < -0.5)
+    .map((e) => `${name(e)} \
+${Math.round(e.getBoundingClientRect().left)}..${Math.round(e.getBoundingClientRect().right)}`);
   const cells = [...document.querySelectorAll("th, td")].filter(shown);
   const spilled = cells.filter((c) => c.scrollWidth > c.clientWidth + 1)
     .map((c) => `${name(c)} '${c.textContent.slice(0, 40)}' ${c.scrollWidth} > ${c.clientWidth}`);
   const misaligned = cells.filter((c) => c.closest("table.jtnb-table") && c.textContent.trim())
-    .filter((c) => getComputedStyle(c).textAlign !== (c.classList.contains("jtnb-n") ? "right" : "left"))
+    .filter((c) => getComputedStyle(c).textAlign !== (c.classList.contains("jtnb-n") \
+? "right" : "left"))
     .map((c) => `${name(c)} ${getComputedStyle(c).textAlign}`);
-  const meets = (a, b) => a.left < b.right - 0.5 && b.left < a.right - 0.5 && a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5;
+  const meets = (a, b) => a.left < b.right - 0.5 && b.left < a.right - 0.5 \
+&& a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5;
   const collisions = [];
   for (const svg of document.querySelectorAll("svg.jtnb-timeline")) {
-    const texts = [...svg.querySelectorAll("text")].map((t) => [t.textContent.replace(/^.*\\)/, ""), t.getBoundingClientRect()]);
-    const marks = [...svg.querySelectorAll("circle, .jtnb-mark rect")].map((m) => m.getBoundingClientRect());
+    const texts = [...svg.querySelectorAll("text")].map((t) => \
+[t.textContent.replace(/^.*\\)/, ""), t.getBoundingClientRect()]);
+    const marks = [...svg.querySelectorAll("circle, .jtnb-mark rect")]\
+.map((m) => m.getBoundingClientRect());
     texts.forEach(([a, ra], i) => {
-      texts.slice(i + 1).forEach(([b, rb]) => { if (meets(ra, rb)) collisions.push(`'${a}' meets '${b}'`); });
-      marks.forEach((rm) => { if (meets(ra, rm)) collisions.push(`'${a}' meets a mark at x ${Math.round(rm.left)}`); });
+      texts.slice(i + 1).forEach(([b, rb]) => { if (meets(ra, rb)) \
+collisions.push(`'${a}' meets '${b}'`); });
+      marks.forEach((rm) => { if (meets(ra, rm)) \
+collisions.push(`'${a}' meets a mark at x ${Math.round(rm.left)}`); });
     });
   }
   const widths = {};
@@ -734,9 +748,9 @@ LAYOUT = """() => {
 @pytest.mark.parametrize("width", [1280, 1920])
 def test_report_and_timeline_fit_the_page(tmp_path, width):
     """The self-contained report at 1,280 and 1,920 px, with long names and paths, its history open:
-    no horizontal scroll, nothing past the page, no cell whose content runs out of it, text cells left
-    and numbers right; the timeline's labels meet no other label and no mark (with several rows and
-    with one: its first mark the largest, at 0 s)."""
+    no horizontal scroll, nothing past the page, no cell whose content runs out of it, text cells
+    left and numbers right; the timeline's labels meet no other label and no mark (with several rows
+    and with one: its first mark the largest, at 0 s)."""
     from playwright.sync_api import expect
 
     import jaxtrace_nb as jt

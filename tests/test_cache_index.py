@@ -88,9 +88,9 @@ def test_the_closest_earlier_key_is_the_one_with_fewest_differing_parts(tmp_path
 
 
 def test_keys_whose_parts_differ_alike_are_told_apart_by_their_arguments_not_by_recency(tmp_path):
-    """Six runs' keys, each differing from the new one in its computation only: the closest is the run
-    whose argument types and JAX options differ least (a batch size), not the most recent run (a dtype,
-    then a matmul precision)."""
+    """Six runs' keys, each differing from the new one in its computation only: the closest is the
+    run whose argument types and JAX options differ least (a batch size), not the most recent run (a
+    dtype, then a matmul precision)."""
     con = index.connect(str(tmp_path / "i.sqlite"))
 
     def run(key, batch, dtype, precision="None"):
@@ -400,8 +400,8 @@ def test_a_key_seen_before_first_compiles_and_the_same_run(tmp_path):
     written = record(key="jit_step-w", cache_dir=str(tmp_path / "gone"))
     text = explain(written, _compare(written, written, con_dir=tmp_path / "w"), run="mine").text
     assert (
-        "its entry is no longer in the cache (evicted under `jax_compilation_cache_max_size`, or deleted)"
-        in text
+        "its entry is no longer in the cache (evicted under `jax_compilation_cache_max_size`, or "
+        "deleted)" in text
     )
     first = explain(
         record(name="jit_new", key="jit_new-1"),
@@ -422,7 +422,8 @@ def test_a_key_seen_before_first_compiles_and_the_same_run(tmp_path):
 
 # ------------------------------------------------------------------ the first differing operation
 OLD = """module @jit_step {
-  func.func public @main(%arg0: tensor<3xf32>, %arg1: tensor<2x3xf32>) -> (tensor<f32> {jax.result_info = "result"}) {
+  func.func public @main(%arg0: tensor<3xf32>, %arg1: tensor<2x3xf32>) \
+-> (tensor<f32> {jax.result_info = "result"}) {
     %cst = stablehlo.constant dense<5.000000e-01> : tensor<f32>
     %0 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<2x3xf32>
     %1 = stablehlo.multiply %arg1, %0 : tensor<2x3xf32>
@@ -431,7 +432,8 @@ OLD = """module @jit_step {
 }"""
 NEW = """#loc1 = loc("params['w']")
 module @jit_step {
-  func.func public @main(%arg0: tensor<3xf32> loc("params['w']"), %arg1: tensor<2x3xf32> loc("x")) -> (tensor<f32> {jax.result_info = "result"}) {
+  func.func public @main(%arg0: tensor<3xf32> loc("params['w']"), %arg1: tensor<2x3xf32> loc("x")) \
+-> (tensor<f32> {jax.result_info = "result"}) {
     %cst = stablehlo.constant dense<0.699999988> : tensor<f32> loc(#loc5)
     %0 = stablehlo.broadcast_in_dim %cst, dims = [] : (tensor<f32>) -> tensor<2x3xf32> loc(#loc7)
     %1 = stablehlo.multiply %arg1, %0 : tensor<2x3xf32> loc(#loc7)
@@ -511,13 +513,15 @@ def test_stop_gives_jax_back_its_own_cache_key_functions_and_option_hooks(tmp_pa
         from jax._src import cache_key, config
         options = (config.compilation_cache_dir, config.enable_compilation_cache)
         def state():
-            return (cache_key.hashlib, cache_key._log_cache_key_hash, *(o._update_global_hook for o in options))
+            return (cache_key.hashlib, cache_key._log_cache_key_hash, \
+*(o._update_global_hook for o in options))
         theirs = state()
         jax.config.update("jax_compilation_cache_dir", sys.argv[1])
         import jaxtrace_nb as jt
         for _ in range(3):
             jt.start()
-            on = cache_key.hashlib is not theirs[0] and cache_key._log_cache_key_hash is not theirs[1]
+            on = cache_key.hashlib is not theirs[0] \
+and cache_key._log_cache_key_hash is not theirs[1]
             jt.stop()
         print(json.dumps([on, state() == theirs]))
     """)
@@ -533,7 +537,8 @@ def test_stop_gives_jax_back_its_own_cache_key_functions_and_option_hooks(tmp_pa
 
 
 def test_time_to_settle_is_bounded_when_the_index_is_held(tmp_path):
-    """A read waits for the writer at most the settle time; the miss is then worded at a later read."""
+    """A read waits for the writer at most the settle time; the miss is then worded at a later
+    read."""
     from jaxtrace_nb._cache._cache_explainer import CacheExplainer
     from jaxtrace_nb._log._events import Event, EventLog
 
@@ -684,9 +689,9 @@ def test_a_failing_record_of_a_batch_costs_only_itself(tmp_path, monkeypatch):
 
 
 def test_a_commit_that_fails_is_reported_and_leaves_no_transaction_open(tmp_path, monkeypatch):
-    """Where the index cannot take WAL (a rollback journal), a reader's lock makes the writer's COMMIT
-    fail: the records are reported not written, the transaction is rolled back (none left open to
-    swallow later records or hold the lock), and the next record is written."""
+    """Where the index cannot take WAL (a rollback journal), a reader's lock makes the writer's
+    COMMIT fail: the records are reported not written, the transaction is rolled back (none left
+    open to swallow later records or hold the lock), and the next record is written."""
     monkeypatch.setattr(index, "BUSY_TIMEOUT_S", 0.2)
     monkeypatch.setattr(index, "WRITE_DELAY_S", 3600.0)
     monkeypatch.setattr(index, "MAX_WRITE_WAIT_S", 3600.0)
@@ -726,8 +731,9 @@ def test_a_commit_that_fails_is_reported_and_leaves_no_transaction_open(tmp_path
 def test_a_flush_marker_is_never_left_waiting_and_an_idle_hurry_hurries_nothing_later(
     tmp_path, monkeypatch
 ):
-    """A flush's marker that reaches the writer after it found nothing hurried still writes what waits
-    with it at once; a `hurry` with nothing waiting does not make a later record skip its quiet wait."""
+    """A flush's marker that reaches the writer after it found nothing hurried still writes what
+    waits with it at once; a `hurry` with nothing waiting does not make a later record skip its
+    quiet wait."""
     monkeypatch.setattr(index, "WRITE_DELAY_S", 3600.0)
     monkeypatch.setattr(index, "MAX_WRITE_WAIT_S", 3600.0)
     writer = index.IndexWriter(

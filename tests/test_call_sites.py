@@ -700,7 +700,8 @@ def xla_metadata_call(r):
 
 #: Call sites no public API reaches, each with its reason (keep this short and honest).
 UNREACHABLE = {
-    f"{REMAT}::custom_remat.<locals>.call#0": "jax._src.ad_checkpoint.custom_remat is exported nowhere (no public API calls it)",
+    f"{REMAT}::custom_remat.<locals>.call#0": "jax._src.ad_checkpoint.custom_remat is exported "
+    "nowhere (no public API calls it)",
 }
 
 

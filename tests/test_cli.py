@@ -175,8 +175,8 @@ main()
 
 def test_a_run_served_by_the_persistent_cache_counts_its_equations(tmp_path):
     """A second run whose compiles the persistent cache all serves still counts each program's
-    equations (traced before the cache's lookup), though its function, jitted inside `main()`, is gone
-    before our thread walks what the cache served (before: the column blank)."""
+    equations (traced before the cache's lookup), though its function, jitted inside `main()`, is
+    gone before our thread walks what the cache served (before: the column blank)."""
     (tmp_path / "train.py").write_text(_JITTED_IN_MAIN)
     env = _env(
         JAX_COMPILATION_CACHE_DIR=str(tmp_path / "cache"),

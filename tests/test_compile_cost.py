@@ -27,7 +27,8 @@ def test_find_unrolled_on_plain_sequences():
 
 
 def _longest_block(names: list, min_repeats: int = 16):
-    """The best repetition over every block length (the reference `find_unrolled` must agree with)."""
+    """The best repetition over every block length (the reference `find_unrolled` must agree
+    with)."""
     best = None
     for period in range(1, len(names) // min_repeats + 1):
         run, start_of_run = 0, 0
@@ -196,14 +197,17 @@ _KIND_BY_EQUATION = textwrap.dedent("""
     matrix = jnp.eye(3) * 2.0
     def by_matrix(b):  # lineax's filter primitive: no jaxpr in its `static` tuple
         return lx.linear_solve(lx.MatrixLinearOperator(matrix), b).value
-    def by_function(b):  # the same primitive: a closure over a traced value, converted to a jaxpr in `static`
+    def by_function(b):  # the same primitive: a closure over a traced value, \
+converted to a jaxpr in `static`
         traced = matrix * b[0]
-        operator = lx.FunctionLinearOperator(lambda v: traced @ v, jax.ShapeDtypeStruct((3,), jnp.float32))
+        operator = lx.FunctionLinearOperator(lambda v: traced @ v, \
+jax.ShapeDtypeStruct((3,), jnp.float32))
         return lx.linear_solve(operator, b, solver=lx.LU()).value
     for program in (by_matrix, by_function):  # the primitive first seen without a jaxpr
         jaxpr = jax.make_jaxpr(program)(jnp.ones(3)).jaxpr
         print(count_equations(jaxpr, {}), jax_equations(jaxpr))
-        assert sum(own for _, own, _ in LineProfiler(lambda f: False, lambda f, n: f).profile(jaxpr)) \
+        assert sum(own for _, own, _ in \
+LineProfiler(lambda f: False, lambda f, n: f).profile(jaxpr)) \
             == jax_equations(jaxpr)
 """)
 

@@ -91,8 +91,8 @@ def test_a_jit_re_created_in_a_loop_names_the_line_that_creates_it(script):
     assert f["created_at"].tolist() == [None, _at(path, "created"), _at(path, "created")]
     assert f["call_site"].tolist() == [_at(path, "called")] * 3
     assert (
-        f"A new function object (re-created at {_at(path, 'created')}, where `f` is assigned): JAX caches "
-        "traces per object" in f["explanation"].iloc[1]
+        f"A new function object (re-created at {_at(path, 'created')}, where `f` is assigned): JAX "
+        "caches traces per object" in f["explanation"].iloc[1]
     )
     short = short_path(path)
     text = render_text(Report([e for e in w.records if e.call_site == _at(path, "called")], "t"))
@@ -142,8 +142,8 @@ def scale(a, x):
     sys.version_info >= (3, 13), reason="from 3.13 a function's variables are read (PEP 667)"
 )
 def test_a_functions_variables_are_not_read_before_python_3_13(jt):
-    """Reading a running function's `f_locals` before 3.13 would keep its values alive: not done, and
-    the row says no more than JAX's terms allow."""
+    """Reading a running function's `f_locals` before 3.13 would keep its values alive: not done,
+    and the row says no more than JAX's terms allow."""
     import functools
 
     big = jnp.ones(100_000)

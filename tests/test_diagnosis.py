@@ -110,7 +110,10 @@ def test_cell_rerun_is_new_function_and_says_so():
     shell.display_pub = CapturingDisplayPublisher()
     try:
         shell.run_cell("%load_ext jaxtrace_nb", store_history=True)
-        cell = "import jax, jax.numpy as jnp\n@jax.jit\ndef loss(x):\n    return (x ** 2).sum()\nloss(jnp.ones(3))\n"
+        cell = (
+            "import jax, jax.numpy as jnp\n@jax.jit\ndef loss(x):\n"
+            "    return (x ** 2).sum()\nloss(jnp.ones(3))\n"
+        )
         shell.run_cell(cell, store_history=True)
         shell.run_cell(cell, store_history=True)  # the user re-runs the cell
         df = jaxtrace_nb.log(internal=False)

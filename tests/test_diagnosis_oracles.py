@@ -54,8 +54,8 @@ def test_an_identical_key_is_unknown_with_no_leaf_apart():
 
 
 def test_a_key_whose_input_part_alone_differs_is_said_in_jaxs_terms():
-    """JAX's key differs in its `inputs` part and nowhere the leaves show: said as JAX's input pytree,
-    not as an unnamed part. (mutant `_same_key__mutmut_17`)"""
+    """JAX's key differs in its `inputs` part and nowhere the leaves show: said as JAX's input
+    pytree, not as an unnamed part. (mutant `_same_key__mutmut_17`)"""
     leaf = array_leaf((2,), "float32")
     new = _sig({"x": leaf}, key_parts=(("function", 1), ("inputs", 9), ("debug info", 3)))
     d = diagnose(new, [_sig({"x": leaf})])
@@ -221,9 +221,10 @@ def test_a_replaced_container_is_named_before_a_leaf_that_comes_first(jt):
 
 
 def test_a_key_added_and_a_shape_changed_are_told_in_argument_order(jt):
-    """A dict gains a key at the first argument, the second changes shape: no container was replaced,
-    so the first argument's change is told first. (mutant `replaced_container__mutmut_10`, which took
-    any two leaves JAX compares as different, arrays included, for replaced containers)"""
+    """A dict gains a key at the first argument, the second changes shape: no container was
+    replaced, so the first argument's change is told first. (mutant `replaced_container__mutmut_10`,
+    which took any two leaves JAX compares as different, arrays included, for replaced
+    containers)"""
     import jax.numpy as jnp
 
     f = jax.jit(lambda a_dict, z_array: a_dict["w"].sum() + z_array.sum())
@@ -259,8 +260,8 @@ def test_a_leaf_added_or_removed_shows_its_own_text_and_absent(jt, gone):
 def test_a_static_value_jax_finds_changed_is_named_even_where_hashes_say_equal(jt, values):
     """JAX's ``==`` decides: -1 and -2 hash alike in CPython (our witness holds small values and
     compares them); a 20-item tuple is not held (only its hash is kept, and it differs). (mutants
-    `_holdable__mutmut_2`: nothing held, the hashes of -1 and -2 compared; `Witness.__init____mutmut_18`:
-    every hash alike)"""
+    `_holdable__mutmut_2`: nothing held, the hashes of -1 and -2 compared;
+    `Witness.__init____mutmut_18`: every hash alike)"""
     assert hash(-1) == hash(-2)
     f = jax.jit(lambda x, k: x * len(str(k)), static_argnums=1)
     for v in values:
@@ -271,8 +272,8 @@ def test_a_static_value_jax_finds_changed_is_named_even_where_hashes_say_equal(j
 
 
 def test_a_nested_static_value_reads_as_python_prints_it():
-    """64 items of budget: 8 tuples of 6 ints (57 items) fit whole. (mutant `_fmt__mutmut_3`, an item
-    counted twice)"""
+    """64 items of budget: 8 tuples of 6 ints (57 items) fit whole. (mutant `_fmt__mutmut_3`, an
+    item counted twice)"""
     value = tuple(tuple(range(6)) for _ in range(8))
     assert summarize_static(value).text == repr(value)
 
@@ -295,9 +296,9 @@ def test_a_static_method_is_named_by_its_qualified_name():
 
 
 def test_a_module_that_defines_a_function_again_says_both_lines(jt, tmp_path, monkeypatch):
-    """One name jitted at two definitions of one file: a new function, re-defined at the second line,
-    was the first (both read with `inspect`). (mutant `new_object__mutmut_12`: the locations compared
-    with ==)"""
+    """One name jitted at two definitions of one file: a new function, re-defined at the second
+    line, was the first (both read with `inspect`). (mutant `new_object__mutmut_12`: the locations
+    compared with ==)"""
     import importlib
     import inspect
 
@@ -342,7 +343,8 @@ def test_a_function_made_again_by_a_later_cell_names_both_cells(shell):
 
 def test_a_compile_without_a_trace_names_its_leaf_as_the_user_passed_it(jt):
     """Under `eqx.filter_jit` JAX names the arguments of Equinox's own wrapper; the compile that a
-    placement change makes (no new trace) names the user's argument. (mutant `user_names__mutmut_4`)"""
+    placement change makes (no new trace) names the user's argument. (mutant
+    `user_names__mutmut_4`)"""
     import equinox as eqx
     import jax.numpy as jnp
 
@@ -384,7 +386,8 @@ def test_a_function_keeps_its_budget_of_signatures():
 
 def test_an_optional_argument_given_an_array_gets_the_none_hint(jt):
     """None, then an array, at one argument: the `structure.none` hint (the one
-    tests/test_hints_proven.py proves). (mutant `_structure__mutmut_15`: the new side's kind ignored)"""
+    tests/test_hints_proven.py proves). (mutant `_structure__mutmut_15`: the new side's kind
+    ignored)"""
     import jax.numpy as jnp
 
     @jax.jit
@@ -399,7 +402,8 @@ def test_an_optional_argument_given_an_array_gets_the_none_hint(jt):
 
 
 def test_a_loop_unrolled_50_times_says_so_with_its_hint_id(jt):
-    """(mutant `_set_graph__mutmut_20`: another hint id, which no proof in tests/test_hints_proven.py names)"""
+    """(mutant `_set_graph__mutmut_20`: another hint id, which no proof in
+    tests/test_hints_proven.py names)"""
     import jax.numpy as jnp
 
     from jaxtrace_nb._diagnosis._hints import HINTS

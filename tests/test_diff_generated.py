@@ -1,11 +1,13 @@
-"""The diff and the diagnosis on plain signatures, against the one change each generated case applied.
+"""The diff and the diagnosis on plain signatures, against the one change each generated case
+applied.
 
 A seeded generator builds a signature of a few leaves (arrays of several shapes, dtypes and weak
-types, static ints, None) under user paths, then applies exactly one change of a kind it chose to one
-leaf it chose, and writes down what it did: the cause that change is, the leaf's path, and its text
-before and after (written here from the change, e.g. ``f16[2,3] (weak)``). The diagnosis against
-the earlier signatures (the one changed, and older ones further away) must name exactly that. No JAX:
-these run in milliseconds, so mutation testing (`benchmarks/mutation.py`) runs them for every mutant.
+types, static ints, None) under user paths, then applies exactly one change of a kind it chose to
+one leaf it chose, and writes down what it did: the cause that change is, the leaf's path, and its
+text before and after (written here from the change, e.g. ``f16[2,3] (weak)``). The diagnosis
+against the earlier signatures (the one changed, and older ones further away) must name exactly
+that. No JAX: these run in milliseconds, so mutation testing (`benchmarks/mutation.py`) runs them
+for every mutant.
 """
 
 from __future__ import annotations
@@ -158,9 +160,9 @@ def test_the_closest_earlier_signature_is_the_one_changed_once():
 
 @pytest.mark.parametrize("seed", range(20))
 def test_a_sharded_leaf_shows_each_axis_and_its_change(seed):
-    """A leaf with an explicit sharding shows each dimension with its mesh axes (``4@x``); sharding one
-    more dimension is a change of that leaf, before and after written here from the axes applied.
-    A dtype outside the short table keeps its own name."""
+    """A leaf with an explicit sharding shows each dimension with its mesh axes (``4@x``); sharding
+    one more dimension is a change of that leaf, before and after written here from the axes
+    applied. A dtype outside the short table keeps its own name."""
     rng = random.Random(seed)
     shape = tuple(rng.randint(1, 8) for _ in range(rng.randint(1, 3)))
     axes = tuple(rng.choice([None, "x", "y", ("x", "y")]) for _ in shape)

@@ -180,7 +180,8 @@ def test_diffrax_frames_are_library_code(jt):
     assert jt.faults() == {}
 
 
-@pytest.mark.allows_unknown  # (JAX's caches cleared: Diffrax's own helpers are traced again, inside diffeqsolve's trace)
+# (JAX's caches cleared: Diffrax's own helpers are traced again, inside diffeqsolve's trace)
+@pytest.mark.allows_unknown
 def test_diffeqsolve_rows(jt):
     import jax
 

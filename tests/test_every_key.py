@@ -25,8 +25,8 @@ def _rows(jt, name=None):
 
 
 def _clears_seen() -> bool:
-    """Whether the probe sees `jax.clear_caches()`: through the trace cache's counter, which JAX 0.8's
-    tracing cache (`lu.cache`) does not have (there the explanations cannot say it)."""
+    """Whether the probe sees `jax.clear_caches()`: through the trace cache's counter, which JAX
+    0.8's tracing cache (`lu.cache`) does not have (there the explanations cannot say it)."""
     from jaxtrace_nb._recording._session import get_session
 
     return get_session().probe.internals.trace_cache_info is not None
@@ -68,7 +68,8 @@ def test_the_closest_key_is_searched_among_all_keys_not_the_last_eight(jt):
 
 
 def test_many_keys_a_static_change_is_found_whichever_key_it_matches(jt):
-    """100 shapes; then the 37th shape with the other flag: the only key one component away is #37."""
+    """100 shapes; then the 37th shape with the other flag: the only key one component away
+    is #37."""
 
     @functools.partial(jax.jit, static_argnums=1)
     def step(x, flag):
@@ -326,8 +327,8 @@ def test_a_function_gone_and_made_again_is_new_with_its_keys_dropped(jt):
 
 
 def test_a_library_static_field_gets_no_instruction_to_make_it_traced(jt):
-    """Lineax's operator `tags` is the library's own `eqx.field(static=True)`: the user cannot make it an
-    array, so no hint tells them to."""
+    """Lineax's operator `tags` is the library's own `eqx.field(static=True)`: the user cannot make
+    it an array, so no hint tells them to."""
     import equinox as eqx
     import lineax as lx
 
@@ -349,8 +350,9 @@ def test_a_library_static_field_gets_no_instruction_to_make_it_traced(jt):
 
 
 def test_a_retrace_made_by_its_callers_retrace_says_so_and_gives_no_fix(jt):
-    """Diffrax's `diffeqsolve` inside the user's jit, `SaveAt(ts=...)` one longer: the user's `solve`
-    retraces at `ts`; the nested solve's retrace follows from it and says so, with no hint."""
+    """Diffrax's `diffeqsolve` inside the user's jit, `SaveAt(ts=...)` one longer: the user's
+    `solve` retraces at `ts`; the nested solve's retrace follows from it and says so, with no
+    hint."""
     import diffrax
 
     term = diffrax.ODETerm(lambda t, y, args: -y)
@@ -380,8 +382,8 @@ def pd_na_or_none(value) -> bool:
 
 
 def test_penzai_named_axes_show_their_names(jt):
-    """Penzai's `NamedArray` keeps its axis names in an `OrderedDict` (node metadata): before and after
-    show its items, never `<OrderedDict object>` on both sides."""
+    """Penzai's `NamedArray` keeps its axis names in an `OrderedDict` (node metadata): before and
+    after show its items, never `<OrderedDict object>` on both sides."""
     from penzai import pz
 
     @jax.jit
@@ -399,8 +401,9 @@ def test_penzai_named_axes_show_their_names(jt):
 
 
 def test_the_sessions_bound_drops_keys_jax_no_longer_holds_first():
-    """Past `KeyBudget`'s limit, keys of a cleared generation go first; then the oldest of the function that
-    keeps the most, which counts them as forgotten (its explanations say a closer key may exist)."""
+    """Past `KeyBudget`'s limit, keys of a cleared generation go first; then the oldest of the
+    function that keeps the most, which counts them as forgotten (its explanations say a closer key
+    may exist)."""
     import weakref
 
     from jaxtrace_nb._keys._signature import Signature, array_leaf

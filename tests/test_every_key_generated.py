@@ -3,9 +3,10 @@ holds, checked against JAX itself.
 
 Each sequence mixes shapes, dtypes, static values that JAX compares by ``==`` but that take no weak
 reference or collide by hash (NumPy scalars, a ``__slots__`` dataclass, tuples over 16 items),
-`jax.clear_caches()`, `f.clear_cache()` and function objects made again. A model of JAX's tracing cache (per function
-object, cache generation and the object's own clears, every key) predicts each call's hit or miss, and JAX's own trace count
-confirms it at every call: only then does the model's closest key judge our cause and leaf.
+`jax.clear_caches()`, `f.clear_cache()` and function objects made again. A model of JAX's tracing
+cache (per function object, cache generation and the object's own clears, every key) predicts each
+call's hit or miss, and JAX's own trace count confirms it at every call: only then does the model's
+closest key judge our cause and leaf.
 """
 
 import dataclasses
@@ -95,7 +96,8 @@ def test_random_call_sequences_are_judged_against_every_key_jax_holds(jt, seed):
     evictions_seen = get_session().probe.internals.trace_cache_holders is not None
     f = make()
     generation, obj, own = 0, 0, 0
-    history = []  # (generation, object, the object's clears, key) of every trace, as JAX's cache saw them
+    # (generation, object, the object's clears, key) of every trace, as JAX's cache saw them
+    history = []
     expected = []
     for _ in range(36):
         r = rng.random()
@@ -145,7 +147,10 @@ def test_random_call_sequences_are_judged_against_every_key_jax_holds(jt, seed):
     )
     assert len(rows) == traces[0] == len(expected)
     for row, (key, (causes, leaves, _), cleared, emptied) in zip(rows, expected):
-        where = f"seed {seed}, trace #{row['trace_number']} {key}: {row['cause']} at {row['leaf']}: {row['explanation']}"
+        where = (
+            f"seed {seed}, trace #{row['trace_number']} {key}: {row['cause']} at {row['leaf']}: "
+            f"{row['explanation']}"
+        )
         assert row["cause"] in causes, where
         if row["cause"] not in ("first", "new_function", "unknown"):
             assert row["leaf"] in leaves, where

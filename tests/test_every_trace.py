@@ -7,8 +7,9 @@ function of the library's), Equinox's own transformations under ``eqx.filter_jit
 at known calls; three counts must agree: our trace rows of the function, the calls in which a
 Python counter inside the traced code moved (the code runs only while JAX traces), and JAX's own
 cache-miss log (``jax_explain_cache_misses``). The rows are numbered 1, 2, … and only the first is
-``first``; a top-level trace's row has its lowering and compile seconds (no compile row apart). A library's function the user called is the user's row (``internal`` False); the same
-function called by a library inside its own trace is internal.
+``first``; a top-level trace's row has its lowering and compile seconds (no compile row apart). A
+library's function the user called is the user's row (``internal`` False); the same function called
+by a library inside its own trace is internal.
 """
 
 import logging
@@ -264,8 +265,8 @@ def test_jax_jit_pjit_and_nnx_jit(jt):
 
 
 def test_deep_and_nested_calls(jt):
-    """``diffeqsolve`` called under 100 of the user's frames, and inside the user's own jit (a nested
-    trace of it at each retrace of the outer function)."""
+    """``diffeqsolve`` called under 100 of the user's frames, and inside the user's own jit (a
+    nested trace of it at each retrace of the outer function)."""
 
     def deep(depth, n):
         return _diffeqsolve(n) if depth == 0 else deep(depth - 1, n)

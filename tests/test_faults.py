@@ -445,8 +445,8 @@ def _deep(depth: int):
 
 
 def test_pytree_10000_deep_fails_or_succeeds_as_without_recording(fresh):
-    """At the default recursion limit JAX refuses it; with a raised limit it traces (before Python 3.12,
-    where raising the limit raises the C stack's too). Either way, as without recording."""
+    """At the default recursion limit JAX refuses it; with a raised limit it traces (before Python
+    3.12, where raising the limit raises the C stack's too). Either way, as without recording."""
 
     def program(r):
         f = jax.jit(lambda t: jax.tree_util.tree_leaves(t)[0] + 1)

@@ -1,5 +1,5 @@
-"""Every figure in README.md and docs/*.md comes from a committed results file, and every guarantee of
-docs/safety.md names a test that CI runs.
+"""Every figure in README.md and docs/*.md comes from a committed results file, and every guarantee
+of docs/safety.md names a test that CI runs.
 
 What a figure is, and what makes a results file its source, is `benchmarks/figures.py`'s docstring.
 """
@@ -36,8 +36,8 @@ def test_every_figure_comes_from_a_committed_run():
 
 
 def test_the_figure_rules_on_a_small_tree(tmp_path):
-    """The rules themselves: a figure needs a cited file that exists, names its command and commit, and
-    holds the number; bounds, versions, code and example transcripts are not figures."""
+    """The rules themselves: a figure needs a cited file that exists, names its command and commit,
+    and holds the number; bounds, versions, code and example transcripts are not figures."""
     figures = _figures_module()
     results = tmp_path / "benchmarks" / "results"
     results.mkdir(parents=True)
@@ -89,7 +89,8 @@ def test_the_figure_script_runs_as_documented():
 
 
 def _guarantee_rows(text: str) -> list[tuple[str, str]]:
-    """(guarantee, checked by) of each row of the guarantee tables (the sections before the manual run)."""
+    """(guarantee, checked by) of each row of the guarantee tables (the sections before the manual
+    run)."""
     rows = []
     for line in text.split("## Other projects' test suites")[0].splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -99,9 +100,9 @@ def _guarantee_rows(text: str) -> list[tuple[str, str]]:
 
 
 def test_every_guarantee_names_a_test_that_ci_runs():
-    """docs/safety.md says each guarantee is checked by a test that CI runs: each row names test files
-    (and tests) that exist under tests/, which `python -m pytest` collects (`testpaths`) and `.ci/run`
-    runs; the one manual run is said to be one."""
+    """docs/safety.md says each guarantee is checked by a test that CI runs: each row names test
+    files (and tests) that exist under tests/, which `python -m pytest` collects (`testpaths`) and
+    `.ci/run` runs; the one manual run is said to be one."""
     text = (ROOT / "docs" / "safety.md").read_text(encoding="utf-8")
     rows = _guarantee_rows(text)
     assert len(rows) >= 10

@@ -29,7 +29,8 @@ def _set(variable, value):
 
 @pytest.fixture(autouse=True)
 def _never_unknown(jt):
-    """No NNX trace may be left unexplained: `unknown` means an identical cache key, never "could not tell"."""
+    """No NNX trace may be left unexplained: `unknown` means an identical cache key, never "could
+    not tell"."""
     yield
     causes = jt.log()["cause"].tolist()
     assert "unknown" not in causes

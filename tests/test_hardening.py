@@ -238,7 +238,8 @@ def _strings(value) -> list[str]:
 
 
 def test_standalone_report_carries_user_text_as_data(hostile, tmp_path):
-    """The self-contained report: user text only inside the escaped JSON and the escaped static copy."""
+    """The self-contained report: user text only inside the escaped JSON and the escaped static
+    copy."""
     import re
 
     path = jt.report(tmp_path / "hostile.html", events=hostile, internal=True)

@@ -1,7 +1,7 @@
 """Every hint that tells the user what to change is proven on a real program.
 
-A hint with ``instruction=True`` in ``jaxtrace_nb._diagnosis._hints.HINTS`` is a promise. For each one this
-file holds a proof, a small program showing the hint's cause, run twice:
+A hint with ``instruction=True`` in ``jaxtrace_nb._diagnosis._hints.HINTS`` is a promise. For each
+one this file holds a proof, a small program showing the hint's cause, run twice:
 
 * as written: the event after the function's first trace (a retrace, or a compile without a
   new trace for a placement) has that cause and gives that hint (its id is in ``hint_ids``);
@@ -92,7 +92,8 @@ def _shows(jt, hint_id: str, cause: str, run: Callable):
 
 
 def _once(jt, run: Callable):
-    """Run the fixed program: `step` traces once and compiles nothing more. Returns (outputs, its trace)."""
+    """Run the fixed program: `step` traces once and compiles nothing more. Returns (outputs, its
+    trace)."""
     with jt.watch() as watch:
         outputs = run()
     rows = _step_rows(watch)
@@ -542,7 +543,8 @@ _NNX_X = jnp.array([[1.0, 2.0], [-0.5, 0.25]], jnp.float32)
 @_proves("static.nnx_optax")
 def _static_nnx_optax(jt):
     """Flax 0.12.0 keeps an optax transformation as a graph node whose functions are statics: the
-    same program then gives ``identity.optax`` at ``optimizer.tx.init``, a hint with the same fix."""
+    same program then gives ``identity.optax`` at ``optimizer.tx.init``, a hint with the same
+    fix."""
     expected = "static.nnx_optax" if _version(flax) >= (0, 12, 1) else "identity.optax"
 
     def make_step():
@@ -809,7 +811,8 @@ def _structure_call(jt):
 # ------------------------------------------------------- placement, context, loops
 @_proves("sharding")
 def _sharding(jt):
-    """Committed to a device (a compile without a new trace), and sharded over a mesh (a new trace)."""
+    """Committed to a device (a compile without a new trace), and sharded over a mesh (a new
+    trace)."""
     device = jax.devices()[0]
     sharded = jax.sharding.NamedSharding(
         jax.sharding.Mesh(np.array([device]), ("batch",)), jax.sharding.PartitionSpec("batch")
@@ -891,7 +894,8 @@ def _unrolled_loop(jt):
 # ------------------------------------------------------ the persistent compilation cache
 def _cache_pair(first: dict, second: dict) -> dict:
     """Two processes of `programs/cache_pair.py` sharing a new cache, the first with the environment
-    `first`, the second with `second`: what the second said of its compile of ``step``, and its loss."""
+    `first`, the second with `second`: what the second said of its compile of ``step``, and its
+    loss."""
     programs = pathlib.Path(__file__).parent / "programs"
     with tempfile.TemporaryDirectory() as tmp:
         out = None
@@ -918,8 +922,8 @@ def _cache_pair(first: dict, second: dict) -> dict:
 
 
 def _cache_proof(hint_id: str, before: dict, after: dict) -> None:
-    """As written (`before` in the first run, `after` in the second) the second misses with `hint_id`;
-    fixed (`after` in both, as the hint says), it hits, with the same loss."""
+    """As written (`before` in the first run, `after` in the second) the second misses with
+    `hint_id`; fixed (`after` in both, as the hint says), it hits, with the same loss."""
     written = _cache_pair(before, after)
     assert hint_id in (written["hint_ids"] or "").split(","), written
     fixed = _cache_pair(after, after)

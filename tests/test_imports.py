@@ -127,7 +127,10 @@ def test_the_import_graph_has_no_cycle():
 
 
 def test_importing_the_package_imports_no_jax():
-    code = "import sys, jaxtrace_nb; print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jax.')))"
+    code = (
+        "import sys, jaxtrace_nb; print(sorted(m for m in sys.modules if m == 'jax' or "
+        "m.startswith('jax.')))"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout

@@ -113,7 +113,8 @@ def _make_lambda():
 
 # ------------------------------------------------------------------ the library objects
 def _block_class():
-    """A fresh Equinox module class: its `eqx.filter_jit` method, cached per class, starts with no traces."""
+    """A fresh Equinox module class: its `eqx.filter_jit` method, cached per class, starts with no
+    traces."""
     runs: list = []
 
     class Block(eqx.Module):
@@ -471,8 +472,9 @@ def _jits(spec: Spec, mutation: str) -> tuple:
 
 
 def _units() -> list:
-    """(object kind, mutation, jit or None for a seeded choice): every supported pair once, the mutations whose
-    outcome depends on the jit once per jit, and each jit of an object given to one of its pairs at least."""
+    """(object kind, mutation, jit or None for a seeded choice): every supported pair once, the
+    mutations whose outcome depends on the jit once per jit, and each jit of an object given to one
+    of its pairs at least."""
     units = []
     for kind, spec in SPECS.items():
         supported = [m for m in MUTATIONS if _supports(spec, m)]
@@ -645,7 +647,8 @@ class Change(NamedTuple):
 
 
 def _one_change(spec, mutation, rng, obj) -> Change | None:
-    """`obj` with one change of kind `mutation`, made without touching `obj`; None where it has no such slot."""
+    """`obj` with one change of kind `mutation`, made without touching `obj`; None where it has no
+    such slot."""
     p = spec.param
     if mutation == "container":
         if not spec.containers:
@@ -1020,7 +1023,8 @@ def _nnx_builder(kind, rng, scale=None):
 
 
 def _nnx(kind, spec, mutation, rng) -> Case:
-    """A mutation of an NNX module or optimizer: two objects built alike, the second one changed in place."""
+    """A mutation of an NNX module or optimizer: two objects built alike, the second one changed in
+    place."""
     p = spec.param
     build = _nnx_builder(kind, rng, scale=jnp.asarray(0.5) if mutation == "weak_type" else None)
     before = build()
@@ -1069,7 +1073,8 @@ def _nnx(kind, spec, mutation, rng) -> Case:
 
 
 def generate(seed: int) -> Case:
-    """The case of `seed`: the unit at its place in its round's shuffled order, details from `seed`."""
+    """The case of `seed`: the unit at its place in its round's shuffled order, details from
+    `seed`."""
     units = list(UNITS)
     random.Random(seed // len(units)).shuffle(units)
     kind, mutation, jit = units[seed % len(units)]
@@ -1116,7 +1121,8 @@ def _body(param: str, runs: list):
 
 
 def _runner(jit: str, param: str, first):
-    """(call(obj, by_keyword), the list each traced body run appends to, the function's qualified name)."""
+    """(call(obj, by_keyword), the list each traced body run appends to, the function's qualified
+    name)."""
     if jit == METHOD:
         cls = type(first)
         return (lambda obj, by_keyword: obj.run()), cls.runs, f"{cls.__qualname__}.run"
@@ -1139,7 +1145,8 @@ def _runner(jit: str, param: str, first):
 
 
 def _traces(jt, function: str) -> list[dict]:
-    """The function's recorded events, which must all be traces: no compile here happens without one."""
+    """The function's recorded events, which must all be traces: no compile here happens without
+    one."""
     df = jt.log(internal=False)
     df = df[df["function"] == function]
     assert df["kind"].tolist() == ["trace"] * len(df), df[["kind", "cause", "leaf", "explanation"]]
@@ -1233,8 +1240,8 @@ CHAIN_SEEDS = range(3 * len(CHAIN_KINDS))
 
 
 def _with_equal_bound_method(spec, owner, obj):
-    """`obj` holding a fresh bound method of `owner` in its callable field (equal to the last one, not identical),
-    unless it holds a lambda."""
+    """`obj` holding a fresh bound method of `owner` in its callable field (equal to the last one,
+    not identical), unless it holds a lambda."""
     if spec.fn_field is None or getattr(getattr(obj, spec.fn_field), "__name__", "") == "<lambda>":
         return obj
     return _with(obj, spec.fn_field, getattr(*owner))
@@ -1289,7 +1296,10 @@ def test_two_changes_in_a_row_each_named_against_its_closest_key(jt, seed):
     call, runs, function = _runner(jit, param, objects[0])
     for obj in objects + objects:
         call(obj, False)
-    what = f"{kind} × {jit}: B = A with {first.detail}; C = {'B' if from_b else 'A'} with {second.detail}"
+    what = (
+        f"{kind} × {jit}: B = A with {first.detail}; C = {'B' if from_b else 'A'} with "
+        f"{second.detail}"
+    )
     traces = _traces(jt, function)
     assert jt.faults() == {}, f"{what}: {jt.faults()}"
 

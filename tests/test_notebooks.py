@@ -156,7 +156,8 @@ PATHS = build.notebook_paths()
 @pytest.fixture(scope="module")
 def executed(tmp_path_factory):
     """Run a notebook once per test module, in a temporary folder: (executed notebook as stored,
-    log records); `executed.raw(path)` gives (the notebook with its widget state, per-cell summaries)."""
+    log records); `executed.raw(path)` gives (the notebook with its widget state, per-cell
+    summaries)."""
     home = tmp_path_factory.mktemp("home")
     env = build.kernel_env(
         dict(
@@ -331,8 +332,8 @@ def _text_spans(header: str, columns) -> list:
 
 
 class _Texts(HTMLParser):
-    """Every text of an HTML output, in order (data, and `title` attributes, which hold full values),
-    with the cells of timed columns masked: a report's (``jtnb-c-<column>`` classes) and a
+    """Every text of an HTML output, in order (data, and `title` attributes, which hold full
+    values), with the cells of timed columns masked: a report's (``jtnb-c-<column>`` classes) and a
     DataFrame's (by its header). A report's function rows are sorted (they follow their seconds)."""
 
     def __init__(self, html: str):
@@ -492,7 +493,8 @@ def _widget_state(nb, ids: dict) -> list:
 
 
 def as_shown(nb) -> list:
-    """Every code cell's outputs and the widgets' stored state, as a reader sees them, timings masked."""
+    """Every code cell's outputs and the widgets' stored state, as a reader sees them, timings
+    masked."""
     ids: dict = {}
     cells = [
         (index, [_output(o, ids) for o in cell.get("outputs", [])])
@@ -504,16 +506,15 @@ def as_shown(nb) -> list:
 
 @pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
 def test_stored_outputs_are_not_stale(path, executed):
-    """Every stored output (streams, errors, reports in text, HTML and widget state, DataFrames) says
-    what a fresh run of the notebook says: the same texts and numbers, timings masked."""
+    """Every stored output (streams, errors, reports in text, HTML and widget state, DataFrames)
+    says what a fresh run of the notebook says: the same texts and numbers, timings masked."""
     import jax
 
     if jax.__version__ != NOTEBOOKS_JAX:
         pytest.skip(
-            f"the stored outputs were made with JAX {NOTEBOOKS_JAX} (notebooks/build.py), and another JAX "
-            f"gives its own equation counts and internal functions: {jax.__version__} is "
-            "checked by the "
-            f"cause-and-leaf tests only; CI's newest environment runs this check"
+            f"the stored outputs were made with JAX {NOTEBOOKS_JAX} (notebooks/build.py), and "
+            f"another JAX gives its own equation counts and internal functions: {jax.__version__} "
+            "is checked by the cause-and-leaf tests only; CI's newest environment runs this check"
         )
     stored = nbformat.read(path, as_version=4)
     counts = [c.execution_count for c in stored.cells if c.cell_type == "code"]
@@ -529,9 +530,9 @@ def test_stored_outputs_are_not_stale(path, executed):
 
 
 def test_the_staleness_check_sees_each_edit_of_a_stored_output():
-    """Issue 32's edits of stored notebook 06, each in one place (one MIME type of one output, or the
-    widget state): counts, a row's number, a hint's words. Each must make `as_shown` differ from the
-    stored notebook; a timing edit must not (timings are masked)."""
+    """Issue 32's edits of stored notebook 06, each in one place (one MIME type of one output, or
+    the widget state): counts, a row's number, a hint's words. Each must make `as_shown` differ from
+    the stored notebook; a timing edit must not (timings are masked)."""
     path = NOTEBOOKS_DIR / "06_python_scalar_weak_type.ipynb"
     shown = as_shown(nbformat.read(path, as_version=4))
     edits = [
@@ -587,9 +588,9 @@ def test_the_persistent_cache_notebook_explains_the_miss_then_hits(executed):
     (miss,) = [t for t in texts if "persistent cache miss:" in t]
     assert "persistent cache: 0 hit(s), 1 miss(es)" in miss
     assert (
-        "persistent cache miss: the computation differs first at train.py:24 (`jit(train_step)/mul`, "
-        "`stablehlo.constant`): `0.001` → `0.0003` (closest earlier key of `jit_train_step`: "
-        "the run of "
+        "persistent cache miss: the computation differs first at train.py:24 "
+        "(`jit(train_step)/mul`, `stablehlo.constant`): `0.001` → `0.0003` (closest earlier key of "
+        "`jit_train_step`: the run of "
     ) in miss
     assert "hint: train.py:24 puts a value captured from Python" in miss
     (hit,) = [

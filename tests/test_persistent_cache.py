@@ -5,8 +5,9 @@ B does the same with one change injected, and must name that change, and only it
 
 XLA flags, `jax_enable_x64`, the device count (`--xla_force_host_platform_device_count`), a changed
 closure constant, a changed model line, compile options (`jax_default_matmul_precision`,
-`jax.jit(compiler_options=...)`), another JAX version (a second virtualenv, `JAXTRACE_SECOND_JAX_PYTHON`;
-CI makes one, elsewhere the case is skipped) and no change at all (a hit, nothing claimed).
+`jax.jit(compiler_options=...)`), another JAX version (a second virtualenv,
+`JAXTRACE_SECOND_JAX_PYTHON`; CI makes one, elsewhere the case is skipped) and no change at all (a
+hit, nothing claimed).
 
 Every B starts from A's cache as A left it (the index beside it included), restored at the same
 path: on JAX 0.8 – 0.10 the cache's own path enters the key (XLA's
@@ -300,9 +301,9 @@ def test_the_index_is_read_by_load_and_report(first, tmp_path):
     )
     assert "  jit_step: 2 key(s)\n" in text
     assert (
-        "      XLA flags differ: `--xla_cpu_enable_fast_math=false` added; the computation differs first (`stablehlo."
-        "constant`): `5.000000e-01` → `0.699999988` (closest earlier key of `jit_step`: the "
-        "run of "
+        "      XLA flags differ: `--xla_cpu_enable_fast_math=false` added; the computation differs "
+        "first (`stablehlo.constant`): `5.000000e-01` → `0.699999988` (closest earlier key of "
+        "`jit_step`: the run of "
     ) in text
 
 
@@ -319,7 +320,8 @@ def _cached_program(tmp_path, body: str):
 
 
 def _run_twice(tmp_path, script, first: str, second: str) -> list[str]:
-    """`python -m jaxtrace_nb run --persist runN.jsonl script ARG` with each argument: the outputs."""
+    """`python -m jaxtrace_nb run --persist runN.jsonl script ARG` with each argument: the
+    outputs."""
     environment = {
         k: v
         for k, v in os.environ.items()
@@ -351,9 +353,9 @@ def _run_twice(tmp_path, script, first: str, second: str) -> list[str]:
 
 
 def test_run_and_its_persisted_log_name_the_argument_in_the_users_terms(tmp_path):
-    """`python -m jaxtrace_nb run` explains a miss after JAX let the module go: the argument is still
-    named as the user's path (read from the module's locations at the compile), in its output and
-    in the persisted log, as `jt.log()` names it in a notebook."""
+    """`python -m jaxtrace_nb run` explains a miss after JAX let the module go: the argument is
+    still named as the user's path (read from the module's locations at the compile), in its output
+    and in the persisted log, as `jt.log()` names it in a notebook."""
     script = _cached_program(
         tmp_path,
         "n = int(sys.argv[1])\n"
@@ -387,7 +389,10 @@ def test_run_locates_a_changed_closure_constant_at_the_users_line(tmp_path):
         "print(float(step(jnp.ones((4, 4)), jnp.ones((3, 4))).sum()))\n",
     )
     outputs = _run_twice(tmp_path, script, "0.5", "0.7")
-    said = "the computation differs first at prog.py:9 (`jit(step)/mul`, `stablehlo.constant`): `0.5` → `0.7`"
+    said = (
+        "the computation differs first at prog.py:9 (`jit(step)/mul`, `stablehlo.constant`): `0.5` "
+        "→ `0.7`"
+    )
     assert said in outputs[1], outputs[1]
     assert "hint: prog.py:9 puts a value captured from Python" in outputs[1]
     persisted = [

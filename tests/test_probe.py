@@ -118,9 +118,18 @@ def test_inline_filter_jit_nested_is_marked_nested(jt):
     assert out.tolist() == [4.0, 4.0]
     df = jt.log(internal=False)
     nested = dict(zip(df["function"], df["nested"]))
-    assert nested["test_inline_filter_jit_nested_is_marked_nested.<locals>.outer"] == False  # noqa: E712
-    assert nested["test_inline_filter_jit_nested_is_marked_nested.<locals>.inner"] == True  # noqa: E712
-    assert nested["test_inline_filter_jit_nested_is_marked_nested.<locals>.<lambda>"] == True  # noqa: E712
+    assert (
+        nested["test_inline_filter_jit_nested_is_marked_nested.<locals>.outer"]  # noqa: E712
+        == False
+    )
+    assert (
+        nested["test_inline_filter_jit_nested_is_marked_nested.<locals>.inner"]  # noqa: E712
+        == True
+    )
+    assert (
+        nested["test_inline_filter_jit_nested_is_marked_nested.<locals>.<lambda>"]  # noqa: E712
+        == True
+    )
 
 
 def test_nested_jit_and_control_flow_bodies(jt):

@@ -217,12 +217,11 @@ def test_more_fails_at_the_users_line_fewer_is_reported(pytester):
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(
         [
-            "jaxtrace_nb: baseline compiles.json: 1 test(s) compared, 0 over the baseline, 1 under it",
-            "jaxtrace_nb: fewer than the baseline (not a failure; --jaxtrace-baseline-update records "
-            "it): "
-            "test_train.py::test_train: test_train.py::train_step traces: 2 → 1; "
-            "test_train.py::train_step "
-            "compiles: 2 → 1",
+            "jaxtrace_nb: baseline compiles.json: 1 test(s) compared, 0 over the baseline, 1 under "
+            "it",
+            "jaxtrace_nb: fewer than the baseline (not a failure; --jaxtrace-baseline-update "
+            "records it): test_train.py::test_train: test_train.py::train_step traces: 2 → 1; "
+            "test_train.py::train_step compiles: 2 → 1",
             "::notice file=test_train.py,line=*,title=jaxtrace_nb%3A "
             "test_train.py%3A%3Atest_train::fewer than the "
             "baseline: test_train.py::train_step traces: 2 → 1; *",
@@ -420,8 +419,8 @@ def test_retrace_error_is_public():
     assert repr(jaxtrace_nb.RetraceError("x")) == "RetraceError('x')"
     error = jaxtrace_nb.RetraceError("f was traced 2 times", event=Event(function="f"))
     error.add_note(
-        "--------------------\nFor simplicity, JAX has removed its internal frames from the traceback "
-        "of the following exception. Set JAX_TRACEBACK_FILTERING=off to include these."
+        "--------------------\nFor simplicity, JAX has removed its internal frames from the "
+        "traceback of the following exception. Set JAX_TRACEBACK_FILTERING=off to include these."
     )
     error.add_note("(a note of the user's)")
     assert error.__notes__ == ["(a note of the user's)"] and error.event.function == "f"

@@ -100,8 +100,8 @@ def test_guard_and_report(pytester):
             "*_ test_retraces _*",
             ">*train_step(jnp.ones(4))*the retrace*",
             _lit(
-                "E*RetraceError: train_step (*test_guarded.py:*) was traced 2 times, past max_traces=1.*"
-                "`x`*f32[3] → f32[4]*Hint: *"
+                "E*RetraceError: train_step (*test_guarded.py:*) was traced 2 times, past "
+                "max_traces=1.*`x`*f32[3] → f32[4]*Hint: *"
             ),
             "*(jaxtrace_nb: limit set by --jaxtrace-max-traces=1)",
         ]
@@ -111,8 +111,9 @@ def test_guard_and_report(pytester):
         [
             "*_ test_swallowed _*",
             _lit(
-                "E*RetraceError: train_step*traced 2 times, past max_traces=1*`x`*f32[20] → f32[21]*"
-                "(raised inside the test, which caught it; limit set by --jaxtrace-max-traces=1)"
+                "E*RetraceError: train_step*traced 2 times, past max_traces=1*`x`*f32[20] → "
+                "f32[21]*(raised inside the test, which caught it; limit set by "
+                "--jaxtrace-max-traces=1)"
             ),
         ]
     )
@@ -176,8 +177,8 @@ def test_every_report_format_has_a_test_column(pytester, suffix):
         static = text[text.index("jtnb-summary") :]
         static = static[: static.index("</table>")]
         assert (
-            "<th class='jtnb-c-tests' title='the pytest tests (node ids) whose calls traced it'>test</th>"
-            in static
+            "<th class='jtnb-c-tests' title='the pytest tests (node ids) whose calls traced "
+            "it'>test</th>" in static
         )
         cells = re.findall(
             r"<td class='jtnb-c-function'><code>(\w+)</code></td><td class='jtnb-c-tests'"
@@ -258,7 +259,8 @@ def test_bare_marker_means_one():
         [
             "*_ test_marked _*",
             _lit(
-                "E*RetraceError: step (*) was traced 2 times, past max_traces=1.*`x`*f32[30] → f32[31]*"
+                "E*RetraceError: step (*) was traced 2 times, past max_traces=1.*`x`*f32[30] → "
+                "f32[31]*"
             ),
             "*(jaxtrace_nb: limit set by @pytest.mark.jaxtrace(max_traces=1))",
         ]

@@ -1,6 +1,6 @@
-"""The sample outputs of README.md, docs/samples.md and docs/pytest.md are what their programs print now
-(`docs/readme_samples.py` writes them): each sample run again, compared with its block with every
-time masked."""
+"""The sample outputs of README.md, docs/samples.md and docs/pytest.md are what their programs print
+now (`docs/readme_samples.py` writes them): each sample run again, compared with its block with
+every time masked."""
 
 import importlib.util
 from pathlib import Path
@@ -16,11 +16,12 @@ _spec.loader.exec_module(samples)
 
 def test_the_mask_hides_times_and_nothing_else():
     said = (
-        "%%tracewatch: 2 trace(s), 2 compile(s); 0.086 s = trace 0.015 + lower 0.011 + XLA compile 0.059\n"
+        "%%tracewatch: 2 trace(s), 2 compile(s); 0.086 s = trace 0.015 + lower 0.011 + XLA compile "
+        "0.059\n"
         "step_fn                           2        2         11    0.015    0.011     0.059 "
         "structure    x\n"
-        "over 0.33 s of wall time (closest earlier key: the run of 2026-11-25 13:48:17, pid "
-        "11366 on vm)\n"
+        "over 0.33 s of wall time (closest earlier key: the run of 2026-11-25 13:48:17, pid 11366 "
+        "on vm)\n"
         "done 0.9901339411735535 · `0.001` → `0.0003`"
     )
     slower = (
@@ -45,8 +46,8 @@ def test_every_sample_is_what_its_program_prints():
 
     if jax.__version__ != samples.SAMPLES_JAX:
         pytest.skip(
-            f"the README's samples were made with JAX {samples.SAMPLES_JAX}; {jax.__version__} gives its "
-            "own equation counts and internal functions (CI's newest environment runs "
+            f"the README's samples were made with JAX {samples.SAMPLES_JAX}; {jax.__version__} "
+            "gives its own equation counts and internal functions (CI's newest environment runs "
             "this check)"
         )
     names = []

@@ -130,11 +130,12 @@ def test_groups_are_the_changes_applied():
 
 
 def test_merged_runs_group_each_persistent_cache_miss_by_its_own_words():
-    """Three runs' first traces of one function (merged logs): the first compile with the cache, then
-    two misses with one hint in different words. Each miss is a group of its own, notable though the
-    function's first event is not, and the headline says which miss needs no note."""
+    """Three runs' first traces of one function (merged logs): the first compile with the cache,
+    then two misses with one hint in different words. Each miss is a group of its own, notable
+    though the function's first event is not, and the headline says which miss needs no note."""
     words = [
-        "miss: the first compile of `jit_step` with this cache (its index holds no earlier key of that name)",
+        "miss: the first compile of `jit_step` with this cache (its index holds no earlier key of "
+        "that name)",
         "miss: the computation differs first (`stablehlo.constant`): `0.5` → `0.7` (closest "
         "earlier key: run 1)",
         "miss: the computation differs first (`stablehlo.constant`): `0.7` → `0.9` (closest "
@@ -188,7 +189,8 @@ def test_history_view_is_the_history_applied():
     assert view["title"] == "step (step.py:3): 6 event(s) in 3 group(s)"
     assert (
         view["note"]
-        == f"slowest: #{slowest + 1} trace (shape at x), {totals[slowest]:.3f} s, event {slowest + 1} of 6"
+        == f"slowest: #{slowest + 1} trace (shape at x), {totals[slowest]:.3f} s, event "
+        f"{slowest + 1} of 6"
     )
     assert [
         (
@@ -349,8 +351,8 @@ def test_counts_and_headline_are_the_events_applied():
 
 
 def test_a_report_made_with_internal_shows_the_internal_rows_by_default():
-    """`Report(..., internal=True).rows()` is the rows with `internal=True`: the helper the report was
-    given, shown. (mutant `Report.rows__mutmut_2` of benchmarks/mutation.py)"""
+    """`Report(..., internal=True).rows()` is the rows with `internal=True`: the helper the report
+    was given, shown. (mutant `Report.rows__mutmut_2` of benchmarks/mutation.py)"""
     events = _report().all_events()
     with_internal = Report(events, "t", internal=True)
     assert [r["function"] for r in with_internal.rows()] == ["step", "other", "add"]

@@ -1,5 +1,5 @@
-"""A trace's life (`_lifecycle`, `_functions`) against JAX's own count: the body of a jitted function
-counts its runs (JAX runs it once per trace), and each call says what it changed.
+"""A trace's life (`_lifecycle`, `_functions`) against JAX's own count: the body of a jitted
+function counts its runs (JAX runs it once per trace), and each call says what it changed.
 
 The log must hold one trace per body run, numbered 1, 2, … per function, each with the cause, leaf
 and before → after of the change the call applied against the closest earlier call (ties: the

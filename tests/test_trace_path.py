@@ -46,9 +46,9 @@ def _via_helper(f, x, depth):
 
 
 def _line(obj, marker: str) -> str:
-    """`file:line` of the one line of `obj`'s own source that ends with `marker` (a comment), found with
-    `inspect`: the line a call site must name, computed from the program's text, not from a walk of
-    the stack."""
+    """`file:line` of the one line of `obj`'s own source that ends with `marker` (a comment), found
+    with `inspect`: the line a call site must name, computed from the program's text, not from a
+    walk of the stack."""
     lines, first = inspect.getsourcelines(obj)
     hits = [first + i for i, text in enumerate(lines) if text.rstrip().endswith(marker)]
     assert len(hits) == 1, f"{marker!r} is on lines {hits} of {obj!r}"
@@ -216,8 +216,9 @@ def test_call_site_is_the_line_that_called(jt):
 
 
 def test_call_site_in_a_cell_is_its_line_in_that_cell(shell):
-    """In IPython a call site reads `In[n]:k`: line k of the cell that ran n-th, found in that cell's
-    own text; a helper defined in one cell and called from another is at its own cell's line."""
+    """In IPython a call site reads `In[n]:k`: line k of the cell that ran n-th, found in that
+    cell's own text; a helper defined in one cell and called from another is at its own cell's
+    line."""
     import jaxtrace_nb
 
     shell.run_cell("%load_ext jaxtrace_nb")
@@ -330,7 +331,8 @@ def _logged(jt, program, followed: bool) -> list:
 @pytest.mark.allows_unknown
 def test_events_built_when_read_are_those_built_at_the_trace(jt):
     """The same program gives the same events whether each trace's event (and the function's
-    state it reads) is made at the trace, as while a view follows the log, or when the log is read."""
+    state it reads) is made at the trace, as while a view follows the log, or when the log is
+    read."""
     logs = [_logged(jt, lambda: _program(jt), followed) for followed in (True, False)]
     assert logs[0] == logs[1]
     causes = [row[3] for row in logs[0]]
@@ -458,10 +460,10 @@ def test_a_trace_reads_the_state_its_function_had_when_it_started(jt):
 
 
 def test_a_trace_that_compiles_eagerly_inside_is_recorded(jt):
-    """An eager computation under ``jax.ensure_compile_time_eval`` inside a trace traces and compiles
-    at the top level (JAX reports the ends of those traces) while the outer trace is pending: each
-    end completes its own trace, and the outer one ends last, with its seconds and equations; the
-    same events come whether they are built at the trace or when the log is read."""
+    """An eager computation under ``jax.ensure_compile_time_eval`` inside a trace traces and
+    compiles at the top level (JAX reports the ends of those traces) while the outer trace is
+    pending: each end completes its own trace, and the outer one ends last, with its seconds and
+    equations; the same events come whether they are built at the trace or when the log is read."""
 
     def program():
         @jax.jit

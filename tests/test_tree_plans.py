@@ -219,9 +219,10 @@ def _spec(aval):
 
 
 def _read_both_ways(f, calls: list, monkeypatch) -> tuple[list, list, list]:
-    """Trace `f` with each ``(args, kwargs)`` of `calls`, reading every trace both ways: ((the record
-    read at once, the record read argument by argument), ...) where the first is not None; the code
-    names of the traces not read at once; (the plan found, the plan made afresh) of each."""
+    """Trace `f` with each ``(args, kwargs)`` of `calls`, reading every trace both ways: ((the
+    record read at once, the record read argument by argument), ...) where the first is not None;
+    the code names of the traces not read at once; (the plan found, the plan made afresh) of
+    each."""
     import jaxtrace_nb as jt
     from jaxtrace_nb._recording._session import get_session
 
@@ -287,7 +288,8 @@ def _read_both_ways(f, calls: list, monkeypatch) -> tuple[list, list, list]:
 
 
 def _whole_treedef() -> bool:
-    """JAX 0.9 - 0.10 hand the whole call's treedef to the trace; 0.8 and 0.11 are read argument by argument."""
+    """JAX 0.9 - 0.10 hand the whole call's treedef to the trace; 0.8 and 0.11 are read argument by
+    argument."""
     from jaxtrace_nb._recording._jax_internals import detect
 
     return type(detect().layout).__name__ == "FlatTreeLayout"
@@ -356,8 +358,8 @@ def test_a_plain_call_read_at_once_is_the_call_read_argument_by_argument(seed, m
 
 @pytest.mark.parametrize("seed", range(40))
 def test_a_function_whose_tree_changes_between_retraces_is_read_as_each_call_is(seed, monkeypatch):
-    """One function retraced with trees that change and come back (a key added, a list for a tuple, an
-    entry None): the plan kept with its last tree serves only a retrace with that same tree, and
+    """One function retraced with trees that change and come back (a key added, a list for a tuple,
+    an entry None): the plan kept with its last tree serves only a retrace with that same tree, and
     every reading at once is the reading argument by argument."""
     _needs_whole_treedef()
     rng = random.Random(1000 + seed)
@@ -386,8 +388,9 @@ def test_a_function_whose_tree_changes_between_retraces_is_read_as_each_call_is(
 
 
 def test_a_tree_with_a_str_subclass_key_is_read_but_not_kept(monkeypatch):
-    """A dict key of a ``str`` subclass is a user object. Such a call serializes as its ``str``-keyed
-    twin does, so it is read at once with the twin's plan; its treedef is not kept with the plan."""
+    """A dict key of a ``str`` subclass is a user object. Such a call serializes as its
+    ``str``-keyed twin does, so it is read at once with the twin's plan; its treedef is not kept
+    with the plan."""
     from jaxtrace_nb._recording._session import get_session
 
     class Key(str):

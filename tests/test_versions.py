@@ -26,7 +26,8 @@ def _installed_inside_range() -> bool:
 
 
 def _hooked_module():
-    """The module whose `test_event` jaxtrace_nb rebinds on this JAX (partial_eval, or 0.8's util)."""
+    """The module whose `test_event` jaxtrace_nb rebinds on this JAX (partial_eval, or 0.8's
+    util)."""
     from jax._src import util
 
     return pe if hasattr(pe, "test_event") else util
@@ -46,7 +47,8 @@ def _plain_forwarder(orig):
 
 @pytest.fixture(params=["version_older_than_supported", "internal_missing"])
 def reduced(request, monkeypatch):
-    """jaxtrace_nb stopped, on a JAX it must treat as unsupported; the JAX internal to leave alone."""
+    """jaxtrace_nb stopped, on a JAX it must treat as unsupported; the JAX internal to leave
+    alone."""
     jaxtrace_nb.stop()
     jaxtrace_nb.reset()
     assert not get_session().recording

@@ -62,8 +62,8 @@ def _pytest_log():
             test="tests/test_a.py::test_one",
             before="f32[2]",
             after="f32[3]",
-            explanation="`x` changed shape: f32[2] → f32[3]. Also changed: `opt_state[0].mu['w']` (shape), "
-            "`mask` (dtype).",
+            explanation="`x` changed shape: f32[2] → f32[3]. Also changed: `opt_state[0].mu['w']` "
+            "(shape), `mask` (dtype).",
         ),
         _event(
             2,
@@ -101,8 +101,8 @@ def test_groups_and_events_name_their_tests():
     report = Report(_pytest_log(), "pytest session")
     text = render_text(report)
     assert (
-        "step #2–#3 trace in tests/test_a.py::test_one, tests/test_a.py::test_two[0.0375]: ×2 shape at `x`"
-        in text
+        "step #2–#3 trace in tests/test_a.py::test_one, tests/test_a.py::test_two[0.0375]: ×2 "
+        "shape at `x`" in text
     ), text
     html = render_html(report)
     assert (

@@ -133,7 +133,8 @@ def _measures_by_thread(monkeypatch) -> list:
 
 def test_a_compiled_programs_profile_is_made_in_a_thread_of_our_own(jt, monkeypatch):
     """A compiled trace's walk runs in `_background`'s thread, submitted at its lowering (XLA's
-    compile, which follows, releases the GIL): never on the user's thread unless a read comes first."""
+    compile, which follows, releases the GIL): never on the user's thread unless a read comes
+    first."""
     import time
 
     probe = jt.get_session().probe
@@ -281,7 +282,8 @@ def test_a_job_left_behind_makes_nothing_of_another_trace_under_the_same_key(jt,
 
 def test_a_trace_evicted_from_those_waiting_is_measured_and_its_profile_given_up(jt, monkeypatch):
     """Past `_MAX_UNPROFILED` traces waiting (never compiled, never read), the oldest is measured on
-    the spot (its size and loop, as at every trace's end before) and not walked on the trace path."""
+    the spot (its size and loop, as at every trace's end before) and not walked on the trace
+    path."""
     import threading
 
     monkeypatch.setattr(_measure, "_MAX_UNPROFILED", 1)
@@ -759,7 +761,8 @@ def test_a_live_reports_caption_is_the_timelines(seed):
 
 
 def test_plot_timeline_draws_with_matplotlib(jt):
-    import matplotlib  # in the test extra: missing, this fails (it is jt.plot_timeline()'s optional extra)
+    # in the test extra: missing, this fails (it is jt.plot_timeline()'s optional extra)
+    import matplotlib
 
     matplotlib.use("Agg")
     step = jax.jit(lambda x: x * 2)
@@ -771,8 +774,8 @@ def test_plot_timeline_draws_with_matplotlib(jt):
 
 
 def test_a_saved_plot_timeline_keeps_every_label_inside_the_figure(jt, tmp_path):
-    """`jt.plot_timeline()` then `savefig`, as a script does: no text of the figure is cut by its edge
-    (long qualified names as y labels, the caption, the right axis' label)."""
+    """`jt.plot_timeline()` then `savefig`, as a script does: no text of the figure is cut by its
+    edge (long qualified names as y labels, the caption, the right axis' label)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -1001,7 +1004,8 @@ _SERVED_BY_THE_CACHE = textwrap.dedent("""
     jax.config.update("jax_compilation_cache_dir", sys.argv[1])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-    if sys.argv[2] == "skipped":  # JAX looks nothing up, as where it cannot make a key ("skipping the cache")
+    if sys.argv[2] == "skipped":  # JAX looks nothing up, as where it cannot make a key \
+("skipping the cache")
         from jax._src import compilation_cache
         compilation_cache.is_cache_used = lambda backend: False
     import jaxtrace_nb as jt
@@ -1016,7 +1020,8 @@ _SERVED_BY_THE_CACHE = textwrap.dedent("""
     after_compile = _measure.Measurer._after_compile
     _measure.Measurer._after_compile = lambda self, trace: (
         queued.append((phase[0], dict(seen), "at its end")), after_compile(self, trace))[1]
-    LineProfiler.profile = lambda self, *a, **k: (walks.append((phase[0], threading.current_thread().name)),
+    LineProfiler.profile = lambda self, *a, **k: (walks.append((phase[0], \
+threading.current_thread().name)),
                                                   profile(self, *a, **k))[1]
 
     def drain():
@@ -1040,8 +1045,10 @@ _SERVED_BY_THE_CACHE = textwrap.dedent("""
     phase[0] = "read"
     df = jt.log(internal=False)
     print(json.dumps({"queued": queued, "walks": walks, "cache": df["persistent_cache"].tolist(),
-                      "eqns": [int(n) for n in df["eqns_total"]], "profiled": df["line_profile"].notna().tolist(),
-                      "per_keqn": df["compile_s_per_keqn"].notna().tolist(), "faults": jt.faults()}))
+                      "eqns": [int(n) for n in df["eqns_total"]], \
+"profiled": df["line_profile"].notna().tolist(),
+                      "per_keqn": df["compile_s_per_keqn"].notna().tolist(), \
+"faults": jt.faults()}))
 """).replace("COUNT_JAX_EVENTS\n", _COUNT_JAX_EVENTS)
 
 
@@ -1107,7 +1114,8 @@ _SERVED_BACK_TO_BACK = textwrap.dedent("""
     walks = []
     COUNT_JAX_EVENTS
     profile = LineProfiler.profile
-    LineProfiler.profile = lambda self, *a, **k: (walks.append(dict(seen)), profile(self, *a, **k))[1]
+    LineProfiler.profile = lambda self, *a, **k: (walks.append(dict(seen)), \
+profile(self, *a, **k))[1]
 
     def walked(n, within):
         deadline = time.monotonic() + within
@@ -1133,15 +1141,16 @@ _SERVED_BACK_TO_BACK = textwrap.dedent("""
         jax.jit(lambda x: jnp.cos(x) - 5)(x).block_until_ready()  # looked up, compiled by XLA
     done = walked(before + 4, 10)
     print(json.dumps({"served": served, "walks": walks[before:], "during": during, "done": done,
-                      "cache": jt.log(internal=False)["persistent_cache"].tolist(), "faults": jt.faults()}))
+                      "cache": jt.log(internal=False)["persistent_cache"].tolist(), \
+"faults": jt.faults()}))
 """).replace("COUNT_JAX_EVENTS\n", _COUNT_JAX_EVENTS)
 
 
 @pytest.mark.parametrize("case", ["quiet", "lookup", "at the latest"])
 def test_programs_served_back_to_back_are_walked_once_loads_stop_or_xla_compiles(tmp_path, case):
-    """Programs the persistent cache serves back to back (a warm start: all Python) are walked by our
-    thread once no load has come for `AFTER_COMPILE_DELAY_S`, not between them ("quiet": 1 s, the
-    loads 0.5 s apart, where a walk at a fixed delay after each load fell among them); at once
+    """Programs the persistent cache serves back to back (a warm start: all Python) are walked by
+    our thread once no load has come for `AFTER_COMPILE_DELAY_S`, not between them ("quiet": 1 s,
+    the loads 0.5 s apart, where a walk at a fixed delay after each load fell among them); at once
     where JAX then looks up a key XLA will compile, the GIL free while it does ("lookup"); at the
     latest `MAX_AFTER_COMPILE_WAIT_S` after the first ("at the latest")."""
     out = _run_with_a_cache(_SERVED_BACK_TO_BACK, tmp_path, case)

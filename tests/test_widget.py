@@ -1,4 +1,5 @@
-"""The report model, its views and the trace table widget's kernel side, for a known log; a real kernel.
+"""The report model, its views and the trace table widget's kernel side, for a known log; a real
+kernel.
 
 Sorting, filtering and paging happen in the browser (`_widget.js`); `tests/test_browser.py`
 drives them in a real JupyterLab and in the self-contained report.
@@ -435,8 +436,8 @@ def test_live_table_is_throttled_flushed_and_closed(monkeypatch):
 
 
 def test_the_live_table_draws_the_timeline_only_while_its_box_is_open():
-    """The SVG of thousands of compiles is megabytes: the table sends its caption always and draws it
-    (the same SVG as `_timeline.svg`) only while the view's timeline box is open."""
+    """The SVG of thousands of compiles is megabytes: the table sends its caption always and draws
+    it (the same SVG as `_timeline.svg`) only while the view's timeline box is open."""
     from jaxtrace_nb._views._timeline import svg, timeline
 
     log = EventLog()
@@ -570,8 +571,8 @@ def test_notebook_keeps_widget_state_and_static_report(tmp_path):
 
     state, static = table(2)
     assert (
-        "step #2–#3 trace: ×2 shape at `x`: f32[1] → f32[2], f32[2] → f32[3] · first called at In[3]:2"
-        in static["text/plain"]
+        "step #2–#3 trace: ×2 shape at `x`: f32[1] → f32[2], f32[2] → f32[3] · first called at "
+        "In[3]:2" in static["text/plain"]
     )
     assert "step #4 trace: static at `tag`" in static["text/plain"]
     assert (
@@ -644,14 +645,14 @@ def test_events_of_several_processes_add_the_cross_process_section(tmp_path):
 # ------------------------------------------------------------------ the persistent compilation
 # cache
 _MISS = (
-    "miss: XLA flags differ: `--xla_cpu_enable_fast_math=false` added (closest earlier key of `jit_train`: "
-    "the run of 2025-01-01 11:00:00, pid 42 on host)"
+    "miss: XLA flags differ: `--xla_cpu_enable_fast_math=false` added (closest earlier key of "
+    "`jit_train`: the run of 2025-01-01 11:00:00, pid 42 on host)"
 )
 
 
 def _cache_log():
-    """train missed the persistent cache (XLA flags), eval hit it, init is its first compile there, warm was
-    too fast to cache; an injection rides in the words."""
+    """train missed the persistent cache (XLA flags), eval hit it, init is its first compile there,
+    warm was too fast to cache; an injection rides in the words."""
     train = _event(0, "train", hint="The runs that share this cache set different `XLA_FLAGS`.")
     train.persistent_cache, train.hint_ids = _MISS + " " + INJECTION, "cache.xla_flags"
     evaluate, init, warm = _event(1, "evaluate"), _event(2, "init"), _event(3, "warm")
@@ -673,8 +674,8 @@ def test_a_persistent_cache_miss_is_shown_in_every_view():
         "with this cache), 1 not cached"
     )
     assert (
-        "      persistent cache miss: XLA flags differ: `--xla_cpu_enable_fast_math=false` added (closest earlier "
-        "key of `jit_train`"
+        "      persistent cache miss: XLA flags differ: `--xla_cpu_enable_fast_math=false` added "
+        "(closest earlier key of `jit_train`"
     ) in text
     assert "hint: The runs that share this cache set different `XLA_FLAGS`." in text
     assert (

@@ -68,7 +68,8 @@ def wrapper_package(jit_kind: str) -> str | None:
 
 
 def origins() -> dict[str, str]:
-    """Each origin of a static value -> how a hint names its mechanism (" (`static_argnums`/...)")."""
+    """Each origin of a static value -> how a hint names its mechanism
+    (" (`static_argnums`/...)")."""
     return {
         origin: words
         for adapter in _registry.registered()

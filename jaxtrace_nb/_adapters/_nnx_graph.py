@@ -28,7 +28,8 @@ DEFAULT_METADATA = frozenset(
 
 
 def is_type(obj: Any, name: str, modules: tuple | str) -> bool:
-    """Whether `obj`'s type is named `name` and defined in `modules` (a module, or prefixes of one)."""
+    """Whether `obj`'s type is named `name` and defined in `modules` (a module, or prefixes of
+    one)."""
     t = type(obj)
     module = getattr(t, "__module__", "") or ""
     return t.__name__ == name and (
@@ -320,5 +321,6 @@ def _nested_items(state: Any, keys: tuple, out: list) -> None:
 
 
 def is_hidden(key: Any, helper: bool) -> bool:
-    """Whether an attribute is NNX's bookkeeping (or a helper container's private one), not shown."""
+    """Whether an attribute is NNX's bookkeeping (or a helper container's private one), not
+    shown."""
     return type(key) is str and (key.startswith(_HIDDEN_PREFIX) or (helper and key.startswith("_")))

@@ -55,7 +55,8 @@ class Evidence(NamedTuple):
 
     @property
     def owner_is_library(self) -> bool:
-        """Whether the innermost custom container is a library's class (its fields are the library's)."""
+        """Whether the innermost custom container is a library's class (its fields are the
+        library's)."""
         package = self.owner.split(".", 1)[0]
         return bool(package) and any(package in adapter.packages for adapter in registered())
 
@@ -90,7 +91,8 @@ class Adapter(Protocol):
 
     * `name`: the library as its users call it ("equinox").
     * `packages`: the top-level packages whose files are the library's own.
-    * `jit`: its `JitWrapper` (None: it has none); which traced function is the wrapper's, `wraps` says.
+    * `jit`: its `JitWrapper` (None: it has none); which traced function is the wrapper's, `wraps`
+      says.
     * `origins`: each origin of a static value the adapter makes (an `Origin`, or a member of
       a str-valued enum of its own) -> how a hint names that mechanism, e.g.
       ``" (`eqx.field(static=True)`)"``.
@@ -111,10 +113,12 @@ class Adapter(Protocol):
     precedence: int
 
     def available(self) -> bool:
-        """Whether the library is imported (``"equinox" in sys.modules``); it is never imported here."""
+        """Whether the library is imported (``"equinox" in sys.modules``); it is never imported
+        here."""
 
     def wraps(self, fun: Any) -> bool:
-        """Whether `fun`, a function JAX traces, is the library's jit wrapper around a user's function."""
+        """Whether `fun`, a function JAX traces, is the library's jit wrapper around a user's
+        function."""
 
     def decode_call(self, start: TraceStart, decoder: CallReader) -> DecodedCall | None:
         """The traced call in the user's names when `start.fun` is the library's jit wrapper

@@ -48,9 +48,10 @@ class Diffrax(Library):
     packages = ("diffrax", "lineax", "optimistix")
     precedence = 25  # before Equinox: it reads `diffeqsolve`'s `eqx.filter_jit` call first
     origins = {
-        DiffraxOrigin.SAVEAT: " (an option of `diffrax.SaveAt`: what `diffeqsolve` saves, which shapes its output)",
-        DiffraxOrigin.MAX_STEPS: " (`max_steps` of `diffrax.diffeqsolve`: it sizes the buffers `diffeqsolve` "
-        "compiles, so it is a Python int, never an array)",
+        DiffraxOrigin.SAVEAT: " (an option of `diffrax.SaveAt`: what `diffeqsolve` saves, which "
+        "shapes its output)",
+        DiffraxOrigin.MAX_STEPS: " (`max_steps` of `diffrax.diffeqsolve`: it sizes the buffers "
+        "`diffeqsolve` compiles, so it is a Python int, never an array)",
     }
     hints = (
         Hint(
@@ -132,7 +133,8 @@ def _short(qualified: str) -> str:
 
 
 def _retagged(item: Any, origin: str) -> Any:
-    """`item` with `origin` when it is a static leaf Equinox made (a non-array value), else as is."""
+    """`item` with `origin` when it is a static leaf Equinox made (a non-array value), else as
+    is."""
     if (
         type(item) is Placeholder
         and item.leaf.kind == LeafKind.STATIC

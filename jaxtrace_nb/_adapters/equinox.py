@@ -141,7 +141,8 @@ def filter_jit_function(start) -> Any:
 
 
 def decode_filter_jit(start) -> DecodedCall | None:
-    """An ``eqx.filter_jit`` call in the user's names (see the module's docstring); None for another call."""
+    """An ``eqx.filter_jit`` call in the user's names (see the module's docstring); None for another
+    call."""
     if (
         not _is_filter_jit(start.fun)
         or len(start.positional) != 3
@@ -200,7 +201,8 @@ def decode_filter_jit(start) -> DecodedCall | None:
 
 
 def _merged(avals: list, static_leaves: list) -> list:
-    """One part's leaves: a placeholder for each dynamic leaf's aval, a static leaf for each other."""
+    """One part's leaves: a placeholder for each dynamic leaf's aval, a static leaf for each
+    other."""
     merged = []
     for i, static in enumerate(static_leaves):
         index, aval = avals[i] if i < len(avals) else (-1, None)
@@ -214,7 +216,8 @@ def _merged(avals: list, static_leaves: list) -> list:
 
 
 def _module_call_identity(module: Any, debug_info: Any) -> tuple:
-    """(qualname, file, line) of an `eqx.Module`'s ``__call__``, the function a jitted module runs."""
+    """(qualname, file, line) of an `eqx.Module`'s ``__call__``, the function a jitted module
+    runs."""
     call = getattr(type(module), "__call__", None)
     code = getattr(call, "__code__", None)
     if code is not None:
@@ -224,7 +227,8 @@ def _module_call_identity(module: Any, debug_info: Any) -> tuple:
 
 
 def _dynamic_avals(vals: list, donate, nodonate) -> dict[str, list]:
-    """Equinox's dynamic leaves: part ("fun", "first", "rest") -> [(flat index, aval) or (-1, None)]."""
+    """Equinox's dynamic leaves: part ("fun", "first", "rest") -> [(flat index, aval) or (-1,
+    None)]."""
     dynamic: dict[str, list] = {}
     for arg in (donate, nodonate):
         index = arg.start

@@ -1,7 +1,7 @@
 """Flax NNX: ``nnx.jit`` calls and NNX modules in the module's own attribute names.
 
-``nnx.jit(f)`` (``flax/nnx/transforms/compilation.py``; Flax 0.12.0 and 0.12.8 tested) jits a ``JitFn``
-(``functools.update_wrapper``-ed to `f`, the user's function in ``.f``) called with the
+``nnx.jit(f)`` (``flax/nnx/transforms/compilation.py``; Flax 0.12.0 and 0.12.8 tested) jits a
+``JitFn`` (``functools.update_wrapper``-ed to `f`, the user's function in ``.f``) called with the
 user's arguments after ``extract.to_tree``: every graph node (a ``Module``, an
 ``Optimizer``, ``Rngs``, a ``Variable``) becomes an ``extract.NodeStates`` pytree whose
 ``_graphdef`` is a ``GraphDef`` (a static pytree, so node data in the treedef) and whose
@@ -300,7 +300,8 @@ def _node_data(obj: Any) -> Any:
 
 
 def _walk_variable(walker, prefix: str, obj: Any) -> bool:
-    """A Variable as a pytree: its value under the variable's own path, its type and metadata as a node."""
+    """A Variable as a pytree: its value under the variable's own path, its type and metadata as a
+    node."""
     metadata = _node_data(obj)
     for name in ("_raw_value", "raw_value"):  # Flax 0.12.1 and later; 0.12.0
         try:

@@ -36,7 +36,8 @@ class Jax(Library):
         Origin.NODE_METADATA: " (a custom pytree node's metadata)",
         PytreeOrigin.DATACLASS_META: " (a `register_dataclass` meta field)",
         PytreeOrigin.PARTIAL_FUNC: " (the function of a `jax.tree_util.Partial`)",
-        PytreeOrigin.STRUCT_FIELD: " (a dataclass field declared `pytree_node=False`, e.g. `flax.struct.field`)",
+        PytreeOrigin.STRUCT_FIELD: " (a dataclass field declared `pytree_node=False`, e.g. "
+        "`flax.struct.field`)",
     }
     hints = (
         Hint(

@@ -246,7 +246,8 @@ def index_report(path: str) -> str:
         for name, seen, key in keys:
             by_name.setdefault(name, []).append((seen, key))
         lines = [
-            f"Persistent compilation cache index ({path}): {len(keys)} key(s) of {len(by_name)} computation(s)"
+            f"Persistent compilation cache index ({path}): {len(keys)} key(s) of {len(by_name)} "
+            "computation(s)"
         ]
         names = sorted(by_name, key=lambda n: -max(k.last_seen for _, k in by_name[n]))
         for name in names[:MAX_INDEX_NAMES]:
@@ -258,7 +259,8 @@ def index_report(path: str) -> str:
                     lines.append(f"      {_against(reader, key, [k for _, k in entries[:i]])}")
         if len(names) > MAX_INDEX_NAMES:
             lines.append(
-                f"  … {len(names) - MAX_INDEX_NAMES} more computation(s) (jt.load of the cache directory)"
+                f"  … {len(names) - MAX_INDEX_NAMES} more computation(s) (jt.load of the cache "
+                "directory)"
             )
         return "\n".join(lines)
     finally:
@@ -273,8 +275,8 @@ def _key_line(key: EarlierKey, seen: int) -> str:
     reason = f" ({key.reason})" if key.reason else ""
     where = f", for `{key.function}` at {key.location}" if key.function and key.location else ""
     return (
-        f"{when}, pid {key.pid} on {key.host}{where}: computed {seen} time(s), last {outcome}{reason}; "
-        f"JAX {key.facts.get('jax', '?')}"
+        f"{when}, pid {key.pid} on {key.host}{where}: computed {seen} time(s), last "
+        f"{outcome}{reason}; JAX {key.facts.get('jax', '?')}"
     )
 
 

@@ -1,11 +1,12 @@
-"""The index beside JAX's persistent compilation cache: every key's parts, across runs and processes.
+"""The index beside JAX's persistent compilation cache: every key's parts, across runs and
+processes.
 
 One SQLite file per cache (`index_path`: ``<cache dir>/jaxtrace_nb/index.sqlite``; JAX's own
 eviction only looks at its ``*-cache`` files), shared by every process using that cache:
 
 * **safe with several writers**: WAL journal, a busy timeout, and every batch of writes (at most
-  `_MAX_BATCH` records) one ``BEGIN IMMEDIATE`` transaction (the write lock is taken first, so two writers never deadlock
-  upgrading a read); readers never wait for writers;
+  `_MAX_BATCH` records) one ``BEGIN IMMEDIATE`` transaction (the write lock is taken first, so two
+  writers never deadlock upgrading a read); readers never wait for writers;
 * **bounded**: at most `MAX_KEYS_PER_NAME` keys per computation name and `MAX_KEYS` in all (the
   least recently seen go first), canonical modules for `MAX_MODULES_PER_NAME` keys per name, at
   most `MAX_MODULE_BYTES` each (compressed) and `MAX_MODULES_BYTES` in all;
@@ -40,7 +41,8 @@ MAX_KEYS = 20_000
 MAX_MODULES_PER_NAME = 16
 MAX_MODULE_BYTES = 16 << 20  # compressed; a larger module is indexed without it
 MAX_MODULES_BYTES = 256 << 20
-MAX_QUEUED = 1024  # records waiting in the writer's queue (as many again in a batch it gathers); more are dropped
+# records waiting in the writer's queue (as many again in a batch it gathers); more are dropped
+MAX_QUEUED = 1024
 BUSY_TIMEOUT_S = 10.0
 _PRUNE_EVERY = 256  # writes between two global prunings (and one at the first write)
 _MAX_BATCH = (
@@ -325,8 +327,8 @@ def put(
     location: str | None,
     now: float | None = None,
 ) -> None:
-    """Remember `record`'s key (and its canonical module, for a key that missed), in one transaction,
-    keeping the per-name bounds."""
+    """Remember `record`'s key (and its canonical module, for a key that missed), in one
+    transaction, keeping the per-name bounds."""
     prepared = _prepared(record)
     if prepared is not None:
         with _transaction(con):
@@ -392,13 +394,14 @@ def _put_rows(
         )
     if module is not None:
         con.execute(
-            "INSERT INTO modules(computation, module_name, size, data, last_seen) VALUES (?, ?, ?, ?, ?) "
+            "INSERT INTO modules(computation, module_name, size, data, last_seen) "
+            "VALUES (?, ?, ?, ?, ?) "
             "ON CONFLICT(computation) DO UPDATE SET last_seen=excluded.last_seen",
             (computation, record.module_name, len(module), module, now),
         )
         con.execute(
-            "DELETE FROM modules WHERE module_name=? AND computation NOT IN (SELECT computation FROM "
-            "modules WHERE module_name=? ORDER BY last_seen DESC LIMIT ?)",
+            "DELETE FROM modules WHERE module_name=? AND computation NOT IN "
+            "(SELECT computation FROM modules WHERE module_name=? ORDER BY last_seen DESC LIMIT ?)",
             (record.module_name, record.module_name, MAX_MODULES_PER_NAME),
         )
 
@@ -561,7 +564,8 @@ class IndexWriter:
         return job
 
     def flush(self, timeout: float) -> bool:
-        """Wait up to `timeout` seconds for every record submitted so far; whether they all are in."""
+        """Wait up to `timeout` seconds for every record submitted so far; whether they all are
+        in."""
         marker = Job(None, False, None, None)  # type: ignore[arg-type]
         self._hurried.set()
         try:
@@ -613,8 +617,8 @@ class IndexWriter:
 
     def _quiet_wait(self, batch: list) -> bool:
         """Wait until no record has come for `WRITE_DELAY_S` (at most `MAX_WRITE_WAIT_S` from the
-        first one; not past `MAX_QUEUED` records waiting), a flush or a read hurries, or the writer is
-        closed (True)."""
+        first one; not past `MAX_QUEUED` records waiting), a flush or a read hurries, or the writer
+        is closed (True)."""
         deadline = batch[0].came + MAX_WRITE_WAIT_S
         while not self._hurried.is_set() and len(batch) < MAX_QUEUED:
             wait = min(batch[-1].came + WRITE_DELAY_S, deadline) - time.monotonic()
@@ -645,7 +649,8 @@ class IndexWriter:
         return False
 
     def _write(self, con: sqlite3.Connection | None, batch: list) -> sqlite3.Connection | None:
-        """Compare and write `batch`'s records, at most `_MAX_BATCH` a transaction; every job done after."""
+        """Compare and write `batch`'s records, at most `_MAX_BATCH` a transaction; every job done
+        after."""
         jobs = [job for job in batch if job.record is not None]  # (not the flush markers)
         try:
             if jobs and self.error is None and con is None:
@@ -663,9 +668,9 @@ class IndexWriter:
         return con
 
     def _write_batch(self, con: sqlite3.Connection, jobs: list) -> sqlite3.Connection | None:
-        """`jobs` in one transaction; where it fails after taking the write lock, one by one, so that a
-        bad record costs only itself. The connection, or None where it is left unusable (reopened
-        at the next batch)."""
+        """`jobs` in one transaction; where it fails after taking the write lock, one by one, so
+        that a bad record costs only itself. The connection, or None where it is left unusable
+        (reopened at the next batch)."""
         prepared = [_prepared(job.record) for job in jobs]  # (compressed before the write lock)
         began = False
         try:

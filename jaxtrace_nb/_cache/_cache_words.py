@@ -3,7 +3,8 @@
 Every compile made while the cache is on gets a verdict in the `persistent_cache` column:
 
 * ``hit``: served by the cache (nothing else is claimed);
-* ``not cached: …``: JAX would not cache this compile (too fast, too small, host callbacks): not a miss;
+* ``not cached: …``: JAX would not cache this compile (too fast, too small, host callbacks): not a
+  miss;
 * ``miss: …``: JAX looked the key up and found no entry, and why: the same key seen before and not
   written then (or evicted since); the first compile of that name with this cache; or the parts of
   the key that differ from the closest earlier key of the same name, each in words (flags added or
@@ -63,7 +64,8 @@ def verdict(record: CacheKeyRecord) -> str:
 
 
 def verdict_word(text: str | None) -> str:
-    """The leading word(s) of a `persistent_cache` text: "hit", "miss", "not cached" ("" for none)."""
+    """The leading word(s) of a `persistent_cache` text: "hit", "miss", "not cached" ("" for
+    none)."""
     if not text:
         return ""
     for word in (HIT, NOT_CACHED, MISS):
@@ -106,18 +108,20 @@ def explain(
         who = _run_words(same, run)
         if same.written and comparison.entry_exists is False:
             text = (
-                f"this key was written by {who}, and its entry is no longer in the cache (evicted under "
-                "`jax_compilation_cache_max_size`, or deleted)"
+                f"this key was written by {who}, and its entry is no longer in the cache (evicted "
+                "under `jax_compilation_cache_max_size`, or deleted)"
             )
         elif same.written:
             text = (
-                f"the cache holds an entry for this key (written by {who}) that JAX did not use (a read "
-                "error: see JAX's warning; or `jax_compilation_cache_check_contents`, which "
-                "compiles each key "
-                "once per process)"
+                f"the cache holds an entry for this key (written by {who}) that JAX did not use (a "
+                "read error: see JAX's warning; or `jax_compilation_cache_check_contents`, which "
+                "compiles each key once per process)"
             )
         else:
-            text = f"this key was compiled before ({who}) and not written then: {same.reason or 'not eligible'}"
+            text = (
+                f"this key was compiled before ({who}) and not written then: "
+                f"{same.reason or 'not eligible'}"
+            )
         return Explained(_clip(f"{MISS}: {text}"), None, "")
     closest = comparison.closest
     if closest is None:
@@ -168,7 +172,8 @@ def _differences(
     for part in parts:
         if part == "backend version":
             sentences.append(
-                f"backend {' '.join(old.get('backend') or ['?'])} → {' '.join(new.get('backend') or ['?'])}"
+                f"backend {' '.join(old.get('backend') or ['?'])} → "
+                f"{' '.join(new.get('backend') or ['?'])}"
             )
         elif part == "XLA flags":
             sentences.append(_flags(old.get("xla_flags") or [], new.get("xla_flags") or []))
@@ -207,8 +212,8 @@ def _differences(
                 hint = hints.text("cache.constant", where=place(computation.source))
         elif part == "compression":
             sentences.append(
-                f"compression {old.get('compression') or '?'} → {new.get('compression') or '?'} (the "
-                "`zstandard` package is installed for one run only)"
+                f"compression {old.get('compression') or '?'} → {new.get('compression') or '?'} "
+                "(the `zstandard` package is installed for one run only)"
             )
         elif part == "custom_hook":
             sentences.append(
@@ -287,7 +292,8 @@ def _compile_options(
 
 
 def compile_option_changes(old: dict[str, str], new: dict[str, str]) -> list[tuple[str, str, str]]:
-    """(field, before, after) of every compile option field that differs (`_jax_cache_text.compile_options_fields`)."""
+    """(field, before, after) of every compile option field that differs
+    (`_jax_cache_text.compile_options_fields`)."""
     return [
         (k, old.get(k, "(absent)"), new.get(k, "(absent)"))
         for k in sorted(set(old) | set(new))
@@ -305,11 +311,17 @@ def _computation(d: Difference | None, place: Callable[[str], str]) -> str:
     if d.kind == Differs.UNREAD:
         return "the computation differs"
     if d.kind == Differs.NONE:
-        return "the computation prints the same and its bytecode differs (another MLIR version wrote it)"
+        return (
+            "the computation prints the same and its bytecode differs (another MLIR version wrote "
+            "it)"
+        )
     if d.kind == Differs.ARGUMENT:
         return f"the computation differs in argument `{d.path or '?'}`: {d.old} → {d.new}"
     if d.kind == Differs.RESULT:
-        return f"the computation differs in its result{f' `{d.path}`' if d.path else ''}: {d.old} → {d.new}"
+        return (
+            f"the computation differs in its result{f' `{d.path}`' if d.path else ''}: {d.old} → "
+            f"{d.new}"
+        )
     if d.kind == Differs.SIGNATURE:
         return f"the computation takes {d.old} → {d.new}"
     at = f" at {place(d.source)}" if d.source else ""

@@ -191,7 +191,10 @@ class KeyReader:
         one-line notice when keys cannot be read on this JAX ('' when they can)."""
         self.reason = _detect()
         if self.reason:
-            return f"jaxtrace_nb: {self.reason}; persistent compilation cache misses are not explained."
+            return (
+                f"jaxtrace_nb: {self.reason}; persistent compilation cache misses are not "
+                "explained."
+            )
         import jax
         from jax._src import cache_key, compilation_cache, config
 
@@ -295,7 +298,8 @@ class KeyReader:
         )
 
     def finish(self, pending: Pending, seconds: float | None) -> CacheKeyRecord:
-        """The compile ended after `seconds`: its record, with why JAX did not write it, if it did not."""
+        """The compile ended after `seconds`: its record, with why JAX did not write it, if it did
+        not."""
         outcome = {"hit": "hit", "written": "written"}.get(pending.outcome, "not_written")
         parts = pending.parts
         names = tuple(name for name, _, _ in parts)
@@ -371,8 +375,8 @@ class KeyReader:
             return f"only process 0 writes the cache, and this is process {process}", True
         if pending.host_callbacks and not writes_callbacks:
             return (
-                "it uses host callbacks (`jax.debug.print`, `jax.pure_callback`, …), which this JAX never "
-                "caches"
+                "it uses host callbacks (`jax.debug.print`, `jax.pure_callback`, …), which this "
+                "JAX never caches"
             ), False
         if seconds is not None and seconds < min_time:
             return (
@@ -381,16 +385,18 @@ class KeyReader:
             ), False
         if seconds is not None and seconds < min_time + 0.05 * max(1.0, min_time):
             return (
-                f"compiled in about {seconds:.3f} s, at `jax_persistent_cache_min_compile_time_secs`="
-                f"{min_time:g} (JAX times the XLA compile alone, a little less)"
+                f"compiled in about {seconds:.3f} s, at "
+                f"`jax_persistent_cache_min_compile_time_secs`={min_time:g} (JAX times the XLA "
+                "compile alone, a little less)"
             ), False
         if min_size > 0:
             return (
-                f"its entry was under `jax_persistent_cache_min_entry_size_bytes`={min_size} (or JAX could "
-                "not write it)"
+                f"its entry was under `jax_persistent_cache_min_entry_size_bytes`={min_size} (or "
+                "JAX could not write it)"
             ), False
         return (
-            "JAX did not write its entry (larger than `jax_compilation_cache_max_size`, or the write failed)",
+            "JAX did not write its entry (larger than `jax_compilation_cache_max_size`, or the "
+            "write failed)",
             True,
         )
 

@@ -49,7 +49,8 @@ class Background:
         jobs.put((time.monotonic() + (self.delay if delay is None else delay), job, argument))
 
     def hurry(self) -> None:
-        """Start the job the thread waits for now (or end its `pause`), or the next job if none waits."""
+        """Start the job the thread waits for now (or end its `pause`), or the next job if none
+        waits."""
         self._hurried.set()
 
     def pause(self, seconds: float) -> bool:

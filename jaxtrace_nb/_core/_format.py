@@ -32,7 +32,8 @@ def _roots() -> list[str]:
 
 
 def short_path(path: str | None) -> str:
-    """`path` (a file, or `file:line`) as a reader wants it: inside its package, or relative to cwd."""
+    """`path` (a file, or `file:line`) as a reader wants it: inside its package, or relative to
+    cwd."""
     if not path:
         return path or ""
     return _short_path(path, os.getcwd(), len(sys.path))
@@ -125,7 +126,8 @@ def seconds(value) -> str:
 
 
 def tail(text: str, width: int) -> str:
-    """`text` in `width` characters: whole, or its tail after "…" (a qualified name's last part says most)."""
+    """`text` in `width` characters: whole, or its tail after "…" (a qualified name's last part says
+    most)."""
     return text if len(text) <= width else "…" + text[len(text) - width + 1 :]
 
 

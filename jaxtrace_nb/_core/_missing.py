@@ -40,7 +40,8 @@ def number(value: Any) -> float | None:
 
 
 def json_value(value: Any) -> Any:
-    """`value` as JSON carries it: None when missing or an infinite float, a datetime as ISO text."""
+    """`value` as JSON carries it: None when missing or an infinite float, a datetime as ISO
+    text."""
     if (isinstance(value, float) and not math.isfinite(value)) or missing(value):
         return None
     return value.isoformat() if isinstance(value, datetime.datetime) else value

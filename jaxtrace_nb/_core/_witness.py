@@ -256,7 +256,8 @@ class Witness:
         a, b = self.value(), other.value()
         if a is _MISSING or b is _MISSING:
             if self.by_identity or other.by_identity:
-                return False  # a gone object is not the live one (nor another gone one, kept apart by JAX)
+                # a gone object is not the live one (nor another gone one, kept apart by JAX)
+                return False
             return self.hash is not None and self.hash == other.hash  # (not certain: see `certain`)
         if a is b:
             return True

@@ -185,12 +185,13 @@ def diagnose(
                 )
             elif cache_cleared:
                 notes.append(
-                    "JAX's caches were cleared (`jax.clear_caches()`) since this function's last trace."
+                    "JAX's caches were cleared (`jax.clear_caches()`) since this function's last "
+                    "trace."
                 )
     if forgotten:
         notes.append(
-            f"(jaxtrace_nb's bound on kept keys dropped {forgotten} earlier key(s) of this function that "
-            "JAX may still hold: a closer one may exist.)"
+            f"(jaxtrace_nb's bound on kept keys dropped {forgotten} earlier key(s) of this "
+            "function that JAX may still hold: a closer one may exist.)"
         )
     notes = [n for n in notes if n]
     if not notes:
@@ -206,7 +207,8 @@ _MAX_TIES_READ = 16
 
 
 def _tie_note(new: Signature, pool: list, numbers: list, found) -> str:
-    """The earlier keys as close as the one named that differ elsewhere (up to two), by trace number."""
+    """The earlier keys as close as the one named that differ elsewhere (up to two), by trace
+    number."""
     if not found.ties or len(numbers) != len(pool):
         return ""
     named = {c.path for c in found.changes} | set(found.context)
@@ -253,8 +255,8 @@ def _diagnose(
             leaf=name,
             before=f"by {was}",
             after=f"by {now}",
-            explanation=f"{_q(name)} was passed by {was} and is now passed by {now}: JAX's cache key keeps positional and "
-            "keyword arguments apart, so the call has a new input "
+            explanation=f"{_q(name)} was passed by {was} and is now passed by {now}: JAX's cache "
+            "key keeps positional and keyword arguments apart, so the call has a new input "
             "structure.",
             hint=hints.text("structure.call", name),
             distance=len(moved),
@@ -410,8 +412,8 @@ def _same_key(new: Signature, old: Signature, cleared: str | None) -> Diagnosis:
             leaf=None,
             before=before,
             after=after,
-            explanation="JAX's cache key differs in its input pytree where jaxtrace_nb's reading of the arguments shows no "
-            f"difference: {where}.",
+            explanation="JAX's cache key differs in its input pytree where jaxtrace_nb's reading "
+            f"of the arguments shows no difference: {where}.",
             hint="",
             distance=0,
         )
@@ -423,7 +425,8 @@ def _same_key(new: Signature, old: Signature, cleared: str | None) -> Diagnosis:
             leaf=None,
             before=None,
             after=None,
-            explanation=f"The decoded arguments match an earlier trace, but JAX's cache key differs in: {what}"
+            explanation="The decoded arguments match an earlier trace, but JAX's cache key differs "
+            f"in: {what}"
             + (
                 " (the function's name, source location or argument names)"
                 if parts[0] == "debug info"
@@ -442,12 +445,11 @@ def _same_key(new: Signature, old: Signature, cleared: str | None) -> Diagnosis:
             leaf=None,
             before=clip(old.leaves[unsure[0]].text),
             after=clip(leaf.text),
-            explanation="Every part of JAX's cache key that jaxtrace_nb can compare equals an earlier trace's; "
-            f"{', '.join(_q(p) for p in unsure[:_MAX_LISTED])} it cannot: JAX compares "
-            f"{'it' if len(unsure) == 1 else 'them'} with `==`, but a `{leaf.type_name}` takes no "
-            "weak reference "
-            "and has no plain form, so only its hash was kept (equal here, which does not make it "
-            "equal).",
+            explanation="Every part of JAX's cache key that jaxtrace_nb can compare equals an "
+            f"earlier trace's; {', '.join(_q(p) for p in unsure[:_MAX_LISTED])} it cannot: JAX "
+            f"compares {'it' if len(unsure) == 1 else 'them'} with `==`, but a `{leaf.type_name}` "
+            "takes no weak reference and has no plain form, so only its hash was kept (equal here, "
+            "which does not make it equal).",
             hint="",
             distance=0,
         )
@@ -457,7 +459,8 @@ def _same_key(new: Signature, old: Signature, cleared: str | None) -> Diagnosis:
         leaf=None,
         before=None,
         after=None,
-        explanation=f"Traced again with a cache key identical to an earlier trace of this function: {seen}"
+        explanation="Traced again with a cache key identical to an earlier trace of this function: "
+        f"{seen}"
         + (
             "."
             if cleared
@@ -503,8 +506,8 @@ def diagnose_compile(new: Signature, previous: Sequence[Signature], *, traced: b
             leaf=None,
             before=None,
             after=None,
-            explanation="Compiled again for the same program and arguments as an earlier compile of this function: "
-            "JAX's compile cache no longer held it.",
+            explanation="Compiled again for the same program and arguments as an earlier compile "
+            "of this function: JAX's compile cache no longer held it.",
             hint="",
         )
     if ctx:
@@ -515,8 +518,8 @@ def diagnose_compile(new: Signature, previous: Sequence[Signature], *, traced: b
     sharding = cause == Cause.SHARDING
     if sharding:
         explanation = (
-            f"Compiled again without a new trace: {_q(first.path)} changed placement: {before} → {after} "
-            "(committed device, sharding or layout are part of the compile's key)."
+            f"Compiled again without a new trace: {_q(first.path)} changed placement: {before} → "
+            f"{after} (committed device, sharding or layout are part of the compile's key)."
         )
     else:
         explanation = (
@@ -554,12 +557,11 @@ def _other_program(new: Signature, previous: Sequence[Signature], traced: bool) 
             leaf=None,
             before=None,
             after=None,
-            explanation="First compile of a program JAX derived from this function by differentiation (`jax.grad`, "
-            "`jax.value_and_grad`, `jax.vjp`, `jax.jvp` of it: its forward and backward programs, "
-            "whose arguments "
-            "are not the function's own). JAX compiles each derived program once for each trace of "
-            "the "
-            "function; it is not a change of the function's arguments.",
+            explanation="First compile of a program JAX derived from this function by "
+            "differentiation (`jax.grad`, `jax.value_and_grad`, `jax.vjp`, `jax.jvp` of it: its "
+            "forward and backward programs, whose arguments are not the function's own). JAX "
+            "compiles each derived program once for each trace of the function; it is not a change "
+            "of the function's arguments.",
             hint="",
         )
     alike = [
@@ -579,9 +581,9 @@ def _other_program(new: Signature, previous: Sequence[Signature], traced: bool) 
                 leaf=first.path,
                 before=before,
                 after=after,
-                explanation=f"Compiled a new program JAX derived from this function (e.g. batched by `jax.vmap`) for new "
-                f"argument types: {_q(first.path)} changed {_WHAT[cause]}: {before} → "
-                f"{after}.",
+                explanation="Compiled a new program JAX derived from this function (e.g. batched "
+                f"by `jax.vmap`) for new argument types: {_q(first.path)} changed {_WHAT[cause]}: "
+                f"{before} → {after}.",
                 hint="",
                 distance=len(changes),
             )
@@ -591,10 +593,9 @@ def _other_program(new: Signature, previous: Sequence[Signature], traced: bool) 
             leaf=None,
             before=None,
             after=None,
-            explanation="First compile of another program under this function's name: one JAX derived from it (e.g. batched "
-            "by `jax.vmap`) for arguments of other types. JAX compiles each such program once; it "
-            "is not a change "
-            "of the function's own arguments.",
+            explanation="First compile of another program under this function's name: one JAX "
+            "derived from it (e.g. batched by `jax.vmap`) for arguments of other types. JAX "
+            "compiles each such program once; it is not a change of the function's own arguments.",
             hint="",
         )
     return Diagnosis(
@@ -602,15 +603,16 @@ def _other_program(new: Signature, previous: Sequence[Signature], traced: bool) 
         leaf=None,
         before=None,
         after=None,
-        explanation="Compiled without a new trace: the function was traced before recording started, "
-        "or its trace was served from JAX's cache.",
+        explanation="Compiled without a new trace: the function was traced before recording "
+        "started, or its trace was served from JAX's cache.",
         hint="",
     )
 
 
 def kept_lowering(new: Signature, previous: Sequence[Signature]) -> Signature:
-    """`new` as the function's lowerings keep it: a program under the function's name that none of its
-    earlier compiles had is marked as derived from it (compared with its like at the next one)."""
+    """`new` as the function's lowerings keep it: a program under the function's name that none of
+    its earlier compiles had is marked as derived from it (compared with its like at the next
+    one)."""
     if (
         new.jit_kind == LoweringKind.LOWERING
         and previous
@@ -621,13 +623,13 @@ def kept_lowering(new: Signature, previous: Sequence[Signature]) -> Signature:
 
 
 def as_consequence(d: Diagnosis, caller: str, number: int | None) -> Diagnosis:
-    """`d`, of a trace made while `caller` was traced again (its trace `number`): said to follow from
-    that retrace, which its own row explains, with no fix of its own."""
+    """`d`, of a trace made while `caller` was traced again (its trace `number`): said to follow
+    from that retrace, which its own row explains, with no fix of its own."""
     if d.cause in (None, Cause.FIRST, Cause.NEW_FUNCTION) or not number or number < 2:
         return d
     return d._replace(
-        explanation=f"Traced while `{caller}` was traced again (its trace #{number}), with the arguments that trace "
-        f"made: a consequence of `{caller}`'s retrace, whose row says why. "
+        explanation=f"Traced while `{caller}` was traced again (its trace #{number}), with the "
+        f"arguments that trace made: a consequence of `{caller}`'s retrace, whose row says why. "
         f"{d.explanation}",
         hint="",
         hint_id=None,

@@ -9,8 +9,8 @@ fetched only when digests differ, to name the leaves by comparing their forms.
 
 What cannot travel: a static value JAX compares by identity (a function, an object without a plain
 form) is another object in every process, so its form is its type and the recorder's stable name
-of it (``form`` starts with ``identity:``); one kept only by a weak reference or a hash travels as its
-type and text (``text:``), and a difference found there is said to be one of texts. The trace
+of it (``form`` starts with ``identity:``); one kept only by a weak reference or a hash travels as
+its type and text (``text:``), and a difference found there is said to be one of texts. The trace
 context is not compared (JAX's axis environment holds per-process identities).
 
 Who differs (`judge`): the processes are grouped by the digest of their n-th compared key of the

@@ -313,7 +313,8 @@ def _dtype(e: Evidence) -> tuple[str, dict] | None:
     if any(d.startswith("key<") for d in dtypes):
         return "dtype.key", {}
     if old and new and getattr(old.token, "abstract", "") != getattr(new.token, "abstract", ""):
-        return None  # an array and a mutable ref (or another kind): the explanation says which; no fix to give
+        # an array and a mutable ref (or another kind): the explanation says which; no fix to give
+        return None
     found = _adapters.choose_hint(e)
     if found is not None:
         return found

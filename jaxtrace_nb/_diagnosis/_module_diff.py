@@ -169,7 +169,8 @@ def first_difference(
 def _signature_difference(
     old_line: str, new_line: str, new_text: list[str], aliases: dict, arg_paths: tuple = ()
 ) -> Difference | None:
-    """The first argument or result of ``main`` whose type differs (an argument by its pytree path)."""
+    """The first argument or result of ``main`` whose type differs (an argument by its pytree
+    path)."""
     raw = next(
         (line.strip() for line in new_text if line.strip().startswith("func.func")), new_line
     )

@@ -98,7 +98,8 @@ def signature_column(leaves: Mapping[str, str], max_chars: int = _SIGNATURE_MAX_
 
 
 def parse_signature_column(text: Any) -> dict[str, str] | None:
-    """The ``{path: leaf text}`` of a ``signature`` column value, or None when absent or unreadable."""
+    """The ``{path: leaf text}`` of a ``signature`` column value, or None when absent or
+    unreadable."""
     if not isinstance(text, str) or not text:
         return None
     try:
@@ -153,8 +154,8 @@ def _clip(text: str) -> str:
 def differences(events) -> list[Difference]:
     """Every leaf of a function's n-th trace that differs between the processes in `events`.
 
-    `events`: a list of :class:`~jaxtrace_nb._log._events.Event` (or any objects with the log's column
-    names as attributes), or the DataFrame of ``jt.load([...])``. Returns [] when the events
+    `events`: a list of :class:`~jaxtrace_nb._log._events.Event` (or any objects with the log's
+    column names as attributes), or the DataFrame of ``jt.load([...])``. Returns [] when the events
     come from fewer than two processes. What is compared, and what cannot be seen: the module
     docstring. Ordered by function (first traced first), then trace number.
     """
@@ -294,7 +295,8 @@ def _grouped(values: tuple) -> list[tuple[str, str]]:
 _BASIS_NOTE = {  # shown in the text section; the HTML section's "compared" column says it always
     "arguments": "",
     "retrace": "",
-    "argument bytes": "XLA's argument bytes differ: some argument's shape or dtype differs (no leaf recorded)",
+    "argument bytes": "XLA's argument bytes differ: some argument's shape or dtype differs (no "
+    "leaf recorded)",
 }
 
 
@@ -331,7 +333,8 @@ def _e(value: Any) -> str:
 
 
 def render_html_section(diffs: list[Difference]) -> str:
-    """The "Differs across processes" section as an HTML fragment (every value escaped); "" when empty."""
+    """The "Differs across processes" section as an HTML fragment (every value escaped); "" when
+    empty."""
     if not diffs:
         return ""
     parts = [

@@ -108,16 +108,17 @@ class Baseline:
             self.tests = data["tests"]
 
     def budget(self, test: str) -> dict[str, dict[str, int]]:
-        """Per function, the traces and compiles the baseline allows `test` (none if it is absent)."""
+        """Per function, the traces and compiles the baseline allows `test` (none if it is
+        absent)."""
         return self.tests.get(test, {})
 
     def knows(self, test: str) -> bool:
         return test in self.tests
 
     def write(self, results: dict[str, dict], forget: set[str] = frozenset()) -> int:
-        """Write the file: the tests of `results` as they ran now (one with no trace leaves the file),
-        the others as they were, less those in `forget` (tests that no longer exist). Returns how
-        many tests it holds."""
+        """Write the file: the tests of `results` as they ran now (one with no trace leaves the
+        file), the others as they were, less those in `forget` (tests that no longer exist). Returns
+        how many tests it holds."""
         tests = {t: v for t, v in self.tests.items() if t not in results and t not in forget}
         tests.update({t: v for t, v in results.items() if v})
         self.tests = tests
@@ -220,8 +221,8 @@ def past_message(event: Event, done: str, count: int, limit: str) -> str:
     hint = f" Hint: {event.hint}" if event.hint else ""
     times = {1: "once", 2: "twice"}.get(count, f"{count} times")
     return (
-        f"{event.function} ({event.location}{called}) was {done} {times}, past {limit}. {what} cause: "
-        f"{event.cause}{where}{change}. {event.explanation}{hint}"
+        f"{event.function} ({event.location}{called}) was {done} {times}, past {limit}. {what} "
+        f"cause: {event.cause}{where}{change}. {event.explanation}{hint}"
     )
 
 

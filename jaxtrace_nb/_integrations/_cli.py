@@ -35,7 +35,8 @@ examples:
   python -m jaxtrace_nb run train.py --lr 3e-4          # report on stderr at exit
   python -m jaxtrace_nb run --persist traces.jsonl -m mypkg.train
   python -m jaxtrace_nb run --max-traces 1 train.py     # stop at the first retrace of any function
-  python -m jaxtrace_nb run --divergence=raise train.py # fail where processes compile different programs
+  python -m jaxtrace_nb run --divergence=raise train.py # fail where processes compile
+                                                        # different programs
   python -m jaxtrace_nb report p0.jsonl p1.jsonl        # merge the logs of a multi-process run
   python -m jaxtrace_nb report traces.jsonl -o report.html
   python -m jaxtrace_nb report /data/jax_cache           # every key of that cache, and what changed
@@ -84,11 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
     commands.required = True
     run = commands.add_parser(
         "run",
-        help="run a script or module, recording every jit trace and compile; report to stderr at exit",
+        help="run a script or module, recording every jit trace and compile; report to stderr at "
+        "exit",
         description=_RUN_DESCRIPTION,
         epilog=_RUN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        usage="python -m jaxtrace_nb run [-h] [--persist PATH] [--max-traces N] [--max-retraces N]\n"
+        usage="python -m jaxtrace_nb run [-h] [--persist PATH] [--max-traces N] "
+        "[--max-retraces N]\n"
         "                              [--divergence {warn,raise,off}]\n"
         "                              (script.py | -m module) [args ...]",
     )
@@ -138,10 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser(
         "report",
         help="print the report of one or more persisted logs, or write it as HTML",
-        description="Report on logs written with `run --persist` or jaxtrace_nb.start(persist=...). "
-        "Several logs (one per process of a multi-process run) are merged in time "
-        "order; "
-        "functions whose traces differ between processes are listed.",
+        description="Report on logs written with `run --persist` or "
+        "jaxtrace_nb.start(persist=...). Several logs (one per process of a multi-process run) are "
+        "merged in time order; functions whose traces differ between processes are listed.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     report.add_argument(

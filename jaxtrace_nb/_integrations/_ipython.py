@@ -35,7 +35,8 @@ def _display_report(events, title: str, *, internal: bool, dropped: int = 0) -> 
 
 
 def _display_live_table(title: str, *, since: int, internal: bool, dropped: int = 0):
-    """Show a table that follows the log from seq `since`; returns (table, static display handle)."""
+    """Show a table that follows the log from seq `since`; returns (table, static display
+    handle)."""
     from .._views._widget import TraceTable
 
     table = TraceTable(Report((), title, internal=internal, dropped=dropped), show_all=internal)
@@ -119,29 +120,27 @@ class TracewatchMagics(Magics):
         type=int,
         default=None,
         metavar="N",
-        help="Cell mode: stop the cell with RetraceError when any one function (not JAX's internal helpers) "
-        "is traced for the (N+1)-th time inside this cell. Traces made before this cell do "
-        "not count: "
-        "a function compiled in an earlier cell may still be traced N more times here.",
+        help="Cell mode: stop the cell with RetraceError when any one function (not JAX's internal "
+        "helpers) is traced for the (N+1)-th time inside this cell. Traces made before this cell "
+        "do not count: a function compiled in an earlier cell may still be traced N more times "
+        "here.",
     )
     @magic_arguments.argument(
         "--max-retraces",
         type=int,
         default=None,
         metavar="N",
-        help="Cell mode: stop the cell with RetraceError at the (N+1)-th retrace inside this cell of any one "
-        "function, a retrace being a trace of a function already traced before, in this cell "
-        "or in an "
-        "earlier one. --max-retraces 0 stops at the first retrace: the first trace of a "
-        "function "
-        "that was already compiled before this cell, or the second trace of one first traced "
-        "here.",
+        help="Cell mode: stop the cell with RetraceError at the (N+1)-th retrace inside this cell "
+        "of any one function, a retrace being a trace of a function already traced before, in this "
+        "cell or in an earlier one. --max-retraces 0 stops at the first retrace: the first trace "
+        "of a function that was already compiled before this cell, or the second trace of one "
+        "first traced here.",
     )
     @magic_arguments.argument(
         "--internal",
         action="store_true",
-        help="Also show internal functions: the jitted helpers of JAX and libraries (eager jnp ops, "
-        "convert_element_type, ...), hidden by default.",
+        help="Also show internal functions: the jitted helpers of JAX and libraries (eager jnp "
+        "ops, convert_element_type, ...), hidden by default.",
     )
     @magic_arguments.argument("--quiet", action="store_true", help="Record, but display nothing.")
     @magic_arguments.argument(

@@ -2,7 +2,7 @@
 
     pytest --jaxtrace-max-traces=1          # fail a test in which one jitted function traces twice
     pytest --jaxtrace-report=traces.html    # record the whole session, write the report at the end
-    pytest --jaxtrace-baseline=compiles.json                              # compare with the budget file
+    pytest --jaxtrace-baseline=compiles.json            # compare with the budget file
     pytest --jaxtrace-baseline=compiles.json --jaxtrace-baseline-update   # write it
 
     @pytest.mark.jaxtrace(max_traces=1)     # the same guard for one test
@@ -283,8 +283,8 @@ class _Active:
 
     def _baseline_note(self) -> str:
         return (
-            f"baseline {os.path.relpath(self.baseline.path, self.root)}; if the new count is intended, "
-            f"run pytest with {_UPDATE}"
+            f"baseline {os.path.relpath(self.baseline.path, self.root)}; if the new count is "
+            f"intended, run pytest with {_UPDATE}"
         )
 
     # ------------------------------------------------------------ reports: JUnit XML, GitHub
@@ -391,8 +391,8 @@ class _Active:
         }
         held = self.baseline.write(self.results, gone)
         text = (
-            f"baseline written to {self.baseline.path}: {len(self.results)} test(s) recorded, {held} with "
-            "traces in the file"
+            f"baseline written to {self.baseline.path}: {len(self.results)} test(s) recorded, "
+            f"{held} with traces in the file"
         )
         if gone:
             text += f", {len(gone)} test(s) that no longer exist removed"
@@ -408,13 +408,13 @@ class _Active:
             name = os.path.relpath(self.baseline.path, self.root)
             compared = len(self.counted)
             write(
-                f"jaxtrace_nb: baseline {name}: {compared} test(s) compared, {len(self.over)} over the baseline, "
-                f"{len(self.fewer)} under it"
+                f"jaxtrace_nb: baseline {name}: {compared} test(s) compared, {len(self.over)} over "
+                f"the baseline, {len(self.fewer)} under it"
             )
             for test, lines in self.fewer.items():
                 write(
-                    f"jaxtrace_nb: fewer than the baseline (not a failure; {_UPDATE} records it): {test}: "
-                    + "; ".join(lines)
+                    f"jaxtrace_nb: fewer than the baseline (not a failure; {_UPDATE} records it): "
+                    f"{test}: " + "; ".join(lines)
                 )
         if os.environ.get("GITHUB_ACTIONS") == "true":
             for level, file, line, title, message in self.annotations:
@@ -422,7 +422,8 @@ class _Active:
 
 
 def _cold_start(session) -> None:
-    """A test's traces from empty JAX caches and a fresh count per function (the baseline's terms)."""
+    """A test's traces from empty JAX caches and a fresh count per function (the baseline's
+    terms)."""
     import sys
 
     jax = sys.modules.get("jax")

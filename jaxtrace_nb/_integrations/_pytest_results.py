@@ -11,16 +11,17 @@ from .._core._vocabulary import EventKind
 
 
 def add_properties(item, report, properties: list) -> None:
-    """JUnit XML properties of the test (pytest writes the test's own, `item.user_properties`, as its
-    teardown report carries them: the way of ``record_property``), also on this report."""
+    """JUnit XML properties of the test (pytest writes the test's own, `item.user_properties`, as
+    its teardown report carries them: the way of ``record_property``), also on this report."""
     item.user_properties.extend(properties)
     report.user_properties.extend(properties)
 
 
 def end_at_user_line(excinfo) -> tuple[str, int] | None:
     """Make pytest's traceback of a `RetraceError` end at the user's line (leaving out the library
-    frames after it: a jit wrapper such as ``nnx.jit``'s, JAX's own when its filtering is off, ours);
-    returns that line (file, 1-based), or None when the error was raised after the test returned.
+    frames after it: a jit wrapper such as ``nnx.jit``'s, JAX's own when its filtering is off,
+    ours); returns that line (file, 1-based), or None when the error was raised after the test
+    returned.
 
     A new chain of traceback entries (`user_traceback`), not a slice of pytest's: pytest cuts a
     traceback at the test function by following the raw entries' links from there."""
@@ -57,7 +58,8 @@ def github_annotation(level: str, file: str, line: int, title: str, message: str
 
 
 def past_limit(watch, limit: int) -> str | None:
-    """The message of the RetraceError `watch` raised (the test caught it), or None if it raised none.
+    """The message of the RetraceError `watch` raised (the test caught it), or None if it raised
+    none.
 
     Read from the watch's own count, so that it agrees with the guard exactly.
     """

@@ -113,7 +113,8 @@ class _Recording:
         except Exception as e:  # never let our start break the program's `import jax`
             self.error = f"{type(e).__name__}: {e}"
             print(
-                f"jaxtrace_nb: could not start recording ({self.error}); the program runs unrecorded.",
+                f"jaxtrace_nb: could not start recording ({self.error}); the program runs "
+                "unrecorded.",
                 file=sys.stderr,
             )
 

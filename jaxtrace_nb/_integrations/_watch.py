@@ -129,7 +129,8 @@ class Watch:
 
 # ----------------------------------------------------------- the user's traceback
 def library_frame(frame) -> bool:
-    """A frame of JAX, of a library or of ours: hidden (`__tracebackhide__`), installed, or the stdlib's."""
+    """A frame of JAX, of a library or of ours: hidden (`__tracebackhide__`), installed, or the
+    stdlib's."""
     filename = frame.f_code.co_filename
     try:
         hidden = bool(frame.f_locals.get("__tracebackhide__"))

@@ -81,7 +81,8 @@ def parameters(fn: Any, drop_first: bool = False) -> tuple[list[str], str | None
 
 
 def arg_name(i: int, positional: list[str], var: str | None) -> str:
-    """The name of positional argument `i`: its parameter's, else ``args[k]`` (or the *args name)."""
+    """The name of positional argument `i`: its parameter's, else ``args[k]`` (or the *args
+    name)."""
     if i < len(positional):
         return positional[i]
     return f"{var or 'args'}[{i - len(positional)}]"

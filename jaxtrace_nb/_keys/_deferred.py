@@ -95,7 +95,8 @@ class DeferredSignature:
 
 
 def key_parts(key: tuple) -> tuple:
-    """((part, hash), ...) of JAX's tracing-cache key (`cache_key`; JAX hashed its parts already)."""
+    """((part, hash), ...) of JAX's tracing-cache key (`cache_key`; JAX hashed its parts
+    already)."""
     return tuple(zip((name for name, _ in key), key_hashes(key)))
 
 

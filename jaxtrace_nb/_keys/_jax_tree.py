@@ -33,7 +33,10 @@ class TreeDifference(NamedTuple):
 
     def sentence(self) -> str:
         where = f"at input path {self.path}" if self.path else "at the root of the arguments"
-        return f"{where}, JAX's treedef equality finds the {self.what} different: {self.before} → {self.after}"
+        return (
+            f"{where}, JAX's treedef equality finds the {self.what} different: {self.before} → "
+            f"{self.after}"
+        )
 
 
 class JaxTree:
@@ -76,7 +79,8 @@ def handle(owner: Any, attr: str = "tree") -> JaxTree | None:
 
 
 def tree_difference(new: Any, old: Any) -> TreeDifference | None:
-    """The first place, depth first, where JAX's treedef equality finds `new` and `old` different."""
+    """The first place, depth first, where JAX's treedef equality finds `new` and `old`
+    different."""
     stack = [("", new, old)]
     seen = 0
     while stack and seen < _MAX_NODES:

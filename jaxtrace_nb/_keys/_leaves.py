@@ -91,8 +91,8 @@ def _abstract_kind(aval: Any) -> str:
 
 
 def _type_extras(aval: Any) -> str:
-    """The parts of an abstract value's type beyond shape, dtype, weak type and mesh axes, where they
-    are not the default: its varying manual axes (under ``shard_map``) and its memory space."""
+    """The parts of an abstract value's type beyond shape, dtype, weak type and mesh axes, where
+    they are not the default: its varying manual axes (under ``shard_map``) and its memory space."""
     parts = []
     try:
         manual = getattr(aval, "manual_axis_type", None)  # JAX 0.10
@@ -194,7 +194,8 @@ def type_name(t: type) -> str:
 def container_leaf(
     kind: type, keys: list, children: list, vals: list, start: int, raw_keys=None
 ) -> Leaf:
-    """A dict, list or tuple read from its treedef: its kind, size (or keys), and what its elements are."""
+    """A dict, list or tuple read from its treedef: its kind, size (or keys), and what its elements
+    are."""
     name = kind.__name__
     if kind is dict:
         return dict_leaf(keys, raw_keys)
@@ -234,8 +235,8 @@ def dict_leaf(keys: list, raw_keys: list | None) -> Leaf:
 
 
 def custom_node_leaf(kind: type, n: int, dict_keys: list | None = None) -> Leaf:
-    """A custom pytree node (a module, a dataclass, a named tuple, a ``FrozenDict``): its type, which
-    JAX compares by identity (a class defined again is another node type)."""
+    """A custom pytree node (a module, a dataclass, a named tuple, a ``FrozenDict``): its type,
+    which JAX compares by identity (a class defined again is another node type)."""
     name = getattr(kind, "__qualname__", None) or getattr(kind, "__name__", "?")
     if dict_keys:
         shown = ", ".join(dict_key_text(k) for k in dict_keys[:6]) + (

@@ -89,7 +89,8 @@ _UNPLANNED = BoundedSet(
 def tree_plan(td: Any) -> Plan | None:
     """The steps that `Walker.tree` takes for `td`, with paths relative to the argument and
     leaf positions relative to its first leaf; None unless `td` is made of dicts with string
-    keys, lists, tuples and None (found by JAX's serialization of it, see the module's docstring)."""
+    keys, lists, tuples and None (found by JAX's serialization of it, see the module's
+    docstring)."""
     try:
         key = hash(td)
     except Exception:  # node data that cannot be hashed: walked
@@ -181,7 +182,8 @@ def keys_are_str(td: Any) -> bool:
 
 
 def _every_dict_entry_has_leaves(td: Any) -> bool:
-    """Whether every entry of every dict in `td` holds at least one leaf (so its key is in a name)."""
+    """Whether every entry of every dict in `td` holds at least one leaf (so its key is in a
+    name)."""
     return not any(child.num_leaves == 0 for _, children in _dicts(td) for child in children)
 
 

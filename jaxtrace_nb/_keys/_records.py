@@ -153,7 +153,8 @@ class CacheKeyRecord(NamedTuple):
 
 
 class EarlierKey(NamedTuple):
-    """A key the index beside the cache remembers (`_cache_index`): who computed it, and its parts."""
+    """A key the index beside the cache remembers (`_cache_index`): who computed it, and its
+    parts."""
 
     key: str
     run: str  # the recording run that last computed it ("host:pid:start")
@@ -175,7 +176,8 @@ class EarlierKey(NamedTuple):
 
 
 class CacheComparison(NamedTuple):
-    """A miss's key against the index beside the cache (made by `_cache_index`, worded by `_cache_words`)."""
+    """A miss's key against the index beside the cache (made by `_cache_index`, worded by
+    `_cache_words`)."""
 
     same: EarlierKey | None  # this very key, computed before (by this run or another)
     closest: EarlierKey | None  # the other key of the same name whose parts differ least

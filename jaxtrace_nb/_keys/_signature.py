@@ -277,13 +277,15 @@ def context_changes(new: Signature, old: Signature) -> list[str]:
 def closest(
     new: Signature, previous: Sequence[Signature]
 ) -> tuple[Signature, list[Change], list[str]]:
-    """The earlier signature with the fewest differences from `new`: (it, leaf changes, context changes)."""
+    """The earlier signature with the fewest differences from `new`: (it, leaf changes, context
+    changes)."""
     found = search(new, previous)
     return previous[found.index], found.changes, found.context
 
 
 class Found(NamedTuple):
-    """The closest earlier key (`search`): its index, its differences, and the other keys as close."""
+    """The closest earlier key (`search`): its index, its differences, and the other keys as
+    close."""
 
     index: int
     changes: list[Change]
@@ -295,8 +297,8 @@ class Found(NamedTuple):
 def search(new: Signature, previous: Sequence[Signature]) -> Found:
     """The earlier key closest to `new` among all of `previous` (oldest first): the fewest differing
     components, ties broken as JAX's explainer breaks them (`partial_eval.explain`: the lowest layer
-    that differs, trace context before input pytree before types, then the fewest differences there),
-    then the most recent. Each key's count stops once it passes the best so far."""
+    that differs, trace context before input pytree before types, then the fewest differences
+    there), then the most recent. Each key's count stops once it passes the best so far."""
     best, ranked = None, []  # ranked: (JAX's rank, -index) of each key as close as the best so far
     for i in range(len(previous) - 1, -1, -1):
         limit = best if best is not None else 1 << 30

@@ -41,7 +41,8 @@ def _dead_ref() -> None:
 
 
 class CallPath(NamedTuple):
-    """The stack of the last `call_site`: the library frames' code objects up to the user's frame."""
+    """The stack of the last `call_site`: the library frames' code objects up to the user's
+    frame."""
 
     codes: tuple
     user_code: Callable[[], Any]  # a weak reference to the user frame's code object
@@ -81,7 +82,8 @@ class CallSites:
         )  # (id(code), variable name) -> (weak ref to the code, lines)
 
     def location(self, filename: str, line: int) -> str:
-        """ "file:line", or "In[5]:3" for a notebook cell (asked each time; other files' texts are kept)."""
+        """ "file:line", or "In[5]:3" for a notebook cell (asked each time; other files' texts are
+        kept)."""
         text = self._locations.get((filename, line))
         if text is not None:
             return text
@@ -179,7 +181,8 @@ class CallSites:
         return text
 
     def _line(self, key: tuple, code: Any, line: int) -> int:
-        """Keep `line` for `key` (`call_site`), with a weak reference to `code`, which `key` names by id."""
+        """Keep `line` for `key` (`call_site`), with a weak reference to `code`, which `key` names
+        by id."""
         try:
             ref = weakref.ref(code)
         except TypeError:
@@ -219,7 +222,8 @@ class CallSites:
         return None
 
     def _stores(self, code: Any, name: str) -> tuple[int, ...]:
-        """The lines of `code` that assign the variable `name` (its bytecode's stores), kept per code."""
+        """The lines of `code` that assign the variable `name` (its bytecode's stores), kept per
+        code."""
         key = (id(code), name)
         known = self._store_lines.get(key)
         if known is not None and known[0]() is code:

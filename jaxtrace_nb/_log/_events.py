@@ -132,7 +132,10 @@ class _EventMethods:
         return sum(v for v in (self.trace_s, self.lower_s, self.compile_s) if v is not None)
 
     def __repr__(self) -> str:
-        return f"Event({self.function!r}, {self.kind}, #{self.trace_number}, {self.cause}, {self.leaf!r})"
+        return (
+            f"Event({self.function!r}, {self.kind}, #{self.trace_number}, {self.cause}, "
+            f"{self.leaf!r})"
+        )
 
 
 # Each column's values, by its kind in `COLUMN_TYPES` (a log read back from disk holds the enums'
@@ -232,7 +235,8 @@ class EventLog:
             self._notify(event, "update")
 
     def guard(self, event: Event) -> None:
-        """Show a trace's event to the guards before the trace runs; a guard's exception propagates."""
+        """Show a trace's event to the guards before the trace runs; a guard's exception
+        propagates."""
         __tracebackhide__ = True
         for check in list(self._guards):
             check(event)

@@ -3,8 +3,8 @@
 `graph_stats` measures a traced jaxpr: its equations at the top level and in every
 sub-jaxpr, and the longest stretch in which one block of primitives repeats back to
 back (`find_unrolled`), which is what a Python ``for`` loop leaves in a jaxpr once
-unrolled. `XlaReads` reads what XLA reports of a compiled executable, where that is cheap. Jaxprs and
-executables are read by duck typing, never kept.
+unrolled. `XlaReads` reads what XLA reports of a compiled executable, where that is cheap. Jaxprs
+and executables are read by duck typing, never kept.
 """
 
 from __future__ import annotations

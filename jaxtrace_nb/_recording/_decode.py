@@ -65,7 +65,8 @@ class NamedPlan(NamedTuple):
 
 
 class TraceContext(NamedTuple):
-    """JAX's trace-context values (its config values, compared with JAX's ``==``) and their texts."""
+    """JAX's trace-context values (its config values, compared with JAX's ``==``) and their
+    texts."""
 
     values: tuple
     texts: tuple  # ((name, value text), ...)
@@ -263,11 +264,13 @@ class Decoder(CallSites):
         )
 
     def is_wrapper(self, fun: Any) -> bool:
-        """Whether `fun` is a library's jit wrapper around a user function (e.g. eqx.filter_jit's)."""
+        """Whether `fun` is a library's jit wrapper around a user function (e.g.
+        eqx.filter_jit's)."""
         return any(adapter.wraps(fun) for adapter in _adapters.active())
 
     def decode_call(self, start: TraceStart, adapters: tuple | None = None) -> DecodedCall:
-        """The call in the user's terms: the first adapter's reading that claims it, else `plain_call`."""
+        """The call in the user's terms: the first adapter's reading that claims it, else
+        `plain_call`."""
         for adapter in _adapters.active() if adapters is None else adapters:
             decoded = adapter.decode_call(start, self)
             if decoded is not None:

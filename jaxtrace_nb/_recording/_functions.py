@@ -171,7 +171,8 @@ class KeyBudget:
 
 
 def keep(signatures: collections.deque, signature: Signature) -> collections.deque:
-    """`signatures` with `signature` appended, keeping fewer when signatures are large (lowerings)."""
+    """`signatures` with `signature` appended, keeping fewer when signatures are large
+    (lowerings)."""
     keep = max(
         1, min(SIGNATURES_PER_FUNCTION, LEAF_BUDGET_PER_FUNCTION // max(1, signature.n_leaves))
     )
@@ -207,8 +208,9 @@ def new_object(
 
 
 def created_note(binding: Binding) -> str:
-    """Where a re-created function object came from, as far as Python can tell (`CallSites.binding`):
-    the line assigning the variable that held it, or every line that assigns it."""
+    """Where a re-created function object came from, as far as Python can tell
+    (`CallSites.binding`): the line assigning the variable that held it, or every line that assigns
+    it."""
     if len(binding.lines) == 1:
         return f"re-created at {binding.lines[0]}, where `{binding.name}` is assigned"
     return f"re-created where `{binding.name}` is assigned: {' or '.join(binding.lines)}"

@@ -229,7 +229,8 @@ def stage_frame(event: str) -> StageFrame | None:
     return None
 
 
-_CONTEXT_NAMES: list = []  # JAX's names of its trace-context entries (fixed in a process), once read
+# JAX's names of its trace-context entries (fixed in a process), once read
+_CONTEXT_NAMES: list = []
 
 
 def trace_context_function() -> Callable[[], tuple]:
@@ -295,7 +296,8 @@ def user_frames(traceback: Any):
 
 def traceback_lines() -> tuple[Callable[[Any, int], int], str]:
     """(the line of a raw traceback frame: ``Traceback.code_addr2line(code, offset)``, the file of
-    JAX's partial_eval, whose ``trace_to_*`` frames start a trace): what `_lineprof` reads frames with."""
+    JAX's partial_eval, whose ``trace_to_*`` frames start a trace): what `_lineprof` reads frames
+    with."""
     from jax._src.interpreters import partial_eval
     from jax._src.lib import xla_client
 

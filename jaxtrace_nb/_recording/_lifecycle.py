@@ -10,9 +10,10 @@ end takes a tick, and a trace reads its function's state as the traces that ende
 started left it. Nobody needs an event until it is read, so by default a trace (a
 `_trace.Trace`, the probe's from its start) is begun (reads the state), ended (updates it),
 built and diagnosed when the log is next read, in order. While someone follows the log (a
-subscriber: a live view, a persisted log, a guard), each event is built at its trace, and its diagnosis is made at once where a guard may
-stop the trace. Unpublished events are bounded. Nothing here holds a user array, tracer or
-object (records carry abstract values, texts, weak references), and nothing imports JAX.
+subscriber: a live view, a persisted log, a guard), each event is built at its trace, and its
+diagnosis is made at once where a guard may stop the trace. Unpublished events are bounded. Nothing
+here holds a user array, tracer or object (records carry abstract values, texts, weak references),
+and nothing imports JAX.
 """
 
 from __future__ import annotations
@@ -397,7 +398,8 @@ class Lifecycle:
                     if event is None:
                         return None
                 else:
-                    self._build_through()  # a compile without a new trace: the functions' state as of now
+                    # a compile without a new trace: the functions' state as of now
+                    self._build_through()
                     event = None
                 if event is not None:
                     state = self.functions.get(event.key)
@@ -411,7 +413,8 @@ class Lifecycle:
 
     def _build_through(self, trace: Trace | None = None) -> Event | None:
         """`trace`'s event (with None: none), built with the traces queued before it: they keep
-        their place in the queue, and their diagnoses wait there. None, counted, if building fails."""
+        their place in the queue, and their diagnoses wait there. None, counted, if building
+        fails."""
         try:
             for queued in self._unpublished:
                 self._build(queued)
@@ -580,8 +583,8 @@ class Lifecycle:
         cell=None,
         test=None,
     ) -> Event:
-        """An event of `identity`, made at `time` in `cell` and `test` (by default: now, in the current
-        cell and test)."""
+        """An event of `identity`, made at `time` in `cell` and `test` (by default: now, in the
+        current cell and test)."""
         if time is None:
             time, cell, test = now(), self._cell(), self._test()
         host, process = self._place()

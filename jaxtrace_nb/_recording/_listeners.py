@@ -228,7 +228,8 @@ class Listeners:
             if (
                 stage is not None and stage.raised
             ):  # JAX reports the seconds of a compile that raised
-                return  # (0.8.0 to 0.11.0: `log_elapsed_time.__exit__`): it cached nothing, no verdict
+                # (0.8.0 to 0.11.0: `log_elapsed_time.__exit__`): it cached nothing, no verdict
+                return
             try:
                 record = self.keys.finish(pending, duration)
             except Exception as e:
@@ -261,8 +262,9 @@ def _jit_inner_name(fun_name: str) -> str | None:
 
 
 def _inside_lowering() -> bool:
-    """Whether one of JAX's lowering functions is running on this thread (a trace ending now was made
-    inside a lowering; an earlier trace that was never lowered, `jit(f).trace(x)`, is not awaited)."""
+    """Whether one of JAX's lowering functions is running on this thread (a trace ending now was
+    made inside a lowering; an earlier trace that was never lowered, `jit(f).trace(x)`, is not
+    awaited)."""
     f, depth = sys._getframe(1), 0
     while f is not None and depth < _MAX_LOWERING_DEPTH:
         if f.f_code.co_name in _LOWERING_FRAMES:

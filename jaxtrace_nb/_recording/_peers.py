@@ -12,11 +12,11 @@ Per compared trace (the n-th of function F in every process), in each of N proce
 2. the process whose increment reaches N reads ``F/n/p/`` (N digests) and sets ``F/n/done`` to the
    groups (the largest group's digest, and the processes of any other); every other process waits
    for ``F/n/done`` (``blocking_key_value_get``, at most the grace period);
-3. if the digests differ, the lowest process of each group sets ``F/n/key/<digest>`` to its whole key,
-   and each process fetches the keys it lacks to name the leaves (`_divergence`);
+3. if the digests differ, the lowest process of each group sets ``F/n/key/<digest>`` to its whole
+   key, and each process fetches the keys it lacks to name the leaves (`_divergence`);
 4. one process claims the finding and appends it to ``alerts/<k>``, which every process's watcher
-   thread follows: a process that traced nothing (a cache hit while another process retraced) reports
-   it too.
+   thread follows: a process that traced nothing (a cache hit while another process retraced)
+   reports it too.
 
 So a process makes 3 operations per compared trace when every process agrees (the last one 4), a
 constant, whatever N; the coordinator serves 3N + 1 (docs/divergence.md). Besides, each process's
@@ -228,7 +228,8 @@ class Peers:
 
     def _dispatch(self) -> None:
         """Hand the comparisons to the workers when XLA compiles, or `_MAX_DELAY_S` after they were
-        made at the latest: a thread woken while JAX traces would make JAX's thread wait for the GIL."""
+        made at the latest: a thread woken while JAX traces would make JAX's thread wait for the
+        GIL."""
         while True:
             self._compiling.wait(_MAX_DELAY_S)
             self._compiling.clear()

@@ -407,9 +407,10 @@ class Probe:
 
     def _evicted(self, fun, gap: int, nested: bool) -> bool:
         """Whether JAX's tracing cache holds no key of `fun` (traced before or not): its keys went
-        with `f.clear_cache()`. The cache's misses less its entries (`gap`) is, at a trace that is no
-        other's, the traces that raised or whose entries went, plus this one: read again only when
-        that moved. (A trace inside another is counted, not judged: the gap there includes its callers.)"""
+        with `f.clear_cache()`. The cache's misses less its entries (`gap`) is, at a trace that is
+        no other's, the traces that raised or whose entries went, plus this one: read again only
+        when that moved. (A trace inside another is counted, not judged: the gap there includes its
+        callers.)"""
         if fun is None:
             return False
         holders = self._holders

@@ -147,8 +147,8 @@ class Session:
             self.lifecycle.keep_signatures = self._persist is not None
 
     def settle(self) -> None:
-        """Before the log is read: the sizes and line profiles of traces not compiled, every trace's event
-        built, every persistent cache miss worded."""
+        """Before the log is read: the sizes and line profiles of traces not compiled, every trace's
+        event built, every persistent cache miss worded."""
         self.probe.make_pending()
         self.lifecycle.publish()
         self.cache.settle()
@@ -231,7 +231,8 @@ class Session:
 
 
 def _checking_session() -> Session:
-    """A private session for the self-check: records in full without checking, faults only counted."""
+    """A private session for the self-check: records in full without checking, faults only
+    counted."""
     session = Session()
     session.untested_ok = True  # this is the check: do not check again
     session.fault = lambda stage, exc: session.fault_counts.update(

@@ -56,12 +56,14 @@ class Scheme(NamedTuple):
     code: str  # one line that applies it to a size `n`
 
     def pad(self, dim_index: int) -> Callable[[int], int]:
-        """The padding of the varying dimension `dim_index` (its position among the varying ones)."""
+        """The padding of the varying dimension `dim_index` (its position among the varying
+        ones)."""
         return bucket_pad(self.buckets[dim_index])
 
 
 def bucket_pad(sizes: Sequence[int]) -> Callable[[int], int]:
-    """Up to the first of `sizes` (ascending) that holds `n`; past the largest, its next multiple."""
+    """Up to the first of `sizes` (ascending) that holds `n`; past the largest, its next
+    multiple."""
     largest = sizes[-1]
     return lambda n: next((b for b in sizes if b >= n), -(-n // largest) * largest)
 
@@ -172,8 +174,8 @@ def schemes(shapes: dict[tuple, float], max_buckets: int = MAX_BUCKETS) -> list[
 
 
 def pick(candidates: list[Scheme], max_padding: float = MAX_PADDING) -> Scheme | None:
-    """The fewest compiles within `max_padding`; ties: one line of code before a list, then less padding.
-    None when nothing padded beats compiling every shape."""
+    """The fewest compiles within `max_padding`; ties: one line of code before a list, then less
+    padding. None when nothing padded beats compiling every shape."""
     within = [
         s
         for s in candidates[1:]

@@ -27,7 +27,8 @@ SECONDS = ("trace_s", "lower_s", "compile_s")
 class Column(NamedTuple):
     name: str  # key of the view row; the DataFrame column of that name (unless in_frame is False)
     label: str  # the header every view prints
-    kind: str  # how views draw it: code, path, int, seconds, bar, text, rich, change, cell, num, cache
+    # how views draw it: code, path, int, seconds, bar, text, rich, change, cell, num, cache
+    kind: str
     title: str  # what it means (the header's tooltip)
     text_width: int = 0  # its width in the terminal table; 0: not in the terminal table
     in_frame: bool = True
@@ -332,7 +333,8 @@ class Counts(NamedTuple):
 
 
 class Group(NamedTuple):
-    """A function's events with the same kind, cause, leaf, hint and persistent cache miss, in order."""
+    """A function's events with the same kind, cause, leaf, hint and persistent cache miss, in
+    order."""
 
     events: tuple[Event, ...]
 
@@ -351,8 +353,9 @@ class Group(NamedTuple):
 
 
 def group_events(events: Iterable[Event]) -> list[Group]:
-    """`events` of one function grouped by (kind, cause, leaf, hint, the words of a notable persistent
-    cache miss), in order of first event: a miss is never told in another compile's words."""
+    """`events` of one function grouped by (kind, cause, leaf, hint, the words of a notable
+    persistent cache miss), in order of first event: a miss is never told in another compile's
+    words."""
     groups: dict[tuple, list[Event]] = {}
     for e in events:
         miss = e.persistent_cache if notable_miss(e.persistent_cache) else None

@@ -70,7 +70,8 @@ def cache_verdict(e: Event) -> str:
 
 
 def change_texts(events: tuple[Event, ...] | list[Event]) -> tuple[str, str]:
-    """(shown, full) before → after of a group: all of them up to 3, else the first two, "…", the last."""
+    """(shown, full) before → after of a group: all of them up to 3, else the first two, "…", the
+    last."""
     pairs = [(e.before, e.after) for e in events if e.before is not None or e.after is not None]
     if not pairs:
         return "", ""

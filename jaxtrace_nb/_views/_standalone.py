@@ -113,7 +113,8 @@ def page(report: Report) -> str:
     return (
         "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<meta http-equiv='Content-Security-Policy' content=\"{_CSP}\">"
-        f"<title>{html.escape(report.title)}</title><style>{stylesheet()}{_PAGE_CSS}</style></head>\n"
+        f"<title>{html.escape(report.title)}</title>"
+        f"<style>{stylesheet()}{_PAGE_CSS}</style></head>\n"
         "<body class='jtnb-page jtnb-root'><h1>jaxtrace_nb report</h1>"
         f"<div class='jtnb-note'>written {stamp} · filter, sort by any column, click a function "
         "for its history"
@@ -133,7 +134,8 @@ def page(report: Report) -> str:
 
 
 def write_report(path, events, *, internal: bool = False, title: str | None = None) -> str:
-    """Write the self-contained HTML report of `events` (see `events_from`) to `path`; returns the path."""
+    """Write the self-contained HTML report of `events` (see `events_from`) to `path`; returns the
+    path."""
     report = Report(
         events_from(events),
         f"{title or source_title(events)}: jit traces and compiles",

@@ -135,7 +135,11 @@ def _span_html(style: str, text: str, title: str | None = None) -> str:
     if not tag:
         return _e(text)
     attributes = (f" class='{css}'" if css else "") + (f" title='{_e(title)}'" if title else "")
-    return f"<{tag}{attributes}>{fmt.breakable(text) if tag == 'code' or style == 'called' else _e(text)}</{tag}>"
+    return (
+        f"<{tag}{attributes}>"
+        f"{fmt.breakable(text) if tag == 'code' or style == 'called' else _e(text)}"
+        f"</{tag}>"
+    )
 
 
 def rich_html(blocks: list | None) -> str:
@@ -174,8 +178,8 @@ def _cell_html(column: Column, row: dict, scale: float) -> str:
         inner = fmt.seconds(value)
         if kind == "bar" and value:
             inner = (
-                f"<span class='jtnb-bar' style='width:{round(80 * value / scale) if scale else 0}px'></span>"
-                + inner
+                "<span class='jtnb-bar' "
+                f"style='width:{round(80 * value / scale) if scale else 0}px'></span>" + inner
             )
     elif kind == "code":
         inner = f"<code>{fmt.breakable(value)}</code>" if value else ""
@@ -201,8 +205,8 @@ def _html_table(
         "<tr>" + "".join(_cell_html(c, r, scale) for c in columns) + "</tr>" for r in rows
     )
     return (
-        f"<div class='jtnb-scroll'><table class='jtnb-table jtnb-{name}'><thead><tr>{head}</tr></thead>"
-        f"<tbody>{body}</tbody></table></div>"
+        f"<div class='jtnb-scroll'><table class='jtnb-table jtnb-{name}'>"
+        f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
     )
 
 
@@ -218,7 +222,8 @@ def render_html(report: Report) -> str:
         parts.append(_html_table("summary", TABLE_COLUMNS, rows[:MAX_ROWS_SHOWN], scale))
         if len(rows) > MAX_ROWS_SHOWN:
             parts.append(
-                f"<p>… {len(rows) - MAX_ROWS_SHOWN} more function(s) in <code>jt.summary()</code></p>"
+                f"<p>… {len(rows) - MAX_ROWS_SHOWN} more function(s) in "
+                "<code>jt.summary()</code></p>"
             )
     groups = report.notable()
     if groups:

@@ -321,7 +321,8 @@ def _merged(tl: Timeline, px: float) -> list[Mark]:
 
 
 def _legend_items(tl: Timeline) -> list[tuple[str, str]]:
-    """(cause shown, colour) of the causes present, then the cumulative line's ("" for its colour)."""
+    """(cause shown, colour) of the causes present, then the cumulative line's ("" for its
+    colour)."""
     causes = [
         (cause or "not diagnosed", CAUSE_COLOURS.get(cause, _NO_CAUSE))
         for cause in dict.fromkeys(m.cause for m in tl.marks)
@@ -405,7 +406,8 @@ def svg(tl: Timeline, width: int = _WIDTH) -> str:
     plot = layout(tl, width)
     label = _e(caption(tl))
     out = [
-        f"<svg xmlns='http://www.w3.org/2000/svg' class='jtnb-timeline' width='{width}' height='{plot.height:g}' "
+        "<svg xmlns='http://www.w3.org/2000/svg' class='jtnb-timeline' "
+        f"width='{width}' height='{plot.height:g}' "
         f"viewBox='0 0 {width} {plot.height:g}' role='img' "
         f"aria-label='{label}'>",
         f"<title>{label}</title>",
@@ -431,8 +433,9 @@ def _svg_legend(plot: _Plot) -> list[str]:
             )
         else:
             out.append(
-                f"<line class='jtnb-tl-cumulative' x1='{x:.1f}' y1='{y - 4}' x2='{x + _DASH_W - 2:.1f}' "
-                f"y2='{y - 4}'/><text class='jtnb-tl-legend' x='{x + _DASH_W + _PAD:.1f}' "
+                f"<line class='jtnb-tl-cumulative' x1='{x:.1f}' y1='{y - 4}' "
+                f"x2='{x + _DASH_W - 2:.1f}' y2='{y - 4}'/>"
+                f"<text class='jtnb-tl-legend' x='{x + _DASH_W + _PAD:.1f}' "
                 f"y='{y}'>"
                 f"{_e(text)}</text>"
             )
@@ -446,7 +449,8 @@ def _svg_rows(tl: Timeline, plot: _Plot) -> list[str]:
         y = plot.top + i * _ROW_H
         if i % 2:
             out.append(
-                f"<rect class='jtnb-tl-stripe' x='0' y='{y:g}' width='{plot.width}' height='{_ROW_H}'/>"
+                f"<rect class='jtnb-tl-stripe' x='0' y='{y:g}' width='{plot.width}' "
+                f"height='{_ROW_H}'/>"
             )
         out.append(
             f"<text class='jtnb-tl-label' x='{_PAD}' y='{y + 14:g}'><title>{_e(row.label)} "
@@ -462,8 +466,8 @@ def _svg_axis(plot: _Plot) -> list[str]:
     """The time axis, with a tick every round step."""
     x, axis_y, step = plot.x, plot.axis_y, _nice_step(plot.span)
     out = [
-        f"<line class='jtnb-tl-axis' x1='{plot.left:.1f}' y1='{axis_y:g}' x2='{plot.left + plot.plot_w:.1f}' "
-        f"y2='{axis_y:g}'/>"
+        f"<line class='jtnb-tl-axis' x1='{plot.left:.1f}' y1='{axis_y:g}' "
+        f"x2='{plot.left + plot.plot_w:.1f}' y2='{axis_y:g}'/>"
     ]
     t = 0.0
     while t <= plot.span * 1.0001:
@@ -513,8 +517,9 @@ def _svg_marks(tl: Timeline, plot: _Plot) -> list[str]:
             else ""
         )
         out.append(
-            f"<g class='jtnb-mark' data-count='{m.count}'>{duration}<circle cx='{cx:.1f}' cy='{cy:.1f}' "
-            f"r='{r:.1f}' fill='{colour}' fill-opacity='0.75' stroke='{colour}'/>"
+            f"<g class='jtnb-mark' data-count='{m.count}'>{duration}"
+            f"<circle cx='{cx:.1f}' cy='{cy:.1f}' r='{r:.1f}' "
+            f"fill='{colour}' fill-opacity='0.75' stroke='{colour}'/>"
             f"<title>{_e(_title(tl, m))}</title></g>"
         )
     return out

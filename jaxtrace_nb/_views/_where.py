@@ -23,7 +23,10 @@ PROXY_NOTE = (
     "equations under each line of your code, sub-jaxprs included: a proxy for XLA's compile "
     "seconds (XLA does not report them per line)"
 )
-CENSUS_NOTE = "each shape compiled once; padding per distinct shape seen (jt.shape_census(sizes=...) weights it by calls)"
+CENSUS_NOTE = (
+    "each shape compiled once; padding per distinct shape seen "
+    "(jt.shape_census(sizes=...) weights it by calls)"
+)
 
 PROFILE_FRAME_COLUMNS = (
     "function",
@@ -112,7 +115,8 @@ def profile_view(events: list) -> dict | None:
         else ""
     )
     return {
-        "title": f"where the equations of #{e.trace_number} come from: {total} equation(s){compile_s}",
+        "title": f"where the equations of #{e.trace_number} come from: "
+        f"{total} equation(s){compile_s}",
         "note": PROXY_NOTE,
         "rows": [
             {
@@ -218,7 +222,8 @@ def html_sections(report) -> str:
     tl = timeline(events, internal=report.internal)
     if tl.marks:
         parts.append(
-            f"<div class='jtnb-section'>Compile timeline</div><div class='jtnb-note'>{_e(caption(tl))}; "
+            "<div class='jtnb-section'>Compile timeline</div>"
+            f"<div class='jtnb-note'>{_e(caption(tl))}; "
             "each mark is one compile (area: its seconds; hover for its cause), the "
             "dashed line the "
             "cumulative seconds</div><div class='jtnb-scroll "
@@ -245,7 +250,8 @@ def html_sections(report) -> str:
             for c in found
         )
         parts.append(
-            f"<div class='jtnb-section'>Shape census</div><div class='jtnb-note'>{_e(CENSUS_NOTE)}</div>"
+            "<div class='jtnb-section'>Shape census</div>"
+            f"<div class='jtnb-note'>{_e(CENSUS_NOTE)}</div>"
             f"<ul class='jtnb-census'>{items}</ul>"
         )
     return "".join(parts)

@@ -221,7 +221,8 @@ class TraceTable(anywidget.AnyWidget):
             self.status = f"export failed: {type(e).__name__}: {e}"
 
     def _events(self, ids) -> tuple[list, int]:
-        """The events of the functions `ids` (rows' `key`; default: the shown ones), in order; and how many functions."""
+        """The events of the functions `ids` (rows' `key`; default: the shown ones), in order; and
+        how many functions."""
         report = self._report
         known = (
             [row["key"] for row in report.rows()]
@@ -235,7 +236,8 @@ class TraceTable(anywidget.AnyWidget):
         return events, len(known)
 
     def export_variable(self, name: str, keys=None) -> str:
-        """Put the events of the listed functions (`keys`; default: the shown ones) in the user's variable `name`."""
+        """Put the events of the listed functions (`keys`; default: the shown ones) in the user's
+        variable `name`."""
         from IPython import get_ipython
 
         shell = get_ipython()
@@ -251,7 +253,8 @@ class TraceTable(anywidget.AnyWidget):
         return self.status
 
     def export_csv(self, directory: str | os.PathLike | None = None, keys=None) -> str:
-        """Write the events of the listed functions to a new CSV file in `directory` (default: cwd)."""
+        """Write the events of the listed functions to a new CSV file in `directory` (default:
+        cwd)."""
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         path = pathlib.Path(directory or os.getcwd()) / f"jaxtrace-{stamp}.csv"
         events, n = self._events(keys)
