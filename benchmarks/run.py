@@ -136,9 +136,9 @@ def trace_section(quick: bool) -> dict:
     from _trace import history_profile
 
     _progress("trace path: one process, every mode rotated round by round")
-    # 2,598 s on a quiet 2-core machine (cpu-2026-11-25-trace-c4d24f3.txt); 3,000 s ran out on
-    # 2026-11-26.
-    raw = _spawn("trace", quick=quick, timeout=5400)
+    # 2,598 s on a quiet 2-core machine (cpu-2026-11-25-trace-c4d24f3.txt); 5,400 s ran out under
+    # load on 2026-11-28, and two runs side by side took 8,679 and 8,429 s (cpu-2026-11-28-trace-*).
+    raw = _spawn("trace", quick=quick, timeout=10800)
     if "error" in raw:
         return raw
     out = []
