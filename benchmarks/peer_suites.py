@@ -477,8 +477,9 @@ def explain_report(units: list[dict], out: str | None) -> int:
     return 1 if disagree else 0
 
 
-def header() -> str:
-    """The command, the versions and the machine, for the top of a committed report."""
+def header(module: str = "benchmarks.peer_suites") -> str:
+    """The command (`module` run with this process's arguments), the versions and the machine, for
+    the top of a committed report."""
     from importlib.metadata import PackageNotFoundError, version
 
     def v(name):
@@ -491,7 +492,7 @@ def header() -> str:
         f"{p} {v(p)}" for p in ("jax", "jaxlib", "equinox", "optax", "chex", "flax", "pytest")
     )
     return (
-        f"$ python -m benchmarks.peer_suites {' '.join(sys.argv[1:])}\n"
+        f"$ python -m {module} {' '.join(sys.argv[1:])}\n"
         f"jaxtrace_nb commit: {commit()}\n"
         f"python {sys.version.split()[0]} ({sys.executable}); {pkgs}; {os.cpu_count()} cores\n"
     )
