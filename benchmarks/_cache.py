@@ -333,8 +333,8 @@ def _xla_reads(repeats: int) -> list[dict]:
     (``cost_analysis``) and bytes (``get_compiled_memory_stats``)."""
     import jax.numpy as jnp
 
+    from jaxtrace_nb._jax._internals import COMPILE_EVENT, listener_api
     from jaxtrace_nb._recording._cost import count_equations
-    from jaxtrace_nb._recording._jax_internals import COMPILE_EVENT, listener_api
 
     compiled = []
     register, unregister = listener_api("duration")

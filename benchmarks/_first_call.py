@@ -97,7 +97,7 @@ def worker(quick: bool, force: bool) -> dict:
     import jax
 
     import jaxtrace_nb as jt
-    from jaxtrace_nb._recording._jax_internals import listener_api
+    from jaxtrace_nb._jax._internals import listener_api
     from jaxtrace_nb._recording._session import get_session
 
     platform = jax.devices()[0].platform

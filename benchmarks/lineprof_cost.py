@@ -34,9 +34,9 @@ def main() -> None:
     import jax
     from _programs import transformer_step
 
+    from jaxtrace_nb._jax._internals import detect
     from jaxtrace_nb._recording._cost import count_equations
     from jaxtrace_nb._recording._decode import Decoder
-    from jaxtrace_nb._recording._jax_internals import detect
     from jaxtrace_nb._recording._lineprof import LineProfiler
 
     decoder = Decoder(detect())

@@ -19,7 +19,7 @@ import os
 
 from ._diagnosis._divergence import DivergenceError
 from ._integrations._watch import RetraceError, Watch
-from ._recording._jax_internals import SUPPORTED_JAX
+from ._jax._internals import SUPPORTED_JAX
 from ._recording._session import JaxtraceWarning, get_session
 
 __version__ = "0.1.0"

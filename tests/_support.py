@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxtrace_nb as jt
-from jaxtrace_nb._recording._jax_internals import version_tuple
+from jaxtrace_nb._jax._internals import version_tuple
 
 
 def rows(jt, function=None):
@@ -368,7 +368,7 @@ def _categories_against_every_earlier_key() -> set | None:
 @contextlib.contextmanager
 def explained_misses():
     """`jax_explain_cache_misses` on, JAX's explanations tied to the traces jaxtrace_nb records."""
-    from jaxtrace_nb._recording._jax_internals import detect
+    from jaxtrace_nb._jax._internals import detect
     from jaxtrace_nb._recording._session import get_session
 
     session = get_session()

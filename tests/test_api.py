@@ -162,7 +162,7 @@ def test_start_stop_idempotent_and_restores_jax():
     from jax._src import monitoring as mon
     from jax._src import pjit
 
-    from jaxtrace_nb._recording._jax_internals import detect
+    from jaxtrace_nb._jax._internals import detect
 
     hooked = detect().layout.hook_module  # partial_eval (JAX >= 0.9) or util (0.8)
     traced = getattr(hooked, "trace_to_jaxpr", None) or pjit._create_pjit_jaxpr
@@ -197,7 +197,7 @@ def test_start_adds_its_own_listeners_and_stop_removes_only_those():
     from jax import monitoring
     from jax._src import monitoring as mon
 
-    from jaxtrace_nb._recording._jax_internals import listener_api
+    from jaxtrace_nb._jax._internals import listener_api
 
     jt_module.stop()
 

@@ -21,7 +21,8 @@ import pytest
 from jaxtrace_nb._cache import _cache_index as index
 from jaxtrace_nb._cache._cache_words import Retrace, explain, notable_miss, verdict, verdict_word
 from jaxtrace_nb._diagnosis._module_diff import Difference, changed_part, first_difference
-from jaxtrace_nb._keys._records import CACHE_KEY_COMPONENTS, CacheComparison, CacheKeyRecord
+from jaxtrace_nb._jax._cache_key import CACHE_KEY_COMPONENTS, CacheKeyRecord
+from jaxtrace_nb._keys._records import CacheComparison
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -482,7 +483,7 @@ def test_with_the_persistent_cache_off_nothing_of_jax_is_rebound_and_no_key_is_r
     import jax.numpy as jnp
     from jax._src import cache_key, compilation_cache
 
-    from jaxtrace_nb._cache._jax_cache_key import KeyReader
+    from jaxtrace_nb._jax._cache_key import KeyReader
     from jaxtrace_nb._recording._listeners import Listeners
 
     if compilation_cache.is_persistent_cache_enabled():

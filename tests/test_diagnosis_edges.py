@@ -262,7 +262,7 @@ def test_unknown_only_for_an_identical_key_and_says_clear_caches_only_when_calle
     f(jnp.ones(2))
     e = last(jt, ".f")
     assert e.cause == "unknown"
-    from jaxtrace_nb._recording._jax_internals import detect
+    from jaxtrace_nb._jax._internals import detect
 
     if detect().trace_cache_info is not None:  # JAX >= 0.9 counts its tracing-cache misses
         assert "jax.clear_caches()" in e.explanation

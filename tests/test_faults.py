@@ -36,9 +36,10 @@ from _support import Run, run_program, without_and_with_recording
 
 import jaxtrace_nb as jt
 from jaxtrace_nb import JaxtraceWarning
-from jaxtrace_nb._keys import _jax_layouts
+from jaxtrace_nb._jax import _internals as _jax_internals
+from jaxtrace_nb._jax import _layouts as _jax_layouts
 from jaxtrace_nb._log._events import EventLog
-from jaxtrace_nb._recording import _drafts, _jax_internals
+from jaxtrace_nb._recording import _drafts
 from jaxtrace_nb._recording._decode import Decoder
 from jaxtrace_nb._recording._lifecycle import Lifecycle
 from jaxtrace_nb._recording._probe import Probe

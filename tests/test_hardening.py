@@ -23,7 +23,7 @@ def _jax_state() -> tuple:
     from jax._src import monitoring as mon
     from jax._src.interpreters import partial_eval as pe
 
-    from jaxtrace_nb._keys._jax_layouts import detect_layout
+    from jaxtrace_nb._jax._layouts import detect_layout
 
     hook_module = (
         detect_layout().hook_module

@@ -191,7 +191,7 @@ def test_internal_helpers_are_marked(jt):
 
 
 def test_seconds_equal_jax_monitoring(jt):
-    from jaxtrace_nb._recording._jax_internals import listener_api
+    from jaxtrace_nb._jax._internals import listener_api
 
     register, unregister = listener_api("duration")  # JAX 0.8.0 has no public unregister
     seen = []

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 from jaxtrace_nb._core._bounded import Bounded
-from jaxtrace_nb._keys._jax_layouts import FlatTreeLayout
-from jaxtrace_nb._recording import _jax_internals
+from jaxtrace_nb._jax import _internals as _jax_internals
+from jaxtrace_nb._jax._layouts import FlatTreeLayout
 from jaxtrace_nb._recording._decode import Decoder
 from jaxtrace_nb._recording._session import get_session
 

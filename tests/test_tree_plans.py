@@ -290,7 +290,7 @@ def _read_both_ways(f, calls: list, monkeypatch) -> tuple[list, list, list]:
 def _whole_treedef() -> bool:
     """JAX 0.9 - 0.10 hand the whole call's treedef to the trace; 0.8 and 0.11 are read argument by
     argument."""
-    from jaxtrace_nb._recording._jax_internals import detect
+    from jaxtrace_nb._jax._internals import detect
 
     return type(detect().layout).__name__ == "FlatTreeLayout"
 

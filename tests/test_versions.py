@@ -14,7 +14,8 @@ from _support import rows
 from jax._src.interpreters import partial_eval as pe
 
 import jaxtrace_nb
-from jaxtrace_nb._recording import _jax_internals
+from jaxtrace_nb._jax import _internals as _jax_internals
+from jaxtrace_nb._recording import _session
 from jaxtrace_nb._recording._session import get_session
 
 REDUCED_NOTICE = "per function name only (no retrace causes"
@@ -52,6 +53,7 @@ def reduced(request, monkeypatch):
     jaxtrace_nb.stop()
     jaxtrace_nb.reset()
     assert not get_session().recording
+    monkeypatch.setattr(_session, "_SAID", set())  # a fresh process's: nothing said yet
     if request.param == "version_older_than_supported":
         monkeypatch.setattr(_jax_internals, "SUPPORTED_JAX", ((99, 0, 0), (100, 0, 0)))
     elif hasattr(pe, "test_event"):
@@ -163,6 +165,7 @@ def newer(monkeypatch):
         _jax_internals, "SUPPORTED_JAX", (lo, _jax_internals.version_tuple(jax.__version__))
     )
     monkeypatch.setattr(_self_check, "_RESULT", [])
+    monkeypatch.setattr(_session, "_SAID", set())
     yield
     jaxtrace_nb.stop()
     jaxtrace_nb.reset()
@@ -205,3 +208,113 @@ def test_newer_jax_with_a_broken_decoder_falls_back_and_says_which_check_failed(
     )
     assert REDUCED_NOTICE in line and len(line.splitlines()) == 1
     assert _trace_point().__module__ != "jaxtrace_nb._recording._probe"  # no JAX internal touched
+
+
+# The user settings that changed what the canary recorded, or made it raise (issue 53): each set
+# globally, as a user sets it before `start()`, with the value a user would give it.
+USER_SETTINGS = {
+    "x64": ("jax_enable_x64", True),
+    "strict_promotion": ("jax_numpy_dtype_promotion", "strict"),
+    "matmul_precision": ("jax_default_matmul_precision", "highest"),
+    "enable_checks": ("jax_enable_checks", True),
+    "debug_nans": ("jax_debug_nans", True),
+    "explain_cache_misses": ("jax_explain_cache_misses", True),
+}
+
+
+@pytest.fixture(params=sorted(USER_SETTINGS))
+def user_setting(request):
+    from jax._src import config
+
+    name, value = USER_SETTINGS[request.param]
+    before = config.config_states[name].value
+    jax.config.update(name, value)
+    yield name, value
+    jax.config.update(name, before)
+
+
+def test_the_self_check_passes_and_records_in_full_under_every_user_setting(
+    newer, user_setting, capsys, caplog
+):
+    """The canary traces in a configuration of its own: the user's setting neither fails it nor
+    shows in its traces; recording is then full, under the user's setting."""
+    name, value = user_setting
+    jaxtrace_nb.start()
+    notice = capsys.readouterr().err
+    assert "self-check passed, recording in full" in notice, (name, notice)
+    assert not [r for r in caplog.records if "_canary_calls" in r.getMessage()], name
+    from jax._src import config
+
+    assert config.config_states[name].value == value  # the user's setting, as it was
+
+    @jax.jit
+    def f(x):
+        return x * 2
+
+    f(jnp.ones(2))
+    f(jnp.ones(3))
+    f(jnp.ones(3))
+    float_text = "f64" if name == "jax_enable_x64" else "f32"
+    assert rows(jaxtrace_nb)[-1][1:] == ("shape", "x", f"{float_text}[2]", f"{float_text}[3]")
+
+
+@pytest.fixture
+def x64():
+    from jax._src import config
+
+    before = config.config_states["jax_enable_x64"].value
+    jax.config.update("jax_enable_x64", True)
+    yield
+    jax.config.update("jax_enable_x64", before)
+
+
+def test_under_x64_a_python_scalar_reads_f64_after_the_self_check(newer, x64):
+    """Under x64 a Python float is ``f64[] (weak)``: the user's own retraces say so."""
+    jaxtrace_nb.start()
+
+    @jax.jit
+    def g(x):
+        return x + 1
+
+    g(jnp.ones((), jnp.float32))
+    g(1.0)
+    assert rows(jaxtrace_nb)[-1][1:] == ("dtype", "x", "f32[]", "f64[] (weak)")
+
+
+def test_the_notice_is_printed_once_per_process(newer, capsys):
+    for _ in range(4):
+        jaxtrace_nb.start()
+        jaxtrace_nb.stop()
+    jaxtrace_nb.start()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "self-check passed" in lines[0], lines
+
+
+def test_x64_from_the_environment_passes_the_self_check(tmp_path):
+    """``JAX_ENABLE_X64=1`` is read when JAX is imported: a process of its own."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "x64.py"
+    script.write_text(
+        "import jax, jax.numpy as jnp\n"
+        "import jaxtrace_nb as jt\n"
+        "from jaxtrace_nb._jax import _internals\n"
+        "lo, _ = _internals.SUPPORTED_JAX\n"
+        "_internals.SUPPORTED_JAX = (lo, _internals.version_tuple(jax.__version__))\n"
+        "assert jax.numpy.asarray(1.0).dtype == 'float64'\n"
+        "jt.start()\n"
+        "f = jax.jit(lambda x: x * 2)\n"
+        "f(1.0)\n"
+        "f(jnp.ones(3))\n"
+        "row = jt.log().iloc[-1]\n"
+        "print(row['cause'], row['leaf'], row['before'], row['after'], sep='|')\n"
+    )
+    env = dict(os.environ, JAX_ENABLE_X64="1", JAX_PLATFORMS="cpu")
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "self-check passed, recording in full" in done.stderr, done.stderr
+    assert done.stdout.strip() == "shape|x|f64[] (weak)|f64[3]", done.stdout

@@ -1009,7 +1009,8 @@ _SERVED_BY_THE_CACHE = textwrap.dedent("""
         from jax._src import compilation_cache
         compilation_cache.is_cache_used = lambda backend: False
     import jaxtrace_nb as jt
-    from jaxtrace_nb._recording import _jax_internals as jaxi, _measure
+    from jaxtrace_nb._jax import _internals as jaxi
+    from jaxtrace_nb._recording import _measure
     from jaxtrace_nb._recording._lineprof import LineProfiler
 
     queued, walks, phase = [], [], ["miss"]
@@ -1105,7 +1106,8 @@ _SERVED_BACK_TO_BACK = textwrap.dedent("""
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
     import jaxtrace_nb as jt
-    from jaxtrace_nb._recording import _jax_internals as jaxi, _measure
+    from jaxtrace_nb._jax import _internals as jaxi
+    from jaxtrace_nb._recording import _measure
     from jaxtrace_nb._recording._lineprof import LineProfiler
 
     case = sys.argv[2]

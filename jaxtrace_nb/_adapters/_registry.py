@@ -29,8 +29,8 @@ from .._core._vocabulary import JitKind
 
 if TYPE_CHECKING:
     from .._core._vocabulary import Cause
+    from .._jax._layouts import TraceStart
     from .._keys._calls import DecodedCall
-    from .._keys._jax_layouts import TraceStart
     from .._keys._signature import Leaf
     from .._keys._walker import Walker
 

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from .._core._vocabulary import EventKind
 from .._diagnosis._diagnose import join_hints, join_ids
 from .._diagnosis._module_diff import Difference, Differs, first_difference
-from .._keys._records import CACHE_KEY_COMPONENTS, CacheComparison, CacheKeyRecord, EarlierKey
+from .._jax._cache_key import CACHE_KEY_COMPONENTS, CacheKeyRecord
+from .._keys._records import CacheComparison, EarlierKey
 from .._log._events import Event, EventLog
 from ._cache_index import IndexWriter, Reader, RunInfo, index_path
 from ._cache_words import MISS, Retrace, compile_option_changes, explain, verdict
@@ -192,7 +193,7 @@ class CacheExplainer:
         if module is None:
             return None
         try:
-            from ._jax_cache_text import located_bytecode
+            from .._jax._cache_text import located_bytecode
 
             return located_bytecode(module)
         except Exception as e:
@@ -202,7 +203,7 @@ class CacheExplainer:
     def _computation(self, old: bytes | None, record: CacheKeyRecord, new_bytes: bytes | None):
         if old is None:
             return None
-        from ._jax_cache_text import canonical_text, located_text, module_text
+        from .._jax._cache_text import canonical_text, located_text, module_text
 
         module = record.module_ref() if record.module_ref is not None else None
         if module is not None:
@@ -224,7 +225,7 @@ def _decoded_options(old: bytes | None, new: bytes | None):
     """The compile options' fields that differ (None when they cannot be decoded here)."""
     if not old or not new:
         return None
-    from ._jax_cache_text import compile_options_fields
+    from .._jax._cache_text import compile_options_fields
 
     try:
         return compile_option_changes(compile_options_fields(old), compile_options_fields(new))
@@ -294,7 +295,7 @@ def _against(reader: Reader, key: EarlierKey, earlier: list[EarlierKey]) -> str:
     if "computation" in differing and "jax_lib version" not in differing:
         old, new = reader.module(other), reader.module(key)
         if old is not None and new is not None:
-            from ._jax_cache_text import canonical_text
+            from .._jax._cache_text import canonical_text
 
             try:
                 computation = first_difference(canonical_text(old), canonical_text(new))

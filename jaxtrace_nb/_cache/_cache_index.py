@@ -32,8 +32,8 @@ import zlib
 from collections.abc import Callable
 from typing import NamedTuple
 
-from .._keys._records import CACHE_KEY_COMPONENTS, CacheComparison, CacheKeyRecord, EarlierKey
-from ._jax_cache_key import entry_path
+from .._jax._cache_key import CACHE_KEY_COMPONENTS, CacheKeyRecord, entry_path
+from .._keys._records import CacheComparison, EarlierKey
 
 SCHEMA = 1
 MAX_KEYS_PER_NAME = 256

@@ -25,7 +25,8 @@ from .._core._values import clip
 from .._core._vocabulary import Cause
 from .._diagnosis import _hints as hints
 from .._diagnosis._module_diff import Difference, Differs, changed_part
-from .._keys._records import CacheComparison, CacheKeyRecord, EarlierKey
+from .._jax._cache_key import CacheKeyRecord
+from .._keys._records import CacheComparison, EarlierKey
 
 HIT, MISS, NOT_CACHED = "hit", "miss", "not cached"
 FIRST_COMPILE = f"{MISS}: the first compile of "
@@ -293,7 +294,7 @@ def _compile_options(
 
 def compile_option_changes(old: dict[str, str], new: dict[str, str]) -> list[tuple[str, str, str]]:
     """(field, before, after) of every compile option field that differs
-    (`_jax_cache_text.compile_options_fields`)."""
+    (`_jax._cache_text.compile_options_fields`)."""
     return [
         (k, old.get(k, "(absent)"), new.get(k, "(absent)"))
         for k in sorted(set(old) | set(new))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import NamedTuple, Sequence
 
 from .._core._vocabulary import JitKind
-from ._jax_layouts import KEY_PARTS
+from .._jax._layouts import KEY_PARTS
 from ._signature import Signature
 from ._walker import Walker
 

@@ -13,24 +13,24 @@ from typing import Any
 from .._core._values import clip, summarize_static
 from .._core._vocabulary import LoweringKind
 from .._core._witness import Witness
+from .._jax._internals import LoweringInputs
 from ._leaves import aval_leaf
 from ._signature import Signature
 
 
-def lowering_signature(local: dict | None) -> tuple[Signature, str] | None:
-    """(the signature of a lowering, its program's "f at file:line") read from the lowering
-    function's `local`s; None when they do not hold a program and its argument types."""
-    closed = local.get("closed_jaxpr") if local else None
-    in_avals = local.get("in_avals") if local else None
-    if closed is None or in_avals is None:
+def lowering_signature(inputs: LoweringInputs | None) -> tuple[Signature, str] | None:
+    """(the signature of a lowering, its program's "f at file:line") from what JAX's lowering
+    function received (`lowering_inputs`); None when it held no program and argument types."""
+    if inputs is None:
         return None
-    debug = getattr(getattr(closed, "jaxpr", None), "debug_info", None)
-    n_const = int(local.get("num_const_args") or 0)
-    avals = list(in_avals)[n_const:]
+    debug, avals, shardings, layouts, donated = (
+        inputs.debug_info,
+        inputs.avals,
+        inputs.shardings,
+        inputs.layouts,
+        inputs.donated,
+    )
     names = list(getattr(debug, "arg_names", None) or ())
-    shardings = list(getattr(local.get("semantic_in_shardings"), "shardings", ()) or ())[n_const:]
-    layouts = list(local.get("in_layouts") or ())[n_const:]
-    donated = list(local.get("donated_invars") or ())[n_const:]
     leaves = {}
     for i, aval in enumerate(avals):
         name = names[i] if i < len(names) and names[i] else f"args[{i}]"
@@ -50,7 +50,7 @@ def lowering_signature(local: dict | None) -> tuple[Signature, str] | None:
         if getattr(debug, "arg_names", None) is not None
         else LoweringKind.DERIVED
     )
-    return Signature(("program", Witness(closed)), (), leaves, jit_kind=kind), src_info
+    return Signature(("program", Witness(inputs.program)), (), leaves, jit_kind=kind), src_info
 
 
 def _at(items: list, i: int) -> Any:
@@ -63,9 +63,7 @@ def placement(sharding: Any, layout: Any, donated: bool) -> str:
     if sharding is None or kind == "UnspecifiedValue":
         text = "uncommitted"
     elif kind == "SingleDeviceSharding":
-        device = getattr(sharding, "_device", None) or next(
-            iter(getattr(sharding, "device_set", ()) or ()), None
-        )
+        device = next(iter(getattr(sharding, "device_set", ()) or ()), None)
         text = (
             f"committed to {summarize_static(device).text}" if device is not None else "committed"
         )

@@ -108,50 +108,6 @@ class XlaCost(NamedTuple):
     temp_bytes: int | None
 
 
-# The parts of JAX's persistent compilation cache key, in the order JAX hashes them, by JAX's
-# own names (its ``cache_key.get``): the key is one SHA-256 over all of them.
-CACHE_KEY_COMPONENTS = (
-    "computation",
-    "jax_lib version",
-    "backend version",
-    "XLA flags",
-    "compile_options",
-    "accelerator_config",
-    "compression",
-    "custom_hook",
-)
-
-
-class CacheKeyRecord(NamedTuple):
-    """One compile that consulted JAX's persistent compilation cache, and the key it looked up.
-
-    `components` holds each part's own SHA-256 (hex) as JAX computed it, in the order of
-    `CACHE_KEY_COMPONENTS` (empty when they could not be read); `facts` the readable side of
-    the parts (texts, numbers and lists only: JAX and jaxlib versions, the XLA flags that enter
-    the key, devices, JAX options that shape the program). The bytes are the serialized compile
-    options and the canonical module exactly as JAX hashed them; `module_ref` weakly refers to
-    the module JAX compiled (with its source locations), for the first differing operation."""
-
-    key: str  # JAX's key: "<module name>-<sha256 hex>"
-    module_name: str  # "jit_step"
-    components: tuple  # ((name, sha256 hex), ...) in JAX's order
-    facts: dict
-    outcome: str  # "hit" | "written" | "not_written" (looked up, missed, and JAX did not write it)
-    reason: str  # why JAX did not write it ("" otherwise)
-    eligible: bool  # False: JAX would not cache this compile (too fast, too small, host callbacks)
-    seconds: float | None  # the compile's seconds (JAX's backend_compile_duration)
-    cache_dir: str  # where JAX's cache is
-    compile_options: bytes | None  # serialized compile options, as hashed
-    module_bytes: bytes | None  # the canonical module's bytecode, as hashed (not kept for a hit)
-    module_ref: weakref.ref | None  # the module JAX compiled, with locations (not kept for a hit)
-    # The user's path of each argument of the module's ``main`` (its locations, read at the compile,
-    # so that a miss explained after JAX let the module go still names them); () where not read
-    arg_paths: tuple = ()
-    # The module's bytecode with its locations, taken at the compile of a miss to explain: JAX lets
-    # the module go after compiling it, and its first differing operation is said at the user's line
-    module_located: bytes | None = None
-
-
 class EarlierKey(NamedTuple):
     """A key the index beside the cache remembers (`_cache_index`): who computed it, and its
     parts."""

@@ -214,7 +214,7 @@ def _loop_location(body: Sequence[Any], location: Callable[[str, int], str]) -> 
     That is the innermost user frame shared by all of the body's equations: the loop's
     line in the traced function, not a line of a helper the loop calls.
     """
-    from ._jax_internals import user_frames
+    from .._jax._internals import user_frames
 
     stacks = []
     for eqn in body:

@@ -22,6 +22,14 @@ from .. import _adapters
 from .._core._bounded import Bounded
 from .._core._values import clip, printable, summarize_static
 from .._core._vocabulary import JitKind, Origin
+from .._jax._internals import (
+    Internals,
+    all_abstract,
+    lowering_inputs,
+    trace_context_function,
+    trace_context_names,
+)
+from .._jax._layouts import PlainCall, TraceStart, cache_key
 from .._keys._calls import (
     SRC_INFO,
     DecodedCall,
@@ -32,7 +40,6 @@ from .._keys._calls import (
     raw_identity,
 )
 from .._keys._deferred import DeferredSignature, PlannedArgument, key_hashes, key_parts
-from .._keys._jax_layouts import PlainCall, TraceStart, cache_key
 from .._keys._jax_tree import handle as tree_handle
 from .._keys._lowering import lowering_signature
 from .._keys._plans import CallPlan, argument_plan, call_plan, keys_are_str
@@ -40,7 +47,6 @@ from .._keys._records import Binding, FunctionIdentity, LoweringRecord, TraceRec
 from .._keys._signature import Signature
 from .._keys._sites import CELL_FILE, MAX_CALL_SITE_DEPTH, CallSites
 from .._keys._walker import Walker
-from ._jax_internals import Internals, all_abstract, trace_context_function, trace_context_names
 
 _MAX_KEPT = 4096  # functions whose identity and last plain call are kept
 
@@ -460,7 +466,7 @@ class Decoder(CallSites):
     def lowering_record(self, local: dict | None, jax_name: str, thread: int) -> LoweringRecord:
         """What a lowering received (read from the lowering function's `local`s), as a signature
         with one leaf per argument under JAX's argument names."""
-        read = lowering_signature(local)
+        read = lowering_signature(lowering_inputs(local))
         if read is None:
             return LoweringRecord(
                 jax_name=jax_name, src_info="", signature=None, thread=thread, identity=None

@@ -37,8 +37,8 @@ from .._diagnosis._diagnose import (
     kept_lowering,
 )
 from .._diagnosis._processes import signature_column
+from .._jax._cache_key import CacheKeyRecord
 from .._keys._records import (
-    CacheKeyRecord,
     FunctionIdentity,
     GraphStats,
     LoweringRecord,

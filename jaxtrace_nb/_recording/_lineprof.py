@@ -38,8 +38,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .._core._bounded import Bounded
+from .._jax._internals import traceback_lines, traceback_type_hashes
 from ._cost import sub_jaxprs
-from ._jax_internals import traceback_lines, traceback_type_hashes
 
 MAX_ROWS = 20  # lines kept per trace, most inclusive equations first; the rest in one "other" row
 OTHER = "<other>"  # the row of the lines not kept and of equations with no user line at all

@@ -5,7 +5,7 @@ keys.
 `Listeners` runs after JAX has done the work it reports (the trace-start hook is `_probe`'s): it
 translates each event into calls on the probe (a trace's end), the sink and the measurer
 (`_measure.Measurer`), and follows per thread the traces awaiting their lowerings and the compile
-under way. Public listeners only (`jax.monitoring`); where they read a frame, `_jax_internals`
+under way. Public listeners only (`jax.monitoring`); where they read a frame, `_jax._internals`
 says how.
 """
 
@@ -14,18 +14,13 @@ from __future__ import annotations
 import sys
 import threading
 
-from .._cache._jax_cache_key import REQUEST_EVENT, KeyReader
+from .._jax import _internals as jaxi
+from .._jax._cache_key import REQUEST_EVENT, KeyReader
 from .._keys._records import Stage
-from . import _jax_internals as jaxi
 from ._measure import Measurer
 from ._trace import Sink, Trace
 
 _MAX_AWAITING = 16  # ended traces awaiting their lowerings around a later trace's, on one thread
-# JAX's lowering functions (JAX 0.8–0.10, pxla.py and mlir.py): a trace that ends while one of them
-# runs was made inside a lowering, and the trace whose lowering it is still awaits it.
-_LOWERING_FRAMES = frozenset(
-    {"lower_sharding_computation", "_cached_lowering_to_hlo", "lower_jaxpr_to_module"}
-)
 _MAX_LOWERING_DEPTH = 200
 _TRACE_EVENT = jaxi.TRACE_EVENT
 _CACHE_EVENTS = (jaxi.CACHE_HIT_EVENT, jaxi.CACHE_MISS_EVENT)  # listened to always
@@ -267,7 +262,7 @@ def _inside_lowering() -> bool:
     awaited)."""
     f, depth = sys._getframe(1), 0
     while f is not None and depth < _MAX_LOWERING_DEPTH:
-        if f.f_code.co_name in _LOWERING_FRAMES:
+        if f.f_code.co_name in jaxi.LOWERING_FRAMES:
             return True
         f, depth = f.f_back, depth + 1
     return False

@@ -53,7 +53,7 @@ from .._diagnosis._divergence import (
     function_id,
     portable_key,
 )
-from . import _jax_internals as jaxi
+from .._jax import _internals as jaxi
 
 ROOT = "jaxtrace_nb"
 DEFAULT_GRACE_S = 60.0

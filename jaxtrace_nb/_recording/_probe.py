@@ -1,7 +1,7 @@
 """The probe: installs and removes jaxtrace_nb's observation points, and turns what JAX
 reports into typed calls on the session (`Sink`).
 
-Two kinds of observation point (where and how they read JAX: `_jax_internals`):
+Two kinds of observation point (where and how they read JAX: `_jax._internals`):
 
 * a hook on JAX's own ``test_event("trace_to_jaxpr")``, which JAX calls at the start of
   every real trace (a miss of its tracing cache): the hook reads the trace's arguments,
@@ -32,7 +32,7 @@ from typing import Callable
 
 from .._core._vocabulary import JitKind
 from .._diagnosis._divergence import DivergenceError
-from . import _jax_internals as jaxi
+from .._jax import _internals as jaxi
 from ._decode import Decoder
 from ._listeners import Listeners
 from ._measure import Measurer
@@ -84,7 +84,6 @@ class Probe:
             False  # also decode JAX's own jitted helpers traced inside another trace
         )
         self._helpers: dict[int, weakref.ref] = {}  # id(function) -> a library's own helper, weakly
-        self._jax_state: tuple | None = None  # JAX's modules that know the process index
         self.measurer = Measurer(sink)  # the programs' sizes and line profiles, XLA's figures
         self.listeners = Listeners(self, sink, self.measurer)
         self.keys = self.listeners.keys  # the persistent cache's keys, read while the cache is on
@@ -207,21 +206,7 @@ class Probe:
         backends, after which the program's own ``jax.distributed.initialize()`` fails. So: the
         index ``jax.distributed.initialize`` set, else ``jax.process_index()`` once the backends
         are up."""
-        try:
-            if self._jax_state is None:
-                from jax._src import distributed, xla_bridge
-
-                self._jax_state = (distributed, xla_bridge)
-            distributed, xla_bridge = self._jax_state
-            if distributed.global_state.client is not None:
-                return int(distributed.global_state.process_id)
-            if xla_bridge.backends_are_initialized():
-                import jax
-
-                return int(jax.process_index())
-        except Exception:
-            pass
-        return None
+        return jaxi.process_index()
 
     def _register(self, kind: str, callback) -> None:
         api = jaxi.listener_api(kind)

@@ -2,7 +2,9 @@
 
 A canary: tiny functions traced (``jax.jit(f).trace``, no compile) with known changes,
 run through the full probe in a private session; each recorded cause, leaf and before →
-after must be the expected one. A few milliseconds; nothing reaches the user's log.
+after must be the expected one. A few milliseconds; nothing reaches the user's log. The canary
+traces in JAX's default configuration (`_jax._config.own_configuration`), so no user setting
+(x64, strict dtype promotion, ...) changes what it expects.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .._core._vocabulary import EventKind
+from .._jax._config import own_configuration
 
 _CANARY = "_canary_calls.<locals>."
 
@@ -90,8 +93,9 @@ def _check(session) -> str:
         if not session.probe.full:
             return session.notice or "the full probe could not be installed"
         calls = _canary_calls()
-        for _, thunk, _ in calls:
-            thunk()
+        with own_configuration():  # the expectations hold there, whatever the user configured
+            for _, thunk, _ in calls:
+                thunk()
         events = [
             e
             for e in session.log.events()

@@ -22,6 +22,9 @@ from ._peers import Peers
 from ._probe import Probe
 from ._self_check import run_self_check_with
 
+# The notices printed in this process: each once, however often recording starts again
+_SAID: set[str] = set()
+
 
 class JaxtraceWarning(UserWarning):
     """A failure inside jaxtrace_nb (never inside the user's program)."""
@@ -78,7 +81,8 @@ class Session:
                     )
                 except Exception as e:
                     self.fault("install", e)
-                if self.notice:
+                if self.notice and self.notice not in _SAID:
+                    _SAID.add(self.notice)
                     print(self.notice, file=sys.stderr)
             self._users += 1
 

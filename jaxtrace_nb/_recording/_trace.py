@@ -10,7 +10,8 @@ from __future__ import annotations
 from time import time as _time
 from typing import Protocol
 
-from .._keys._records import CacheKeyRecord, GraphStats, LoweringRecord, Stage, TraceRecord, XlaCost
+from .._jax._cache_key import CacheKeyRecord
+from .._keys._records import GraphStats, LoweringRecord, Stage, TraceRecord, XlaCost
 
 
 class Trace:

@@ -190,7 +190,7 @@ def cache_keys_frame(path: str):
     import pandas as pd
 
     from .._cache._cache_index import Reader
-    from .._keys._records import CACHE_KEY_COMPONENTS
+    from .._jax._cache_key import CACHE_KEY_COMPONENTS
 
     reader = Reader(path)
     try:

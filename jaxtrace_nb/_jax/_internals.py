@@ -6,7 +6,7 @@ detection (`detect`):
 * **A trace starts.** JAX's tracing function runs its Python body only on a miss of its
   cache, and calls JAX's own test hook ``test_event`` first. That name is rebound, in
   the module that calls it, to a hook that forwards to JAX's and reads the trace's
-  arguments from the caller's frame (`_jax_layouts`: one layout per JAX range). The hook
+  arguments from the caller's frame (`_layouts`: one layout per JAX range). The hook
   returns before the traced function runs: it adds no frame to any trace or call.
 * **A stage ends.** JAX reports trace, lower and compile seconds through the public
   ``jax.monitoring``; the listener runs inside the JAX function that measured the stage,
@@ -22,7 +22,7 @@ import re
 import sys
 from typing import Any, Callable, NamedTuple, Sequence
 
-from .._keys._jax_layouts import TraceLayout, detect_layout
+from ._layouts import TraceLayout, detect_layout
 
 SUPPORTED_JAX = ((0, 8, 0), (0, 11, 0))  # [min, max) of versions the full probe is tested on
 
@@ -39,6 +39,11 @@ _STAGE_FRAMES = {
     COMPILE_EVENT: ("_cached_compilation",),
 }
 _MAX_LISTENER_DEPTH = 10
+# JAX's lowering functions (JAX 0.8–0.11, pxla.py and mlir.py): a trace that ends while one of them
+# runs was made inside a lowering, and the trace whose lowering it is still awaits it.
+LOWERING_FRAMES = frozenset(
+    {"lower_sharding_computation", "_cached_lowering_to_hlo", "lower_jaxpr_to_module"}
+)
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -423,3 +428,63 @@ def spans_processes(frame) -> bool:
                 return any(isinstance(x, array) and not x.is_fully_addressable for x in flat)
         f = f.f_back
     return False
+
+
+_PROCESS_MODULES: list = []  # JAX's ``distributed`` and ``xla_bridge`` modules, once imported
+
+
+def process_index() -> int | None:
+    """JAX's process index, read without initializing JAX's backends (None until JAX knows it).
+
+    Asking ``jax.process_index()`` before the program has run any computation would start the
+    backends, after which the program's own ``jax.distributed.initialize()`` fails. So: the
+    index ``jax.distributed.initialize`` set, else ``jax.process_index()`` once the backends
+    are up."""
+    try:
+        if not _PROCESS_MODULES:
+            from jax._src import distributed, xla_bridge
+
+            _PROCESS_MODULES[:] = [distributed, xla_bridge]
+        distributed, xla_bridge = _PROCESS_MODULES
+        if distributed.global_state.client is not None:
+            return int(distributed.global_state.process_id)
+        if xla_bridge.backends_are_initialized():
+            import jax
+
+            return int(jax.process_index())
+    except Exception:
+        pass
+    return None
+
+
+class LoweringInputs(NamedTuple):
+    """What JAX's lowering function (``pxla._cached_lowering_to_hlo``, JAX 0.8–0.11) received, read
+    from its locals: the traced program and, per argument (constants dropped), its abstract value,
+    sharding, layout and donation."""
+
+    program: Any  # the ClosedJaxpr: JAX's compile cache keys on this object itself
+    debug_info: Any  # its DebugInfo (``arg_names`` None: a program JAX derived, e.g. a JVP)
+    avals: list
+    shardings: list
+    layouts: list
+    donated: list
+
+
+def lowering_inputs(local: dict | None) -> LoweringInputs | None:
+    """`LoweringInputs` from the lowering function's `local`s (`stage_frame`); None when they do
+    not hold a program and its argument types."""
+    closed = local.get("closed_jaxpr") if local else None
+    in_avals = local.get("in_avals") if local else None
+    if closed is None or in_avals is None:
+        return None
+    n_const = int(local.get("num_const_args") or 0)
+    return LoweringInputs(
+        program=closed,
+        debug_info=getattr(getattr(closed, "jaxpr", None), "debug_info", None),
+        avals=list(in_avals)[n_const:],
+        shardings=list(getattr(local.get("semantic_in_shardings"), "shardings", ()) or ())[
+            n_const:
+        ],
+        layouts=list(local.get("in_layouts") or ())[n_const:],
+        donated=list(local.get("donated_invars") or ())[n_const:],
+    )

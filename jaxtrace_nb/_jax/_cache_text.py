@@ -1,4 +1,4 @@
-"""The parts of JAX's persistent cache key that `_jax_cache_key` kept, printed (probe layer).
+"""The parts of JAX's persistent cache key that `_cache_key` kept, printed.
 
 Runs only when a view asks for the words of a miss (`_cache_explainer`), never at a compile.
 """
