@@ -37,6 +37,12 @@ def series_of(version: str) -> str:
     return f"{major}.{minor}"
 
 
+def source_version(read_source: Callable[[str], str | None]) -> str:
+    """The version a JAX source tree says it is (its ``jax/version.py``)."""
+    found = re.search(r'_version(?:: str)? = "([^"]+)"', read_source("jax/version.py") or "")
+    return found.group(1) if found else "0.0"
+
+
 def module_path(module: str) -> tuple[str, str]:
     """The two files a module may be: ``jax/_src/x.py`` or ``jax/_src/x/__init__.py``."""
     base = module.replace(".", "/")
@@ -91,7 +97,13 @@ def check(read_source: Callable[[str], str | None], series: str) -> list[Finding
             for path in module_path(module):
                 text = read_source(path)
                 if text is not None:
-                    parsed[module] = ast.parse(text)
+                    try:
+                        parsed[module] = ast.parse(text)
+                    except SyntaxError as e:  # JAX 0.11.1+ is written for Python >= 3.12
+                        raise SystemExit(
+                            f"{path}: {e.msg} (line {e.lineno}); parse it with a "
+                            f"newer Python than {sys.version.split()[0]}"
+                        ) from e
                     break
         return parsed[module]
 
@@ -148,20 +160,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--git-dir", help="a JAX repository's git directory")
     parser.add_argument("--tags", nargs="*", default=[], help="its tags to read (jax-vX.Y.Z)")
     parser.add_argument("--src", help="a directory holding the jax package")
-    parser.add_argument("--series", help="the series of --src (default: its version.py)")
+    parser.add_argument("--series", help="the series to check (default: each source's version.py)")
     parser.add_argument("--out", help="write the report here too")
     args = parser.parse_args(argv)
     lines, missing = [], 0
-    sources = [(tag, from_git(args.git_dir, tag), series_of(tag)) for tag in args.tags]
+    sources = [(tag, from_git(args.git_dir, tag)) for tag in args.tags]
     if args.src:
-        read = from_directory(pathlib.Path(args.src))
-        version = re.search(r'_version(?:: str)? = "([^"]+)"', read("jax/version.py") or "")
-        series = args.series or series_of(version.group(1) if version else "0.0")
-        sources.append((args.src, read, series))
-    for label, read, series in sources:
+        sources.append((args.src, from_directory(pathlib.Path(args.src))))
+    for label, read in sources:
+        version = source_version(read)
+        series = args.series or series_of(version)
+        label = f"{label} (JAX {version})"
         findings = check(read, series)
         missing += sum(not f.found for f in findings)
-        lines += report(f"{label} (series {series})", findings)
+        lines += report(f"{label}, series {series}", findings)
     text = "\n".join(lines)
     print(text)
     if args.out:
