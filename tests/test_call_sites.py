@@ -224,6 +224,10 @@ SOLVES = "jax/_src/lax/control_flow/solves.py"
 CHECKIFY = "jax/_src/checkify.py"
 SHARD_MAP = "jax/_src/shard_map.py"
 REMAT = "jax/_src/ad_checkpoint.py"
+PARTIAL_EVAL = "jax/_src/interpreters/partial_eval.py"
+CUSTOM_DERIVATIVES = "jax/_src/custom_derivatives.py"
+STATE = "jax/_src/state/discharge.py"
+SPARSE = "jax/experimental/sparse/transform.py"
 
 X = np.linspace(-1.0, 2.0, 6, dtype=np.float32)
 
@@ -265,7 +269,7 @@ def pjit_resource_env(r):
     r.step("pjit", lambda: g(X))
 
 
-@program(*JIT_ANY)
+@program(*JIT_ANY, "jax/_src/pjit.py::_transpose_jaxpr_fancy#0")  # 0.11.1+: grad(jit)
 def jit_nested_vmap_eval_shape_aot(r):
     def inner(x):
         r.body("inner")
@@ -278,6 +282,7 @@ def jit_nested_vmap_eval_shape_aot(r):
     r.step("eval_shape", lambda: jax.eval_shape(jax.jit(inner), X).shape)
     r.step("aot", lambda: jax.jit(inner).lower(X).compile()(X))
     r.step("jvp(jit)", lambda: jax.jvp(jax.jit(inner), (X,), (X,)))
+    r.step("grad(jit)", lambda: jax.grad(lambda x: jax.jit(inner)(x).sum())(X))
 
 
 @program(*JIT_ANY, needs=("jax.export.export",))
@@ -424,7 +429,12 @@ def jvp_of_while(r):
     r.step("jvp(while)", lambda: jax.jvp(f, (X,), (jnp.ones_like(X),)))
 
 
-@program(f"{LOOPS}::_scan_state_partial_discharge_rule#0", needs=("jax.new_ref",))
+@program(
+    f"{LOOPS}::_scan_state_partial_discharge_rule#0",
+    f"{LOOPS}::_scan_state_discharge_rule#0",  # 0.11.1+: renamed
+    f"{STATE}::_discharge_state#0",  # 0.11.1+: the rule discharges the body's refs
+    needs=("jax.new_ref",),
+)
 def scan_with_a_ref(r):
     def f(xs):
         acc = jax.new_ref(jnp.zeros(()))
@@ -445,6 +455,8 @@ def scan_with_a_ref(r):
 @program(
     f"{LOOPS}::_while_partial_discharge_rule#0",
     f"{LOOPS}::_while_partial_discharge_rule#1",
+    f"{LOOPS}::_while_discharge_rule#0",  # 0.11.1+: renamed
+    f"{LOOPS}::_while_discharge_rule#1",
     needs=("jax.new_ref",),
 )
 def while_with_a_ref(r):
@@ -469,6 +481,7 @@ def while_with_a_ref(r):
     f"{LOOPS}::_scan_partial_eval_custom#0",
     f"{REMAT}::_trace_to_jaxpr#0",
     f"{REMAT}::_transpose_jaxpr#0",
+    f"{PARTIAL_EVAL}::_partial_eval_jaxpr_nounits#0",  # 0.11.1+: hoisting in the scan's rule
 )
 def remat_of_scan(r):
     def step(c, x):
@@ -491,7 +504,11 @@ def remat_of_scan(r):
     )
 
 
-@program(f"{REMAT}::_remat3#0", needs=("jax.config.jax_remat3",))
+@program(
+    f"{REMAT}::_remat3#0",
+    f"{REMAT}::_remat3.<locals>.decorator#0",  # 0.11.1+: traced inside the decorator
+    needs=("jax.config.jax_remat3",),
+)
 def remat3_flag(r):
     def f(x):
         r.body("f")
@@ -684,6 +701,7 @@ def associative_scan_and_custom_derivatives(r):
 @program(
     "jax/experimental/scheduling_groups.py::_xla_metadata_call.<locals>.wrapped#0",
     "jax/_src/xla_metadata.py::_xla_metadata_call.<locals>.wrapped#0",
+    "jax/_src/xla_metadata.py::_transpose_jaxpr#0",  # 0.11.1+: grad transposes the call
     needs=("jax.experimental.scheduling_groups.xla_metadata_call",),
 )
 def xla_metadata_call(r):
@@ -696,6 +714,230 @@ def xla_metadata_call(r):
 
     r.step("xla_metadata_call", lambda: scheduling_groups.xla_metadata_call(f, tag="t")(X))
     r.step("jit(scheduling_group)", lambda: jax.jit(scheduling_groups.scheduling_group("g")(f))(X))
+    tagged = scheduling_groups.xla_metadata_call(f, tag="t")
+    r.step("grad(xla_metadata_call)", lambda: jax.grad(lambda x: tagged(x).sum())(X))
+
+
+@program(f"{CUSTOM_DERIVATIVES}::custom_gradient.<locals>.fwd#0")
+def custom_gradient_under_grad(r):
+    @jax.custom_gradient
+    def clipped_sin(x):
+        r.body("clipped_sin")
+        depth(r, "custom_gradient")
+
+        def rule(g):
+            r.body("rule")
+            return (jnp.clip(g * jnp.cos(x), -0.5, 0.5),)
+
+        return jnp.sin(x), rule
+
+    r.step("custom_gradient", lambda: clipped_sin(X))
+    r.step("grad(custom_gradient)", lambda: jax.grad(lambda x: clipped_sin(x).sum())(X))
+    r.step("jit(grad(custom_gradient))", lambda: jax.jit(jax.grad(lambda x: clipped_sin(x)[0]))(X))
+
+
+@program(f"{CUSTOM_DERIVATIVES}::_closure_convert_for_avals#0")
+def closure_convert_of_a_closure(r):
+    def converted_call(a):
+        def g(x):
+            r.body("g")
+            depth(r, "closure-converted g")
+            return jnp.sin(x) * a
+
+        converted, hoisted = jax.closure_convert(g, X)
+        return converted(X, *hoisted).sum()
+
+    r.step("closure_convert", lambda: converted_call(2.0))
+    r.step("grad(closure_convert)", lambda: jax.grad(converted_call)(2.0))
+
+
+@program(
+    f"{CUSTOM_DERIVATIVES}::linear_call#0",
+    f"{CUSTOM_DERIVATIVES}::linear_call.<locals>.transpose_thunk#0",
+    needs=("jax.custom_derivatives.linear_call",),
+)
+def linear_call_transposed(r):
+    from jax.custom_derivatives import linear_call
+
+    def scaled(scale, x):
+        r.body("scaled")
+        depth(r, "linear_call fun")
+        return scale * x
+
+    def scaled_transpose(scale, ct):
+        r.body("scaled_transpose")
+        depth(r, "linear_call transpose")
+        return scale * ct
+
+    def f(x):
+        return linear_call(scaled, scaled_transpose, 3.0, x)
+
+    r.step("linear_call", lambda: f(X))
+    r.step("grad(linear_call)", lambda: jax.grad(lambda x: f(x).sum())(X))
+    r.step("linear_transpose", lambda: jax.linear_transpose(f, X)(X))
+
+
+@program("jax/_src/custom_batching.py::custom_vmap.__call__#0")
+def custom_vmap_rule(r):
+    @jax.custom_batching.custom_vmap
+    def f(x):
+        r.body("f")
+        depth(r, "custom_vmap")
+        return jnp.sin(x)
+
+    @f.def_vmap
+    def rule(axis_size, in_batched, xs):
+        r.body("rule")
+        return jnp.cos(xs), in_batched[0]
+
+    r.step("custom_vmap", lambda: f(X))
+    r.step("vmap(custom_vmap)", lambda: jax.vmap(f)(X))
+    r.step("jit(vmap(custom_vmap))", lambda: jax.jit(jax.vmap(f))(X.reshape(2, 3)))
+
+
+@program(
+    "jax/_src/custom_partitioning.py::custom_partitioning.__call__#0",
+    needs=("jax.experimental.custom_partitioning.custom_partitioning",),
+)
+def custom_partitioning_under_jit(r):
+    from jax.experimental.custom_partitioning import custom_partitioning
+
+    @custom_partitioning
+    def double(x):
+        r.body("double")
+        depth(r, "custom_partitioning")
+        return x * 2
+
+    def partition(mesh, arg_shapes, result_shape):
+        shardings = arg_shapes[0].sharding
+        return mesh, lambda x: x * 2, shardings, (shardings,)
+
+    double.def_partition(partition=partition, sharding_rule="i -> i")
+    r.step("custom_partitioning", lambda: double(X))
+    r.step("jit(custom_partitioning)", lambda: jax.jit(double)(X))
+
+
+@program("jax/_src/interpreters/mlir.py::lower_fun.<locals>.f_lowered#0")
+def lowering_rules_written_in_jax(r):
+    def f(x):
+        r.body("f")
+        depth(r, "f")
+        return jnp.sort(x) + x**5  # sort's comparator and integer_pow(y=5) lower via lower_fun
+
+    r.step("jit(sort, x**5)", lambda: jax.jit(f)(X))
+    r.step("lower", lambda: jax.jit(f).lower(X).as_text().count("sort"))
+
+
+@program("jax/_src/lax/eval_jaxpr.py::_transpose_jaxpr#0", needs=("jax.stages.Traced",))
+def calling_a_traced_stage(r):
+    def f(x):
+        r.body("f")
+        depth(r, "traced f")
+        return jnp.sin(x) * x
+
+    traced = jax.jit(f).trace(X)
+    r.step("traced(x)", lambda: traced(X))
+    r.step("grad(traced)", lambda: jax.grad(lambda x: traced(x).sum())(X))
+
+
+@program(
+    "jax/_src/compute_on.py::_compute_on.<locals>.wrapped#0",
+    "jax/_src/compute_on.py::_transpose_jaxpr#0",
+    needs=("jax.experimental.compute_on",),
+)
+def compute_on_a_function(r):
+    from jax.experimental import compute_on as module
+
+    # JAX 0.10-0.11.0 name the function form compute_on2 (compute_on is a context manager there).
+    compute_on = getattr(module, "compute_on2", module.compute_on)
+
+    def f(x):
+        r.body("f")
+        depth(r, "compute_on body")
+        return jnp.sin(x) * 2
+
+    on_device = compute_on(f, compute_type="device", out_memory_spaces=jax.memory.Space.Device)
+    r.step("compute_on", lambda: on_device(X))
+    r.step("jit(compute_on)", lambda: jax.jit(on_device)(X))
+    r.step("grad(compute_on)", lambda: jax.grad(lambda x: on_device(x).sum())(X))
+
+
+@program(
+    "jax/experimental/fused.py::fused.<locals>.wrap.<locals>.wrapped#0",
+    "jax/experimental/fused.py::_transpose_jaxpr#0",
+    needs=("jax.experimental.fused.fused",),
+)
+def fused_traced(r):
+    from jax.experimental.fused import fused
+
+    @fused(out_spaces=(jax.memory.Space.Device,))
+    def f(x):
+        r.body("f")
+        depth(r, "fused body")
+        return (jnp.sin(x) * 2,)
+
+    # fused_p lowers on CUDA only: on CPU the program traces (which is where the sites are).
+    grad_f = jax.jit(jax.grad(lambda x: f(x)[0].sum()))
+    r.step("trace(fused)", lambda: jax.jit(f).trace(X).jaxpr.out_avals[0].str_short())
+    r.step("trace(grad(fused))", lambda: grad_f.trace(X).jaxpr.out_avals[0].str_short())
+
+
+@program(
+    f"{SPARSE}::sparsify_raw.<locals>.wrapped#0",
+    f"{SPARSE}::_sparsify_jaxpr#0",
+    needs=("jax.experimental.sparse.sparsify",),
+)
+def sparsify_a_function(r):
+    from jax.experimental import sparse
+
+    m = sparse.BCOO.fromdense(np.array([[0, 1, 0], [2, 0, 3]], np.float32))
+
+    @sparse.sparsify
+    def f(m, v):
+        r.body("f")
+        depth(r, "sparsified f")
+        return jax.jit(lambda a, b: a @ b)(m, v) * 2  # the inner jit: a pjit eqn to sparsify
+
+    r.step("sparsify", lambda: f(m, X[:3]))
+    r.step("jit(sparsify)", lambda: jax.jit(f)(m, X[:3]))
+
+
+@program(
+    f"{PARTIAL_EVAL}::abstract_eval_fun#0",
+    needs=("jax.experimental.sparse.bcoo_dot_general_sampled",),
+)
+def sampled_sparse_product(r):
+    from jax.experimental import sparse
+
+    indices = sparse.BCOO.fromdense(np.eye(2, dtype=np.float32)).indices
+    a, b = X.reshape(2, 3), X.reshape(3, 2)
+    numbers = (((1,), (0,)), ((), ()))
+    r.step(
+        "bcoo_dot_general_sampled",
+        lambda: sparse.bcoo_dot_general_sampled(a, b, indices, dimension_numbers=numbers),
+    )
+
+
+@program(
+    f"{STATE}::_initial_style_jaxpr#0",
+    "jax/_src/state/utils.py::hoist_consts_to_refs#0",
+    f"{STATE}::_discharge_state#0",
+    needs=("jax.experimental.pallas.run_state",),
+)
+def run_state_with_a_captured_array(r):
+    from jax.experimental import pallas as pl
+
+    weights = jnp.arange(6.0)  # captured: a const of the body, hoisted into a ref
+
+    def body(refs):
+        r.body("body")
+        depth(r, "run_state body")
+        x_ref, y_ref = refs
+        y_ref[...] = jnp.sin(x_ref[...]) * weights
+
+    run = pl.run_state(body)
+    r.step("run_state", lambda: run((X, jnp.zeros_like(X))))
+    r.step("jit(run_state)", lambda: jax.jit(run)((X, jnp.zeros_like(X))))
 
 
 #: Call sites no public API reaches, each with its reason (keep this short and honest).
