@@ -849,14 +849,22 @@ def calling_a_traced_stage(r):
 def compute_on_a_function(r):
     from jax.experimental import compute_on as module
 
-    # JAX 0.10-0.11.0 name the function form compute_on2 (compute_on is a context manager there).
+    # JAX 0.10-0.11.0 name the function form compute_on2 (compute_on is a context manager there);
+    # JAX 0.8-0.9 export only the context manager, which the program then runs under.
     compute_on = getattr(module, "compute_on2", module.compute_on)
+    function_form = "f" in inspect.signature(compute_on).parameters
 
     def f(x):
         r.body("f")
         depth(r, "compute_on body")
         return jnp.sin(x) * 2
 
+    if not function_form:
+        jitted = jax.jit(f)
+        with compute_on("device_host"):
+            r.step("jit under compute_on", lambda: jitted(X))
+            r.step("grad under compute_on", lambda: jax.grad(lambda x: jitted(x).sum())(X))
+        return
     on_device = compute_on(f, compute_type="device", out_memory_spaces=jax.memory.Space.Device)
     r.step("compute_on", lambda: on_device(X))
     r.step("jit(compute_on)", lambda: jax.jit(on_device)(X))
