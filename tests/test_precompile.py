@@ -302,8 +302,8 @@ def _make_forward():
 
 
 def test_a_large_model_from_this_session_is_rebuilt_in_full(jt, tmp_path):
-    """This session's keys are read in full: a model with more leaves than the log's bounded
-    `signature` column is rebuilt; a persisted log's cut signature is skipped, saying so."""
+    """A model with more leaves than the live log's bounded text: this session's keys are read in
+    full, and a persisted log keeps enough of each trace's signature to rebuild it."""
     path = tmp_path / "run.jsonl"
     jt.start(persist=path)
     model = eqx.nn.MLP(8, 8, 8, depth=24, key=jax.random.PRNGKey(0))
@@ -318,5 +318,4 @@ def test_a_large_model_from_this_session_is_rebuilt_in_full(jt, tmp_path):
         np.testing.assert_array_equal(a, b)
     from_disk = jt.precompile(eqx.filter_jit(_make_forward()), model, jnp.ones((2, 8)), log=path)
     table = from_disk.wait(120)
-    assert set(table["status"]) == {"skipped"}
-    assert set(table["reason"]) == {"the log kept only part of this signature"}
+    assert list(table["status"]) == ["compiled", "compiled"], table

@@ -36,7 +36,7 @@ from .._diagnosis._diagnose import (
     join_ids,
     kept_lowering,
 )
-from .._diagnosis._processes import signature_column
+from .._diagnosis._processes import PERSISTED_SIGNATURE_MAX_CHARS, signature_column
 from .._keys._records import (
     CacheKeyRecord,
     FunctionIdentity,
@@ -341,9 +341,11 @@ class Lifecycle:
             event.created_at = ", ".join(record.binding.lines)
         if self.keep_signatures and record.signature is not None and not identity.internal:
             # A persisted log (one per process of a multi-process run) keeps the argument leaves
-            # of each trace, bounded, so that processes can be compared (`_processes`).
+            # of each trace, bounded, so that processes can be compared (`_processes`) and
+            # `jt.precompile` can rebuild the call.
             event.signature = signature_column(
-                {path: leaf.text for path, leaf in record.signature.get().leaves.items()}
+                {path: leaf.text for path, leaf in record.signature.get().leaves.items()},
+                PERSISTED_SIGNATURE_MAX_CHARS,
             )
         trace.event = event
         apply_end(event, trace)
