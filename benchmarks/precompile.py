@@ -102,7 +102,9 @@ def child(program: str, mode: str, log: str) -> dict:
         "values": values,
         "table": table,
         "precompiled": int(events["precompiled"].fillna(False).sum()),
-        "user_traces": int(((events["kind"] == "trace") & ~events["precompiled"].fillna(False)).sum()),
+        "user_traces": int(
+            ((events["kind"] == "trace") & ~events["precompiled"].fillna(False)).sum()
+        ),
     }
 
 
