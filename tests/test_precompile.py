@@ -319,3 +319,36 @@ def test_a_large_model_from_this_session_is_rebuilt_in_full(jt, tmp_path):
     from_disk = jt.precompile(eqx.filter_jit(_make_forward()), model, jnp.ones((2, 8)), log=path)
     table = from_disk.wait(120)
     assert list(table["status"]) == ["compiled", "compiled"], table
+
+
+def _make_scale():
+    def scale(x):
+        return x * 3
+
+    return scale
+
+
+def test_what_the_rebuild_cannot_set_is_found_by_the_trace_and_named(jt):
+    """Under `eqx.filter_jit` an array is rebuilt as a NumPy view, never weak-typed: the trace of a
+    weak-typed signature's rebuild differs from it, and the row says where."""
+    recorded = eqx.filter_jit(_make_scale())
+    recorded(jnp.ones(3))
+    recorded(jnp.asarray(2.0))  # f32[] (weak)
+    table = jt.precompile(eqx.filter_jit(_make_scale()), jnp.ones(3)).wait(120)
+    xs = [json.loads(s)["x"] for s in table["signature"]]
+    assert dict(zip(xs, table["status"])) == {"f32[3]": "compiled", "f32[] (weak)": "skipped"}
+    assert table["reason"][1] == (
+        "differs from the rebuilt call at `x`: recorded f32[] (weak), rebuilt call f32[]"
+    )
+
+
+def test_what_a_recorded_leaf_text_rebuilds_into():
+    from jaxtrace_nb._keys._rebuild import NOT_PLAIN, array_type, plain_value
+
+    assert array_type("f32[8,3]") == ((8, 3), "float32", False)
+    assert array_type("i32[] (weak)") == ((), "int32", True)
+    assert array_type("bf16[2]") == ((2,), "bfloat16", False)
+    assert array_type("f32[8@d,3]") is None  # a placement: not rebuilt
+    assert array_type("'relu'") is None
+    assert plain_value("'relu'") == "relu" and plain_value("(1, None, 2.5)") == (1, None, 2.5)
+    assert plain_value("<function h>") is NOT_PLAIN and plain_value("[1, 2]") is NOT_PLAIN

@@ -1,19 +1,18 @@
 """`jt.precompile`: compile, in background threads, the signatures a log recorded for a function.
 
-Each recorded signature is rebuilt from one real call's arguments (the example): an array leaf
-takes the recorded shape, dtype and weak type (a `jax.ShapeDtypeStruct` for `jax.jit`; for
-`eqx.filter_jit`, whose partition keeps only arrays dynamic, a read-only zero-stride NumPy view of
-one element, which never weak-types); a top-level argument whose recorded value is plain Python
-takes that value. The rebuilt call is traced on a worker thread through JAX's public AOT API,
-which the probe records like any trace: the trace's own signature, as the log writes it, must
-equal the recorded one, else the row is `skipped` naming the arguments that differ (JAX decides
-what the rebuilt key is; nothing of the example is guessed). A trace JAX already held does not
-reach the probe: `held`. Then the lowered program is compiled; XLA releases the GIL meanwhile.
+Each recorded signature is rebuilt from one real call's arguments, the example (`_keys._rebuild`).
+What the rebuild cannot set (a module's static field, a function, a structure) is compared first
+with the example's own signature: a difference skips the row, naming the paths. The rebuilt call
+is then traced on a worker thread through JAX's public AOT API; the probe records that trace like
+any other and hands its record back to the thread (`_recording._precompiling`), whose signature,
+in full, must equal the recorded one, else the row is `skipped` naming the paths (JAX decides what
+the rebuilt key is). A trace JAX already held does not reach the probe: `held`. Then the lowered
+program is compiled; XLA releases the GIL meanwhile.
 
 JAX keeps what the worker traced, lowered and compiled in its in-process caches, so the user's
 later call at that signature runs without tracing; the program also goes to JAX's persistent
 compilation cache (the user's, as configured, else a directory set up for the process), where
-another jit object of the same function, or another process, loads it.
+another jit object of the same function, or another process, loads it. docs/precompile.md.
 """
 
 from __future__ import annotations
@@ -31,11 +30,10 @@ import time
 from typing import Any
 
 from .._core._vocabulary import StrEnum
-from .._diagnosis._processes import parse_signature_column, signature_column
+from .._diagnosis._processes import _MORE_KEY, parse_signature_column, signature_column
 from .._keys._rebuild import Example, Jit, differences, not_rebuilt
 from .._recording._precompiling import mark_precompiling, noted_traces
 
-_MORE_KEY = "…"
 EXIT_WAIT_S = 30.0  # at exit: how long to wait for compiles under way (queued ones are dropped)
 
 
@@ -53,7 +51,8 @@ TABLE_COLUMNS = ("signature", "status", "reason", "compile_s")
 
 @dataclasses.dataclass
 class Row:
-    """One recorded signature and what became of it."""
+    """One recorded signature (`leaves`: its full ``{path: leaf text}``; `signature`: the log's
+    bounded text of it) and what became of it."""
 
     signature: str
     status: Status = Status.QUEUED
@@ -313,14 +312,10 @@ class _Job:
             else:
                 done(row, Status.HELD, "JAX already held this trace")
             return
-        rebuilt = traced
-        if rebuilt != row.leaves:
-            differ = [
-                p
-                for p in dict.fromkeys([*row.leaves, *rebuilt])
-                if row.leaves.get(p) != rebuilt.get(p)
-            ]
-            done(row, Status.SKIPPED, differences(row.leaves, rebuilt, differ))
+        if traced != row.leaves:
+            paths = dict.fromkeys([*row.leaves, *traced])
+            differ = [p for p in paths if row.leaves.get(p) != traced.get(p)]
+            done(row, Status.SKIPPED, differences(row.leaves, traced, differ, "rebuilt call"))
             return
         self._compile(row, staged)
 

@@ -160,12 +160,15 @@ def not_rebuilt(recorded: dict[str, str], plan: dict, own: dict[str, str]) -> li
     return [p for p in paths if p not in plan and recorded.get(p) != own.get(p)]
 
 
-def differences(recorded: dict[str, str], other: dict[str, str], paths, limit: int = 3) -> str:
-    """The reason a signature was not rebuilt: the first `limit` paths where it differs."""
+def differences(
+    recorded: dict[str, str], other: dict[str, str], paths, what: str = "example", limit: int = 3
+) -> str:
+    """The reason a signature was not rebuilt: the first `limit` paths where it differs from
+    `other`, the example's signature or the rebuilt call's (`what`)."""
     paths = list(paths)
     parts = [
-        f"`{p}`: recorded {recorded.get(p, 'not passed')}, example {other.get(p, 'not passed')}"
+        f"`{p}`: recorded {recorded.get(p, 'not passed')}, {what} {other.get(p, 'not passed')}"
         for p in paths[:limit]
     ]
     more = f" (and {len(paths) - limit} more)" if len(paths) > limit else ""
-    return "differs from the example at " + "; ".join(parts) + more
+    return f"differs from the {what} at " + "; ".join(parts) + more
