@@ -156,7 +156,8 @@ def main() -> None:
             f"jt.precompile: stalls at {len(SIZES)} batch sizes {SIZES}, {OTHER_WORK_S} s of "
             "other work (sleep) between; cold = fresh process, nothing precompiled; warm = fresh "
             "process, precompile from the recorded log after the first call",
-            machine_line(jax.__version__, measured, load_before, started),
+            machine_line(jax.__version__, measured, load_before, started)
+            + f"; command: python benchmarks/precompile.py --repeats {args.repeats}",
             "",
             *lines,
             "",
