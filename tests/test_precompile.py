@@ -328,9 +328,9 @@ def _make_scale():
     return scale
 
 
-def test_what_the_rebuild_cannot_set_is_found_by_the_trace_and_named(jt):
-    """Under `eqx.filter_jit` an array is rebuilt as a NumPy view, never weak-typed: the trace of a
-    weak-typed signature's rebuild differs from it, and the row says where."""
+def test_what_the_rebuild_cannot_set_is_skipped_by_name(jt):
+    """Under `eqx.filter_jit` an array is rebuilt as a NumPy view, which is never weak-typed: a
+    weak-typed leaf is not rebuilt, and the row says where it differs from the example."""
     recorded = eqx.filter_jit(_make_scale())
     recorded(jnp.ones(3))
     recorded(jnp.asarray(2.0))  # f32[] (weak)
@@ -338,7 +338,28 @@ def test_what_the_rebuild_cannot_set_is_found_by_the_trace_and_named(jt):
     xs = [json.loads(s)["x"] for s in table["signature"]]
     assert dict(zip(xs, table["status"])) == {"f32[3]": "compiled", "f32[] (weak)": "skipped"}
     assert table["reason"][1] == (
-        "differs from the rebuilt call at `x`: recorded f32[] (weak), rebuilt call f32[]"
+        "differs from the example at `x`: recorded f32[] (weak), example f32[3]"
+    )
+
+
+def test_an_unrecorded_example_jax_holds(jt, tmp_path):
+    """JAX holds the example's key but no log recorded its call: the rebuild of a signature that
+    differs where the rebuild cannot reach (`m.act`) lands on that key, and is not taken for it;
+    one whose rebuild JAX does not hold is traced, and its trace names the difference."""
+    path = tmp_path / "run.jsonl"
+    relu, tanh = Mlp(jnp.ones((4, 3)), "relu"), Mlp(jnp.ones((4, 3)), "tanh")
+    fresh = eqx.filter_jit(_make_apply())
+    fresh(relu, jnp.ones((3, 2)), 2)  # not persisted
+    jt.start(persist=path)
+    recorded = eqx.filter_jit(_make_apply())
+    recorded(tanh, jnp.ones((3, 2)), 2)
+    recorded(tanh, jnp.ones((3, 3)), 2)
+    jt.reset()  # this session forgets it: as if called before recording started
+    table = jt.precompile(fresh, relu, jnp.ones((3, 2)), 2, log=path).wait(120)
+    assert list(table["status"]) == ["skipped", "skipped"], table
+    assert table["reason"][0].startswith("JAX already holds the rebuilt call's key")
+    assert table["reason"][1] == (
+        "differs from the rebuilt call at `m.act`: recorded 'tanh', rebuilt call 'relu'"
     )
 
 

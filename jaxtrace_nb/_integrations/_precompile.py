@@ -284,8 +284,10 @@ class _Job:
     example: Example
     name: str
     known: list  # every signature recorded for the function: the example's own may be one
+    session_known: list  # those this session recorded (JAX holds them, or held them)
     _own: dict | None = None
     _own_known: bool = False
+    _own_trusted: bool = False  # traced here, or recorded by this session: a key JAX held
     _own_staged: Any = None  # the example's call, where this precompile traced it to learn `_own`
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
@@ -307,7 +309,7 @@ class _Job:
             example = self._take_own_staged() if row.leaves == own else None
             if example is not None:  # this precompile traced the example to learn its signature
                 self._compile(row, example)
-            elif own is None:
+            elif not self._own_trusted:
                 done(row, Status.SKIPPED, _UNTOLD)
             else:
                 done(row, Status.HELD, "JAX already held this trace")
@@ -330,9 +332,9 @@ class _Job:
             return staged
 
     def own(self) -> dict | None:
-        """The example's own signature: the one recorded signature that agrees with the example
-        at every leaf (or all that do agree elsewhere too), else the trace of the example itself
-        where JAX does not hold it yet; None when neither tells."""
+        """The example's own signature: its trace's, where JAX does not hold it yet; else the one
+        recorded signature that agrees with the example at every leaf (or all those, where they
+        agree elsewhere too); None when neither tells."""
         with self._lock:
             if not self._own_known:
                 self._own_known = True
@@ -340,15 +342,16 @@ class _Job:
             return self._own
 
     def _find_own(self) -> dict | None:
+        staged, traced = self._trace(*self.example.call({}))
+        if traced:
+            self._own_staged = staged  # compiled as the row of that signature
+            self._own_trusted = True
+            return traced
         mine = [s for s in self.known if self.example.is_its_signature(s)]
         if mine and all(s == mine[0] for s in mine):
+            self._own_trusted = mine[0] in self.session_known
             return mine[0]
-        args, kwargs = self.example.call({})
-        staged, traced = self._trace(args, kwargs)
-        if not traced:
-            return None
-        self._own_staged = staged
-        return traced
+        return None
 
     def _trace(self, args: tuple, kwargs: dict):
         """(JAX's staged call, the full signature of its trace: None where JAX held it, or {}
@@ -393,10 +396,10 @@ def precompile(fn, args: tuple, kwargs: dict, *, log=None, workers: int | None =
                 )
         return handle
     ensure_cache()
-    known = [r.leaves for r in rows if r.leaves]
-    if log is not None:
-        known += [parse_signature_column(t) or {} for t in _recorded(None, session, name, location)]
-    job = _Job(handle, fn, example, name, known)
+    recorded_here = _recorded(None, session, name, location) if log is not None else []
+    known = [r.leaves for r in rows] + recorded_here
+    session_known = [r.leaves for r in rows] if log is None else recorded_here
+    job = _Job(handle, fn, example, name, known, session_known)
     n = workers if workers is not None else max(1, (os.cpu_count() or 2) - 1)
     queued = sum(r.status is Status.QUEUED for r in rows)
     _Workers(handle, job, max(1, min(int(n), queued)), session.release)

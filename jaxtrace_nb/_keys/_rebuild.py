@@ -112,7 +112,9 @@ class Example:
     def plan(self, recorded: dict[str, str]) -> dict[str, Any]:
         """The rebuilt leaves for a recorded signature: path -> `jax.ShapeDtypeStruct` (for
         `jax.jit`), a zero-stride NumPy view of one element (for `eqx.filter_jit`, whose partition
-        keeps only arrays dynamic) or a plain value. The paths not in it stay the example's."""
+        keeps only arrays dynamic; not for a weak-typed leaf, which NumPy cannot write) or a plain
+        value. The paths not in it stay the example's; each rebuilt leaf is written as recorded,
+        so a rebuilt call JAX already holds is the recorded one where the rest agrees."""
         import jax
         import numpy as np
 
@@ -126,7 +128,7 @@ class Example:
                 shape, dtype, weak = found
                 if self.jit == Jit.JAX:
                     out[path] = jax.ShapeDtypeStruct(shape, np.dtype(dtype), weak_type=weak)
-                else:
+                elif not weak:  # a NumPy array is never weak-typed: not rebuilt, compared
                     out[path] = np.broadcast_to(np.zeros((), dtype=np.dtype(dtype)), shape)
             elif found is None and is_plain(value):
                 plain = plain_value(text)
