@@ -376,7 +376,8 @@ def precompile(fn, *example_args, log=None, workers: int | None = None, **exampl
     once on stderr). Returns a handle: ``handle.table()`` so far, ``handle.wait(timeout=None)``
     when done; a DataFrame with columns `signature`, `status` (``compiled`` | ``held``: JAX had
     it already | ``skipped`` | ``failed``), `reason`, `compile_s`. A failure is a row, never an
-    exception in your program. Example::
+    exception in your program; only a call of `precompile` itself that cannot start raises
+    (TypeError: `fn` is not jitted, or the example does not fit its parameters). Example::
 
         step(params, batch)                                    # the first batch size
         handle = jt.precompile(step, params, batch, log="last_run.jsonl")
