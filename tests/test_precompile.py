@@ -373,3 +373,17 @@ def test_what_a_recorded_leaf_text_rebuilds_into():
     assert array_type("'relu'") is None
     assert plain_value("'relu'") == "relu" and plain_value("(1, None, 2.5)") == (1, None, 2.5)
     assert plain_value("<function h>") is NOT_PLAIN and plain_value("[1, 2]") is NOT_PLAIN
+
+
+def test_a_retrace_guard_counts_the_programs_traces_not_the_workers(jt):
+    recorded = jax.jit(_make_body())
+    for n in (2, 3, 5):
+        recorded(jnp.ones((n, 3)), 2.0)
+    fresh = jax.jit(_make_body())
+    with jt.watch(max_traces=1) as w:
+        fresh(jnp.ones((2, 3)), 2.0)
+        table = jt.precompile(fresh, jnp.ones((2, 3)), 2.0).wait(120)
+        for n in (3, 5):  # served by the workers' programs: no trace of the program's own
+            fresh(jnp.ones((n, 3)), 2.0)
+    assert list(table["status"]) == ["held", "compiled", "compiled"], table
+    assert list(w.events["precompiled"]) == [False, True, True]
