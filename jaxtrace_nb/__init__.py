@@ -47,6 +47,7 @@ __all__ = [
     "plot_timeline",
     "export",
     "shape_census",
+    "precompile",
 ]
 
 
@@ -358,3 +359,31 @@ def export(path, *, events=None, internal: bool = False) -> str:
     from ._views._timeline import write_trace_events
 
     return write_trace_events(path, _events(events, internal), internal=True)
+
+
+def precompile(fn, *example_args, log=None, workers: int | None = None, **example_kwargs):
+    """Compile, in background threads, every signature of `fn` a log recorded that JAX does not
+    hold yet, so that the program's later call at that signature does not wait for XLA.
+
+    `fn` is jitted with ``jax.jit`` or ``eqx.filter_jit``; `example_args` / `example_kwargs` are
+    one real call's arguments: each recorded signature is rebuilt from them with the recorded
+    shapes, dtypes and weak types of its array leaves, and the recorded value of a plain Python
+    static (int, float, bool, str, None, tuples of these). A signature that still differs from
+    the rebuilt call is skipped, its reason naming the argument. `log` is this session's log
+    (None), a persisted log's path, a list of them, or a DataFrame (``jt.load(...)``). `workers`
+    is the number of threads (default: the cores less one). The programs also go to JAX's
+    persistent compilation cache: yours as configured, else one set up for the process (said
+    once on stderr). Returns a handle: ``handle.table()`` so far, ``handle.wait(timeout=None)``
+    when done; a DataFrame with columns `signature`, `status` (``compiled`` | ``held``: JAX had
+    it already | ``skipped`` | ``failed``), `reason`, `compile_s`. A failure is a row, never an
+    exception in your program; only a call of `precompile` itself that cannot start raises
+    (TypeError: `fn` is not jitted, or the example does not fit its parameters). Example::
+
+        step(params, batch)                                    # the first batch size
+        handle = jt.precompile(step, params, batch, log="last_run.jsonl")
+        ...                                                    # other work meanwhile
+        handle.wait()[["signature", "status", "compile_s"]]
+    """
+    from ._integrations._precompile import precompile as run
+
+    return run(fn, example_args, example_kwargs, log=log, workers=workers)

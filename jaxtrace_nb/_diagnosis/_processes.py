@@ -55,6 +55,9 @@ from .._core._vocabulary import EventKind
 TITLE = "Differs across processes"
 SIGNATURE_COLUMN = "signature"
 _SIGNATURE_MAX_CHARS = 1000
+# A persisted log's trace keeps more (about 500 array leaves): `jt.precompile` rebuilds a call
+# from it, and a cut signature cannot be rebuilt. Only while persisting, only at a trace.
+PERSISTED_SIGNATURE_MAX_CHARS = 16_000
 _MORE_KEY = "…"
 _MAX_SHOWN = 50
 _MAX_VALUE_CHARS = 200

@@ -108,8 +108,8 @@ class Watch:
     def check(self, event: Event) -> None:
         """Count a new trace; raise `RetraceError` past this scope's limits."""
         __tracebackhide__ = True  # IPython and pytest show the user's frame, not ours
-        if event.internal or event.kind != EventKind.TRACE:
-            return
+        if event.internal or event.kind != EventKind.TRACE or event.precompiled:
+            return  # (`jt.precompile`'s traces are asked for: they spare the program its own)
         key = event.key
         if self.max_traces is not None:
             self._traces[key] += 1

@@ -61,6 +61,7 @@ COLUMN_TYPES = (
     ("hint_ids", _TEXT),
     ("persistent_cache", _TEXT),
     ("line_profile", _TEXT),
+    ("precompiled", "boolean"),  # traced and compiled by `jt.precompile`'s workers
     ("test", _TEXT),
     ("created_at", _TEXT),
 )

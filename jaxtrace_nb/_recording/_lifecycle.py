@@ -36,7 +36,7 @@ from .._diagnosis._diagnose import (
     join_ids,
     kept_lowering,
 )
-from .._diagnosis._processes import signature_column
+from .._diagnosis._processes import PERSISTED_SIGNATURE_MAX_CHARS, signature_column
 from .._jax._cache_key import CacheKeyRecord
 from .._keys._records import (
     FunctionIdentity,
@@ -49,6 +49,7 @@ from .._log._events import Event, EventLog, now, when
 from ._drafts import PendingDiagnosis, _set_graph, apply_end, diagnosed
 from ._functions import FunctionState, KeptKey, KeyBudget, keep, new_object, user_names
 from ._lineprof import profile_text
+from ._precompiling import note_trace, precompiling
 from ._trace import Trace
 
 MAX_FUNCTIONS = 20_000
@@ -186,6 +187,9 @@ class Lifecycle:
         log = self.log
         try:
             trace.cell, trace.test = self._cell(), self._test()
+            if precompiling():
+                trace.precompiled = True
+                note_trace(trace.record)
             self._opened(trace)
             with self.lock:
                 trace.start = next(self._ticks)
@@ -332,13 +336,16 @@ class Lifecycle:
             test=trace.test,
         )
         event.seq = trace.seq
+        event.precompiled = trace.precompiled
         if trace.new_object and record.binding is not None:  # a re-created function: where from
             event.created_at = ", ".join(record.binding.lines)
         if self.keep_signatures and record.signature is not None and not identity.internal:
             # A persisted log (one per process of a multi-process run) keeps the argument leaves
-            # of each trace, bounded, so that processes can be compared (`_processes`).
+            # of each trace, bounded, so that processes can be compared (`_processes`) and
+            # `jt.precompile` can rebuild the call.
             event.signature = signature_column(
-                {path: leaf.text for path, leaf in record.signature.get().leaves.items()}
+                {path: leaf.text for path, leaf in record.signature.get().leaves.items()},
+                PERSISTED_SIGNATURE_MAX_CHARS,
             )
         trace.event = event
         apply_end(event, trace)
@@ -464,6 +471,7 @@ class Lifecycle:
         event = self._event(
             state.identity, EventKind.COMPILE, diagnosis, state.traces, record.thread
         )
+        event.precompiled = precompiling()
         return event if self._hand_event(event, record.jax_name) is not None else None
 
     def on_public_trace(self, jax_name: str, seconds: float, thread: int) -> Trace | None:

@@ -50,6 +50,7 @@ class Trace:
         "graph",
         "profile",
         "event",
+        "precompiled",
     )
     _MEASURER = ("program", "size", "sized", "queued", "held")
     __slots__ = _PROBE + _LIFECYCLE + _MEASURER
@@ -65,6 +66,7 @@ class Trace:
         self.record, self.name, self.token, self.frame, self.code = record, name, token, frame, code
         self.time = _time()
         self.cell = self.test = None  # the notebook cell and pytest test it ran in
+        self.precompiled = False  # traced by one of `jt.precompile`'s threads
         self.start = self.end = self.seq = None  # ticks; the log's number, reserved at its end
         self.new_object, self.diagnosis, self.pending = False, None, None  # read when it begins
         self.trace_number = self.retrace_number = None  # (the latter: its function traced before)

@@ -1,0 +1,173 @@
+"""Stalls at new batch sizes, cold against warm (`jt.precompile` from the last run's log).
+
+A loop meets 6 batch sizes, with 1.5 s of other work between them (a sleep: data loading, I/O,
+logging; it holds no core). It is recorded once (`jt.start(persist=...)`), then run fresh twice
+per repeat, each in a new process: cold (recording, nothing precompiled) and warm (after the first
+size's call, ``jt.precompile(step, *that_call, log=the_recorded_log)``). A stall is the wall time
+of one call at a new size, through `block_until_ready`. Two steps: a 60-layer `jax.jit` MLP step
+with its gradient, and an `eqx.filter_jit` Equinox MLP step. The ratio (warm total / cold total)
+is measured within one repeat, on the same machine at the same time.
+
+    python benchmarks/precompile.py [--repeats 2] [--out benchmarks/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+SIZES = (8, 12, 16, 24, 32, 48)
+OTHER_WORK_S = 1.5
+LAYERS = 60
+
+
+def _jit_step():
+    import jax
+    import jax.numpy as jnp
+
+    def init(key):
+        keys = jax.random.split(key, LAYERS)
+        return [jax.random.normal(k, (64, 64)) * 0.1 for k in keys]
+
+    def loss(params, x):
+        for w in params:
+            x = jnp.tanh(x @ w)
+        return jnp.mean(x**2)
+
+    @jax.jit
+    def step(params, x):
+        value, grads = jax.value_and_grad(loss)(params, x)
+        return value, [w - 0.01 * g for w, g in zip(params, grads)]
+
+    return step, init(jax.random.PRNGKey(0)), 64
+
+
+def _eqx_step():
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    model = eqx.nn.MLP(32, 32, 128, depth=8, key=jax.random.PRNGKey(0))
+
+    @eqx.filter_jit
+    def step(model, x):
+        def loss(m):
+            return jnp.mean(jax.vmap(m)(x) ** 2)
+
+        value, grads = eqx.filter_value_and_grad(loss)(model)
+        return value, eqx.apply_updates(model, jax.tree.map(lambda g: -0.01 * g, grads))
+
+    return step, model, 32
+
+
+def child(program: str, mode: str, log: str) -> dict:
+    """One run of the loop in this (fresh) process."""
+    import jax
+    import jax.numpy as jnp
+
+    import jaxtrace_nb as jt
+
+    jt.start(persist=log if mode == "record" else None)
+    step, params, width = _jit_step() if program == "jit" else _eqx_step()
+    stalls, values, handle, table = [], [], None, None
+    for i, n in enumerate(SIZES):
+        x = jnp.ones((n, width)) * 0.01
+        start = time.perf_counter()
+        value, _ = step(params, x)
+        jax.block_until_ready(value)
+        stalls.append(time.perf_counter() - start)
+        values.append(float(value))
+        if i == 0 and mode == "warm":
+            handle = jt.precompile(step, params, x, log=log)
+        time.sleep(OTHER_WORK_S)
+    if handle is not None:
+        t = handle.wait(600)
+        table = {
+            "status": list(t["status"]),
+            "compile_s": [None if v != v else v for v in t["compile_s"]],
+        }
+    events = jt.log(internal=False)
+    return {
+        "program": program,
+        "mode": mode,
+        "stalls_s": stalls,
+        "values": values,
+        "table": table,
+        "precompiled": int(events["precompiled"].fillna(False).sum()),
+        "user_traces": int(
+            ((events["kind"] == "trace") & ~events["precompiled"].fillna(False)).sum()
+        ),
+    }
+
+
+def _run(program: str, mode: str, log: str) -> dict:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.path.dirname(HERE))
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", program, mode, log],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-3000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    from _results import commit, load, machine_line, write
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    args = parser.parse_args()
+    import jax
+
+    started, load_before, measured = time.perf_counter(), load(), commit()
+    runs = []
+    lines = []
+    for program in ("jit", "eqx"):
+        with tempfile.TemporaryDirectory() as tmp:
+            log = os.path.join(tmp, "run.jsonl")
+            _run(program, "record", log)
+            for r in range(args.repeats):
+                cold, warm = _run(program, "cold", log), _run(program, "warm", log)
+                runs += [cold, warm]
+                same = cold["values"] == warm["values"]
+                ratio = sum(warm["stalls_s"]) / sum(cold["stalls_s"])
+                lines.append(
+                    f"{program:>4} #{r + 1}: cold total {sum(cold['stalls_s']):6.2f} s, warm "
+                    f"{sum(warm['stalls_s']):6.2f} s, warm/cold {ratio:.3f}; first new size "
+                    f"cold {cold['stalls_s'][1]:.3f} s, warm {warm['stalls_s'][1]:.3f} s; "
+                    f"results identical: {same}; rows {warm['table']['status']}; "
+                    f"precompiled in the warm log: {warm['precompiled']}; user traces "
+                    f"cold {cold['user_traces']}, warm {warm['user_traces']}"
+                )
+    text = "\n".join(
+        [
+            f"jt.precompile: stalls at {len(SIZES)} batch sizes {SIZES}, {OTHER_WORK_S} s of "
+            "other work (sleep) between; cold = fresh process, nothing precompiled; warm = fresh "
+            "process, precompile from the recorded log after the first call",
+            machine_line(jax.__version__, measured, load_before, started)
+            + f"; command: python benchmarks/precompile.py --repeats {args.repeats}",
+            "",
+            *lines,
+            "",
+        ]
+    )
+    write(args.out, f"cpu-{time.strftime('%Y-%m-%d')}-precompile-{measured}", text, {"runs": runs})
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        print(json.dumps(child(*sys.argv[2:5])))
+    else:
+        main()

@@ -1,0 +1,406 @@
+"""`jt.precompile`: compile, in background threads, the signatures a log recorded for a function.
+
+Each recorded signature is rebuilt from one real call's arguments, the example (`_keys._rebuild`).
+What the rebuild cannot set (a module's static field, a function, a structure) is compared first
+with the example's own signature: a difference skips the row, naming the paths. The rebuilt call
+is then traced on a worker thread through JAX's public AOT API; the probe records that trace like
+any other and hands its record back to the thread (`_recording._precompiling`), whose signature,
+in full, must equal the recorded one, else the row is `skipped` naming the paths (JAX decides what
+the rebuilt key is). A trace JAX already held does not reach the probe: `held`. Then the lowered
+program is compiled; XLA releases the GIL meanwhile.
+
+JAX keeps what the worker traced, lowered and compiled in its in-process caches, so the user's
+later call at that signature runs without tracing; the program also goes to JAX's persistent
+compilation cache (the user's, as configured, else a directory set up for the process), where
+another jit object of the same function, or another process, loads it. docs/precompile.md.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import inspect
+import os
+import queue
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from .._core._vocabulary import StrEnum
+from .._diagnosis._processes import _MORE_KEY, parse_signature_column, signature_column
+from .._keys._rebuild import Example, Jit, differences, not_rebuilt
+from .._recording._precompiling import mark_precompiling, noted_traces
+
+EXIT_WAIT_S = 30.0  # at exit: how long to wait for compiles under way (queued ones are dropped)
+
+
+class Status(StrEnum):
+    COMPILED = "compiled"
+    HELD = "held"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+    QUEUED = "queued"
+    RUNNING = "running"
+
+
+TABLE_COLUMNS = ("signature", "status", "reason", "compile_s")
+
+
+@dataclasses.dataclass
+class Row:
+    """One recorded signature (`leaves`: its full ``{path: leaf text}``; `signature`: the log's
+    bounded text of it) and what became of it."""
+
+    signature: str
+    status: Status = Status.QUEUED
+    reason: str | None = None
+    compile_s: float | None = None
+    leaves: dict = dataclasses.field(default_factory=dict, repr=False)
+
+
+class Precompile:
+    """What `jt.precompile` returns: its table so far (`table`), or when done (`wait`)."""
+
+    def __init__(self, rows: list[Row]):
+        self._rows = rows
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        if all(r.status not in (Status.QUEUED, Status.RUNNING) for r in rows):
+            self._done.set()
+
+    def table(self):
+        """The DataFrame so far: one row per recorded signature (`signature`, `status`, `reason`,
+        `compile_s`); a row not finished yet reads ``queued`` or ``running``."""
+        import pandas as pd
+
+        with self._lock:
+            rows = [(r.signature, str(r.status), r.reason, r.compile_s) for r in self._rows]
+        return pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
+
+    def wait(self, timeout: float | None = None):
+        """The table once every row is finished, or after `timeout` seconds (the table so far)."""
+        self._done.wait(timeout)
+        return self.table()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def _set(self, row: Row, status: Status, reason=None, compile_s=None) -> None:
+        with self._lock:
+            row.status, row.reason, row.compile_s = status, reason, compile_s
+            if all(r.status not in (Status.QUEUED, Status.RUNNING) for r in self._rows):
+                self._done.set()
+
+    def __repr__(self) -> str:
+        return f"<jaxtrace_nb precompile: {len(self._rows)} signatures, done={self.done}>"
+
+
+# ------------------------------------------------------------------ what the log recorded
+def _identity(fn) -> tuple[str, Any]:
+    """(jit kind, the user's function) of a jitted `fn`; TypeError for anything else."""
+    kind = type(fn)
+    if kind.__name__ == "_JitWrapper" and kind.__module__.startswith("equinox"):
+        return Jit.EQUINOX, fn.__wrapped__
+    if callable(getattr(fn, "trace", None)) and callable(getattr(fn, "__wrapped__", None)):
+        return Jit.JAX, fn.__wrapped__
+    raise TypeError(
+        f"jt.precompile takes a function jitted with jax.jit or eqx.filter_jit, not {kind.__name__}"
+    )
+
+
+def _where(function, session) -> tuple[str, str | None]:
+    """The log's `function` and `location` of a Python function."""
+    name = getattr(function, "__qualname__", None) or getattr(function, "__name__", "?")
+    code = getattr(inspect.unwrap(function), "__code__", None)
+    if code is None:
+        return name, None
+    return name, session._source_place(f"{code.co_filename}:{code.co_firstlineno}")
+
+
+def _texts(record) -> dict[str, str] | None:
+    """A signature's ``{path: leaf text}``, in full (the log's column is bounded)."""
+    signature = getattr(record, "signature", None)
+    if signature is None:
+        return None
+    return {path: leaf.text for path, leaf in signature.get().leaves.items()}
+
+
+def _held_keys(session, name: str, location: str | None) -> list[tuple[str | None, dict]]:
+    """(location, signature) of every key this session keeps for functions named `name`."""
+    out = []
+    for state in list(session.functions.values()):
+        identity = state.identity
+        if identity is None or identity.name != name or identity.internal:
+            continue
+        for kept in list(state.keys):
+            leaves = _texts(kept)
+            if leaves is not None:
+                out.append((identity.location, leaves))
+    return out
+
+
+def _logged(log) -> list[tuple[str | None, str | None, dict | None]]:
+    """(function, location, signature) of each row of a persisted log (a path or a list of them)
+    or of a log's DataFrame; the signature None where the row has none or it cannot be read."""
+    if hasattr(log, "columns"):
+        cols = ("function", "location", "signature")
+        if not all(c in log.columns for c in cols):
+            raise ValueError("the DataFrame has no `signature` column: it is not a log")
+        rows = [tuple(r) for r in log[list(cols)].itertuples(index=False)]
+    else:
+        from .._log._persist import load_events
+
+        paths = [log] if isinstance(log, (str, os.PathLike)) else list(log)
+        events = [e for p in paths for e in load_events(os.fspath(p))]
+        rows = [(e.function, e.location, e.signature) for e in events]
+    return [(f, loc, parse_signature_column(sig)) for f, loc, sig in rows if isinstance(sig, str)]
+
+
+def _recorded(log, session, name: str, location: str | None) -> list[dict]:
+    """The distinct signatures recorded for the function, in order: this session's keys (`log`
+    None) or a log's rows; those at `location` where there are any, else every one of `name`."""
+    if log is None:
+        found = _held_keys(session, name, location)
+    else:
+        found = [(loc, sig) for f, loc, sig in _logged(log) if f == name and sig is not None]
+    here = [sig for loc, sig in found if loc == location] or [sig for _, sig in found]
+    distinct: dict[frozenset, dict] = {}
+    for sig in here:
+        distinct.setdefault(frozenset(sig.items()), sig)
+    return list(distinct.values())
+
+
+# ------------------------------------------------------------------ the persistent cache
+_CACHE_LOCK = threading.Lock()
+_CACHE_SAID = False
+
+
+def ensure_cache() -> str | None:
+    """The persistent compilation cache's directory: the user's where configured (left as it is);
+    else, unless the user disabled the cache, a directory set up for this process (said once on
+    stderr, removed at exit)."""
+    global _CACHE_SAID
+    import jax
+
+    with _CACHE_LOCK:
+        path = jax.config.jax_compilation_cache_dir
+        if path or not jax.config.jax_enable_compilation_cache:
+            return path or None
+        path = tempfile.mkdtemp(prefix="jaxtrace_nb-precompile-")
+        jax.config.update("jax_compilation_cache_dir", path)
+        atexit.register(shutil.rmtree, path, True)
+        if not _CACHE_SAID:
+            _CACHE_SAID = True
+            print(
+                f"jaxtrace_nb: precompile set up JAX's persistent compilation cache in {path} "
+                "for this process (set jax_compilation_cache_dir to keep one)",
+                file=sys.stderr,
+            )
+        return path
+
+
+# ------------------------------------------------------------------ the workers
+class _Workers:
+    """The rows left to do, shared by a handle's daemon threads; at exit the queued ones are
+    dropped and those under way waited for, at most `EXIT_WAIT_S`."""
+
+    def __init__(self, handle: Precompile, job, n: int, on_done):
+        self.handle, self.job, self.on_done = handle, job, on_done
+        self.todo: queue.SimpleQueue = queue.SimpleQueue()
+        self.closing = False
+        self.threads: list[threading.Thread] = []
+        self._left = n
+        self._lock = threading.Lock()
+        _OPEN.add(self)
+        for row in handle._rows:
+            if row.status is Status.QUEUED:
+                self.todo.put(row)
+        for i in range(n):
+            t = threading.Thread(target=self._run, name=f"jaxtrace_nb-precompile-{i}", daemon=True)
+            self.threads.append(t)
+            t.start()
+
+    def _run(self) -> None:
+        mark_precompiling(True)
+        try:
+            while not self.closing:
+                try:
+                    row = self.todo.get_nowait()
+                except queue.Empty:
+                    break
+                self.handle._set(row, Status.RUNNING)
+                try:
+                    self.job(row)
+                except BaseException as exc:  # a failure is a row, never the user's exception
+                    self.handle._set(row, Status.FAILED, f"{type(exc).__name__}: {exc}"[:300])
+        finally:
+            mark_precompiling(False)
+            with self._lock:
+                self._left -= 1
+                last = self._left == 0
+            if last:
+                self._drop("stopped before its turn")
+                _OPEN.discard(self)
+                self.on_done()
+
+    def _drop(self, reason: str) -> None:
+        while True:
+            try:
+                row = self.todo.get_nowait()
+            except queue.Empty:
+                return
+            self.handle._set(row, Status.SKIPPED, reason)
+
+    def close(self, wait_s: float) -> None:
+        self.closing = True
+        self._drop("the program exited first")
+        end = time.monotonic() + wait_s
+        for t in self.threads:
+            t.join(max(0.0, end - time.monotonic()))
+
+
+_OPEN: set[_Workers] = set()
+
+
+def _close_all() -> None:
+    for workers in list(_OPEN):
+        workers.close(EXIT_WAIT_S)
+
+
+atexit.register(_close_all)
+
+
+# ------------------------------------------------------------------ one signature
+@dataclasses.dataclass
+class _Job:
+    """The work of one row, on a worker thread: rebuild, trace, compare, compile."""
+
+    handle: Precompile
+    fn: Any
+    example: Example
+    name: str
+    known: list  # every signature recorded for the function: the example's own may be one
+    session_known: list  # those this session recorded (JAX holds them, or held them)
+    _own: dict | None = None
+    _own_known: bool = False
+    _own_trusted: bool = False  # traced here, or recorded by this session: a key JAX held
+    _own_staged: Any = None  # the example's call, where this precompile traced it to learn `_own`
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def __call__(self, row: Row) -> None:
+        done = self.handle._set
+        if _MORE_KEY in row.leaves:
+            done(row, Status.SKIPPED, "the log kept only part of this signature")
+            return
+        plan = self.example.plan(row.leaves)
+        own = self.own()
+        if own is not None:
+            differ = not_rebuilt(row.leaves, plan, own)
+            if differ:
+                done(row, Status.SKIPPED, differences(row.leaves, own, differ))
+                return
+        args, kwargs = self.example.call(plan)
+        staged, traced = self._trace(args, kwargs)
+        if traced is None:
+            example = self._take_own_staged() if row.leaves == own else None
+            if example is not None:  # this precompile traced the example to learn its signature
+                self._compile(row, example)
+            elif not self._own_trusted:
+                done(row, Status.SKIPPED, _UNTOLD)
+            else:
+                done(row, Status.HELD, "JAX already held this trace")
+            return
+        if traced != row.leaves:
+            paths = dict.fromkeys([*row.leaves, *traced])
+            differ = [p for p in paths if row.leaves.get(p) != traced.get(p)]
+            done(row, Status.SKIPPED, differences(row.leaves, traced, differ, "rebuilt call"))
+            return
+        self._compile(row, staged)
+
+    def _compile(self, row: Row, staged) -> None:
+        start = time.perf_counter()
+        (staged.lower() if self.example.jit == Jit.JAX else staged).compile()
+        self.handle._set(row, Status.COMPILED, None, time.perf_counter() - start)
+
+    def _take_own_staged(self):
+        with self._lock:
+            staged, self._own_staged = self._own_staged, None
+            return staged
+
+    def own(self) -> dict | None:
+        """The example's own signature: its trace's, where JAX does not hold it yet; else the one
+        recorded signature that agrees with the example at every leaf (or all those, where they
+        agree elsewhere too); None when neither tells."""
+        with self._lock:
+            if not self._own_known:
+                self._own_known = True
+                self._own = self._find_own()
+            return self._own
+
+    def _find_own(self) -> dict | None:
+        staged, traced = self._trace(*self.example.call({}))
+        if traced:
+            self._own_staged = staged  # compiled as the row of that signature
+            self._own_trusted = True
+            return traced
+        mine = [s for s in self.known if self.example.is_its_signature(s)]
+        if mine and all(s == mine[0] for s in mine):
+            self._own_trusted = mine[0] in self.session_known
+            return mine[0]
+        return None
+
+    def _trace(self, args: tuple, kwargs: dict):
+        """(JAX's staged call, the full signature of its trace: None where JAX held it, or {}
+        where the trace's arguments could not be read)."""
+        noted_traces()
+        if self.example.jit == Jit.JAX:
+            staged = self.fn.trace(*args, **kwargs)
+        else:
+            staged = self.fn.lower(*args, **kwargs)
+        for record in noted_traces():
+            if not record.nested and record.identity is not None:
+                if record.identity.name == self.name:
+                    return staged, _texts(record) or {}
+        return staged, None
+
+
+_UNTOLD = (
+    "JAX already holds the rebuilt call's key, and the log has no record of the example's own "
+    "call to tell whether it is this signature"
+)
+
+
+def precompile(fn, args: tuple, kwargs: dict, *, log=None, workers: int | None = None):
+    """See `jaxtrace_nb.precompile`."""
+    from .._recording._session import get_session
+
+    jit, function = _identity(fn)
+    example = Example.of(jit, function, args, kwargs)
+    session = get_session()
+    name, location = _where(function, session)
+    rows = [Row(signature_column(s), leaves=s) for s in _recorded(log, session, name, location)]
+    handle = Precompile(rows)
+    if handle.done:
+        return handle
+    session.acquire()  # the rebuilt traces must reach the probe: they are compared there
+    if not session.probe.full:
+        session.release()
+        for row in rows:
+            if row.status is Status.QUEUED:
+                handle._set(
+                    row, Status.FAILED, "recording is reduced on this JAX: nothing to compare"
+                )
+        return handle
+    ensure_cache()
+    recorded_here = _recorded(None, session, name, location) if log is not None else []
+    known = [r.leaves for r in rows] + recorded_here
+    session_known = [r.leaves for r in rows] if log is None else recorded_here
+    job = _Job(handle, fn, example, name, known, session_known)
+    n = workers if workers is not None else max(1, (os.cpu_count() or 2) - 1)
+    queued = sum(r.status is Status.QUEUED for r in rows)
+    _Workers(handle, job, max(1, min(int(n), queued)), session.release)
+    return handle

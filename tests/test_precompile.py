@@ -1,0 +1,389 @@
+"""`jt.precompile`: the recorded signatures of a function compiled in background threads, from
+one real call's arguments, so that the program's later calls at them do not trace or compile."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _make_body():
+    """A new function object each call (the same code: one function in the log), of which JAX
+    holds no key, as in a fresh process."""
+
+    def body(x, y):
+        for _ in range(5):
+            x = jnp.sin(x) * y
+        return x
+
+    return body
+
+
+class Mlp(eqx.Module):
+    w: jax.Array
+    act: str = eqx.field(static=True)
+
+
+def _make_apply():
+    def apply(m, x, k):
+        y = m.w @ x + k
+        return jnp.tanh(y) if m.act == "tanh" else jax.nn.relu(y)
+
+    return apply
+
+
+def _main_thread_traces(jt, first_seq: int) -> list:
+    import threading
+
+    main = threading.main_thread().ident
+    return [
+        e for e in jt.log(internal=False).itertuples() if e.seq >= first_seq and e.thread == main
+    ]
+
+
+def test_jit_signatures_compiled_and_later_calls_do_not_trace(jt):
+    recorded = jax.jit(_make_body())
+    sizes = (2, 3, 5)
+    expected = [np.asarray(recorded(jnp.ones((n, 3)), 2.0)) for n in sizes]
+    fresh = jax.jit(_make_body())  # JAX holds none of its keys
+    handle = jt.precompile(fresh, jnp.ones((2, 3)), 2.0)
+    table = handle.wait(120)
+    assert list(table.columns) == ["signature", "status", "reason", "compile_s"]
+    assert list(table["status"]) == ["compiled"] * 3, table
+    assert all(table["compile_s"] > 0)
+    assert json.loads(table["signature"][1]) == {"x": "f32[3,3]", "y": "f32[] (weak)"}
+    first = int(jt.log()["seq"].max()) + 1
+    got = [np.asarray(fresh(jnp.ones((n, 3)), 2.0)) for n in sizes]
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
+    assert _main_thread_traces(jt, first) == []  # served by what the workers compiled
+    log = jt.log(internal=False)
+    assert log["precompiled"].sum() == 3  # the workers' traces, marked
+    assert not log[log["precompiled"] == False]["thread"].isna().any()  # noqa: E712
+
+
+def test_a_signature_jax_holds_is_held(jt):
+    f = jax.jit(_make_body())
+    f(jnp.ones((2, 3)), 2.0)
+    f(jnp.ones((4, 3)), 2.0)
+    table = jt.precompile(f, jnp.ones((2, 3)), 2.0).wait(120)
+    assert list(table["status"]) == ["held", "held"]
+
+
+def test_filter_jit_plain_static_rebuilt_other_static_skipped_by_name(jt):
+    recorded = eqx.filter_jit(_make_apply())
+    relu, tanh = Mlp(jnp.ones((4, 3)), "relu"), Mlp(jnp.ones((4, 3)), "tanh")
+    cases = [(relu, 2, 2), (relu, 3, 2), (relu, 2, 5), (tanh, 2, 2)]
+    expected = [np.asarray(recorded(m, jnp.ones((3, n)), k)) for m, n, k in cases]
+    fresh = eqx.filter_jit(_make_apply())
+    table = jt.precompile(fresh, relu, jnp.ones((3, 2)), 2).wait(120)
+    status = dict(zip(table["signature"], table["status"]))
+    reasons = dict(zip(table["signature"], table["reason"]))
+    assert sorted(status.values()) == ["compiled", "compiled", "compiled", "skipped"], table
+    (skipped,) = [s for s, v in status.items() if v == "skipped"]
+    assert "'tanh'" in skipped and "`m.act`" in reasons[skipped]
+    assert "recorded 'tanh', example 'relu'" in reasons[skipped]
+    assert any('"k":"5"' in s for s, v in status.items() if v == "compiled")  # from its value
+    first = int(jt.log()["seq"].max()) + 1
+    got = [np.asarray(fresh(m, jnp.ones((3, n)), k)) for m, n, k in cases]
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
+    traced = _main_thread_traces(jt, first)
+    assert [t.leaf for t in traced] == ["m.act"]  # only the skipped signature traced here
+
+
+def _make_flat(shape):
+    def flat(x):
+        return x.reshape(shape) * 2
+
+    return flat
+
+
+def test_a_failed_rebuild_is_a_row_never_an_exception(jt):
+    recorded = jax.jit(_make_flat(-1))
+    for shape in (6, (2, 3), 7):
+        recorded(jnp.ones(shape))
+    edited = jax.jit(_make_flat((2, 3)))  # the function since edited: f32[7] cannot reshape
+    table = jt.precompile(edited, jnp.ones(6), workers=1).wait(120)
+    status = dict(zip(table["signature"], table["status"]))
+    assert status == {
+        '{"x":"f32[6]"}': "compiled",
+        '{"x":"f32[2,3]"}': "compiled",
+        '{"x":"f32[7]"}': "failed",
+    }, table
+    assert table["reason"][2].startswith("TypeError")
+    np.testing.assert_array_equal(edited(jnp.ones((2, 3))), 2 * np.ones((2, 3)))
+
+
+def test_only_jitted_functions(jt):
+    with pytest.raises(TypeError, match="jax.jit or eqx.filter_jit"):
+        jt.precompile(_make_body(), jnp.ones(3), 2.0)
+
+
+def test_nothing_recorded_is_an_empty_table(jt):
+    table = jt.precompile(jax.jit(lambda x: x + 1), jnp.ones(3)).wait(5)
+    assert len(table) == 0
+
+
+def _script(tmp_path, name: str, text: str) -> pathlib.Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def _python(script, *args, timeout=300) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
+    return subprocess.run(
+        [sys.executable, str(script), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=str(script.parent),
+    )
+
+
+_PROGRAM = """
+    import sys, threading
+    import jax, jax.numpy as jnp
+    import jaxtrace_nb as jt
+
+    def step(x, y):
+        for _ in range(8):
+            x = jnp.sin(x @ x.T @ x) * y
+        return x
+
+    f = jax.jit(step)
+    SIZES = (2, 3, 4, 5)
+"""
+
+
+def test_a_persisted_log_in_a_fresh_process_uses_the_users_cache_as_is(tmp_path):
+    """Recorded once, then a fresh process precompiles from the log into the user's own cache
+    directory (its configuration untouched): a new jit object of the function loads from it."""
+    _script(tmp_path, "prog.py", _PROGRAM)
+    record = _script(
+        tmp_path,
+        "record.py",
+        """
+        import sys
+        from prog import *
+        jt.start(persist=sys.argv[1])
+        print([float(f(jnp.ones((n, 3)), 2.0).sum()) for n in SIZES])
+        """,
+    )
+    warm = _script(
+        tmp_path,
+        "warm.py",
+        """
+        import sys
+        jax_cache = sys.argv[2]
+        from prog import *
+        jax.config.update("jax_compilation_cache_dir", jax_cache)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        hits = []
+        jax.monitoring.register_event_listener(
+            lambda e, **k: hits.append(threading.current_thread().name)
+            if e == "/jax/compilation_cache/cache_hits" else None)
+        jt.start()
+        first = float(f(jnp.ones((2, 3)), 2.0).sum())
+        table = jt.precompile(f, jnp.ones((2, 3)), 2.0, log=sys.argv[1]).wait(240)
+        print(list(table["status"]))
+        print([first] + [float(f(jnp.ones((n, 3)), 2.0).sum()) for n in SIZES[1:]])
+        print(jax.config.jax_compilation_cache_dir == jax_cache,
+              jax.config.jax_persistent_cache_min_compile_time_secs)
+        """,
+    )
+    load = _script(
+        tmp_path,
+        "load.py",
+        """
+        import sys
+        from prog import *
+        jax.config.update("jax_compilation_cache_dir", sys.argv[1])
+        hits = []
+        jax.monitoring.register_event_listener(
+            lambda e, **k: hits.append(e) if e == "/jax/compilation_cache/cache_hits" else None)
+        jax.monitoring.register_event_duration_secs_listener(
+            lambda e, s, fun_name=None, **k: hits.append(fun_name)
+            if e.endswith("backend_compile_duration") else None)
+        print(float(f(jnp.ones((5, 3)), 2.0).sum()))
+        print(hits)
+        """,
+    )
+    log, cache = tmp_path / "run.jsonl", tmp_path / "jax_cache"
+    cold = _python(record, log)
+    assert cold.returncode == 0, cold.stderr
+    out = _python(warm, log, cache)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == str(["held", "compiled", "compiled", "compiled"])
+    assert lines[1] == cold.stdout.splitlines()[0]  # results equal
+    assert lines[2] == "True 0"  # the user's configuration as it was
+    assert "set up JAX's persistent compilation cache" not in out.stderr
+    assert len(list(cache.iterdir())) >= 3
+    # a third process at a size only the workers compiled: JAX loads it from the user's cache
+    third = _python(load, cache)
+    assert third.returncode == 0, third.stderr
+    result, events = third.stdout.splitlines()
+    assert float(result) == eval(lines[1])[-1]
+    events = eval(events)  # JAX times a load as a compile: the hit comes just before it
+    assert events[events.index("jit(step)") - 1] == "/jax/compilation_cache/cache_hits"
+
+
+def test_without_a_cache_one_is_set_up_and_said_once(tmp_path):
+    _script(tmp_path, "prog.py", _PROGRAM)
+    script = _script(
+        tmp_path,
+        "own.py",
+        """
+        from prog import *
+        jt.start()
+        for n in SIZES:
+            f(jnp.ones((n, 3)), 2.0)
+        for _ in range(2):
+            g = jax.jit(step)
+            print(list(jt.precompile(g, jnp.ones((2, 3)), 2.0).wait(240)["status"]))
+        print(bool(jax.config.jax_compilation_cache_dir))
+        """,
+    )
+    out = _python(script)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "True"
+    assert out.stderr.count("jaxtrace_nb: precompile set up JAX's persistent") == 1
+
+
+def test_a_precompile_still_running_at_exit_neither_hangs_nor_errs(tmp_path):
+    _script(tmp_path, "prog.py", _PROGRAM)
+    script = _script(
+        tmp_path,
+        "exits.py",
+        """
+        from prog import *
+
+        def make():
+            def step(x, y):
+                for _ in range(30):
+                    x = jnp.sin(x @ x.T @ x) * y
+                return x
+            return step
+
+        jt.start()
+        f = jax.jit(make())
+        for n in range(2, 14):
+            f(jnp.ones((n, 3)), 2.0)
+        handle = jt.precompile(jax.jit(make()), jnp.ones((2, 3)), 2.0, workers=1)
+        print(handle.done)
+        """,
+    )
+    out = _python(script, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+    assert "Traceback" not in out.stderr and "Exception" not in out.stderr
+
+
+def _make_forward():
+    def forward(model, x):
+        return jax.vmap(model)(x)
+
+    return forward
+
+
+def test_a_large_model_from_this_session_is_rebuilt_in_full(jt, tmp_path):
+    """A model with more leaves than the live log's bounded text: this session's keys are read in
+    full, and a persisted log keeps enough of each trace's signature to rebuild it."""
+    path = tmp_path / "run.jsonl"
+    jt.start(persist=path)
+    model = eqx.nn.MLP(8, 8, 8, depth=24, key=jax.random.PRNGKey(0))
+    recorded = eqx.filter_jit(_make_forward())
+    expected = [np.asarray(recorded(model, jnp.ones((n, 8)))) for n in (2, 3)]
+    fresh = eqx.filter_jit(_make_forward())
+    table = jt.precompile(fresh, model, jnp.ones((2, 8))).wait(120)
+    assert list(table["status"]) == ["compiled", "compiled"], table
+    assert "…" in json.loads(table["signature"][0])  # the text shown is bounded, not the rebuild
+    got = [np.asarray(fresh(model, jnp.ones((n, 8)))) for n in (2, 3)]
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
+    from_disk = jt.precompile(eqx.filter_jit(_make_forward()), model, jnp.ones((2, 8)), log=path)
+    table = from_disk.wait(120)
+    assert list(table["status"]) == ["compiled", "compiled"], table
+
+
+def _make_scale():
+    def scale(x):
+        return x * 3
+
+    return scale
+
+
+def test_what_the_rebuild_cannot_set_is_skipped_by_name(jt):
+    """Under `eqx.filter_jit` an array is rebuilt as a NumPy view, which is never weak-typed: a
+    weak-typed leaf is not rebuilt, and the row says where it differs from the example."""
+    recorded = eqx.filter_jit(_make_scale())
+    recorded(jnp.ones(3))
+    recorded(jnp.asarray(2.0))  # f32[] (weak)
+    table = jt.precompile(eqx.filter_jit(_make_scale()), jnp.ones(3)).wait(120)
+    xs = [json.loads(s)["x"] for s in table["signature"]]
+    assert dict(zip(xs, table["status"])) == {"f32[3]": "compiled", "f32[] (weak)": "skipped"}
+    assert table["reason"][1] == (
+        "differs from the example at `x`: recorded f32[] (weak), example f32[3]"
+    )
+
+
+def test_an_unrecorded_example_jax_holds(jt, tmp_path):
+    """JAX holds the example's key but no log recorded its call: the rebuild of a signature that
+    differs where the rebuild cannot reach (`m.act`) lands on that key, and is not taken for it;
+    one whose rebuild JAX does not hold is traced, and its trace names the difference."""
+    path = tmp_path / "run.jsonl"
+    relu, tanh = Mlp(jnp.ones((4, 3)), "relu"), Mlp(jnp.ones((4, 3)), "tanh")
+    fresh = eqx.filter_jit(_make_apply())
+    fresh(relu, jnp.ones((3, 2)), 2)  # not persisted
+    jt.start(persist=path)
+    recorded = eqx.filter_jit(_make_apply())
+    recorded(tanh, jnp.ones((3, 2)), 2)
+    recorded(tanh, jnp.ones((3, 3)), 2)
+    jt.reset()  # this session forgets it: as if called before recording started
+    table = jt.precompile(fresh, relu, jnp.ones((3, 2)), 2, log=path).wait(120)
+    assert list(table["status"]) == ["skipped", "skipped"], table
+    assert table["reason"][0].startswith("JAX already holds the rebuilt call's key")
+    assert table["reason"][1] == (
+        "differs from the rebuilt call at `m.act`: recorded 'tanh', rebuilt call 'relu'"
+    )
+
+
+def test_what_a_recorded_leaf_text_rebuilds_into():
+    from jaxtrace_nb._keys._rebuild import NOT_PLAIN, array_type, plain_value
+
+    assert array_type("f32[8,3]") == ((8, 3), "float32", False)
+    assert array_type("i32[] (weak)") == ((), "int32", True)
+    assert array_type("bf16[2]") == ((2,), "bfloat16", False)
+    assert array_type("f32[8@d,3]") is None  # a placement: not rebuilt
+    assert array_type("'relu'") is None
+    assert plain_value("'relu'") == "relu" and plain_value("(1, None, 2.5)") == (1, None, 2.5)
+    assert plain_value("<function h>") is NOT_PLAIN and plain_value("[1, 2]") is NOT_PLAIN
+
+
+def test_a_retrace_guard_counts_the_programs_traces_not_the_workers(jt):
+    recorded = jax.jit(_make_body())
+    for n in (2, 3, 5):
+        recorded(jnp.ones((n, 3)), 2.0)
+    fresh = jax.jit(_make_body())
+    with jt.watch(max_traces=1) as w:
+        fresh(jnp.ones((2, 3)), 2.0)
+        table = jt.precompile(fresh, jnp.ones((2, 3)), 2.0).wait(120)
+        for n in (3, 5):  # served by the workers' programs: no trace of the program's own
+            fresh(jnp.ones((n, 3)), 2.0)
+    assert list(table["status"]) == ["held", "compiled", "compiled"], table
+    assert list(w.events["precompiled"]) == [False, True, True]
