@@ -260,7 +260,7 @@ def test_the_portable_form_of_every_leaf_kind_is_the_same_under_any_hash_seed():
     first, second = forms("1"), forms("2")
     assert first == second
     text = json.dumps(first)
-    for kind in ("nnx variable", "dataclass", "identity:", "static:", "array:", "custom"):
+    for kind in ("nnx variable", "dataclass", "identity:", "static:", "array:", "diffrax"):
         assert kind in text, kind  # (every kind of leaf was traced)
     assert len(first) >= 20
 

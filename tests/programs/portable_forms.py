@@ -2,8 +2,9 @@
 JSON line per trace, over every kind of leaf: arrays, static values of each plain kind, a dataclass,
 a named tuple, a function, an object compared by identity, None, dicts, lists, custom nodes, an
 Equinox module with a static string field, a `register_dataclass` with string metadata, Flax NNX
-(``nnx.jit`` and ``jax.jit`` over ``nnx.split``), Flax linen parameters and an Optax state
-(tests/test_divergence.py runs it under two ``PYTHONHASHSEED``\\ s and compares the lines).
+(``nnx.jit`` and ``jax.jit`` over ``nnx.split``), Flax linen parameters, an Optax state, and
+Diffrax's term, solver, SaveAt and step size controller (tests/test_divergence.py runs it under
+two ``PYTHONHASHSEED``\\ s and compares the lines).
 
 The comparison itself needs a `jax.distributed` run; here the real records of real traces are
 taken where the comparison would take them (`Peers.on_trace`), and the forms printed.
@@ -163,5 +164,21 @@ import optax  # noqa: E402
 
 opt_state = optax.adam(1e-3).init({"w": jnp.ones(2)})
 tree_f(opt_state)
+
+import diffrax  # noqa: E402
+
+
+@eqx.filter_jit
+def ode_f(term, solver, saveat, controller, y0):
+    return y0
+
+
+ode_f(
+    diffrax.ODETerm(activation),
+    diffrax.Tsit5(),
+    diffrax.SaveAt(ts=jnp.linspace(0, 1, 3)),
+    diffrax.PIDController(rtol=1e-3, atol=1e-6),
+    jnp.ones(2),
+)
 jt.stop()
 json.dump(forms, sys.stdout)
