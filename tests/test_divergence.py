@@ -287,8 +287,17 @@ def test_a_lone_retrace_is_reported_once_the_others_traced_a_later_key():
     for i, r in enumerate(_cluster(PROGRAMS / "dist_lone.py", 2, "1", "warn", "600", seeds=False)):
         assert r["rc"] == 0, f"process {i}:\n{r['stderr'][-3000:]}"
         (row,) = json.loads(_lines(r, "ROWS")[0])
-        assert "process 1 traced it, process 0 did not, and has since traced a later key" in row
+        assert "process 1 traced it, process 0 did not, and has since gone past it" in row
         assert "abandoned" not in r["stderr"]
+
+
+def test_a_lone_retrace_at_the_end_is_reported_when_every_process_stops():
+    runs = _cluster(PROGRAMS / "dist_lone.py", 2, "0", "end", "600", seeds=False)
+    for i, r in enumerate(runs):
+        assert r["rc"] == 0, f"process {i}:\n{r['stderr'][-3000:]}"
+    (row,) = json.loads(_lines(runs[0], "ROWS")[0])
+    assert "process 0 traced it, process 1 did not, and has since gone past it" in row
+    assert "abandoned" not in runs[0]["stderr"]
 
 
 def test_a_comparison_still_waiting_at_stop_is_abandoned_not_waited_for():

@@ -254,7 +254,7 @@ class Finding:
     divergent: tuple[Divergent, ...]
     grace_s: float
     # the processes that did not trace the key were known to have gone past it (they traced a
-    # later key) before the grace period ended
+    # later key, or stopped) before the grace period ended
     moved_on: bool = False
     withdrawn: bool = False  # a late key arrived and matched: this finding was a false alarm
 
@@ -350,7 +350,7 @@ def _divergent_text(f: Finding, d: Divergent) -> str:
 def _absent(f: Finding) -> str:
     """How a process that did not trace the key was found not to have."""
     if f.moved_on:
-        return ", and has since traced a later key"
+        return ", and has since gone past it"
     return f" within {f.grace_s:g} s"
 
 

@@ -72,8 +72,11 @@ _SLICE_S = 0.25  # a wait for the other processes looks again whether to go on t
 # What a process that decided ``F/n`` before every process counted adds to ``F/n/count`` (the
 # processes counted are the count modulo this): the last to come knows a finding was made early.
 _EARLY = 1 << 20
-_CLOSE_S = 0.5  # `Peers.close` waits for the comparisons under way, and the others, this long
-_CLOSE_MAX_S = 1.0  # and for its threads to leave JAX's client (a slice, a poll), at most this long
+# `Peers.close`, in seconds from its start: it waits for the comparisons under way until
+# `_PENDING_S`, for the other processes to get there until `_CLOSE_S`, for the comparisons that
+# their coming decided until `_DECIDED_S`, and for its threads to leave JAX's client (a slice, a
+# poll) until `_CLOSE_MAX_S`
+_PENDING_S, _CLOSE_S, _DECIDED_S, _CLOSE_MAX_S = 0.3, 0.6, 0.85, 1.05
 ABANDONED = (
     "jaxtrace_nb: divergence: {n} comparison(s) with the other processes abandoned at stop or exit "
     "(still waiting for another process's key; not reported)"
@@ -541,39 +544,35 @@ class Peers:
             self._fault("divergence", e)
 
     def close(self) -> None:
-        """Before recording stops (or the process exits): give the comparisons under way and the
-        other processes `_CLOSE_S`, abandon what still waits (said once on stderr), report the
-        findings other processes appended so far, and stop following; `_CLOSE_MAX_S` in all, at
-        most. Contained."""
+        """Before recording stops (or the process exits): give the comparisons under way a moment,
+        wait a moment for the other processes to get here (where all do, none of them is still
+        coming to a comparison of this process's, which then ends at once), abandon what still
+        waits (said once on stderr), report the findings other processes appended, and stop
+        following; `_CLOSE_MAX_S` in all, at most. Contained."""
         try:
             start = time.monotonic()
             self._compiling.set()
-            self._wait_pending(start + _CLOSE_S)
+            watcher = self._watcher
+            self._stop_watching()  # (`close` reads the findings left itself)
+            self._wait_pending(start + _PENDING_S)
+            store, run = self._store, jaxi.distributed()
+            ours = store is not None and run is not None and run.client is store.client
+            if ours and self._all_here(store, run.processes, start + _CLOSE_S):
+                with self._lock:
+                    for p in range(run.processes):
+                        self._progress[p] = self._tickets + 1
+            self._wait_pending(start + _DECIDED_S)
             with self._lock:
                 abandoned = self._pending
                 self._generation += 1  # (every comparison still waiting stops at its next look)
             if abandoned:
                 print(ABANDONED.format(n=abandoned), file=sys.stderr, flush=True)
-            store, watcher = self._store, self._watcher
-            self._stop_watching()
-            run = jaxi.distributed()
-            if store is not None and run is not None and run.client is store.client:
-                self._closes += 1
-                prefix = f"{ROOT}/close/{self._closes}/"
-                if store.increment(f"{prefix}count", op=CLOSE) >= run.processes:
-                    store.set(f"{prefix}done", "1", op=CLOSE)
-                else:
-                    try:
-                        left = start + _CLOSE_S - time.monotonic()
-                        store.wait(f"{prefix}done", max(left, 0.001), op=CLOSE)
-                    except Exception:
-                        pass  # (the others are not there yet: not waited for)
             if watcher is not None and watcher is not threading.current_thread():
                 watcher.join(timeout=max(start + _CLOSE_MAX_S - time.monotonic(), 0.0))
             self._wait_pending(start + _CLOSE_MAX_S)  # (the abandoned ones, leaving)
-            if store is None or run is None or run.client is not store.client:
+            if not ours:
                 return
-            while True:  # the findings the watcher has not read yet
+            while True:  # the findings the watcher has not read
                 index = self._next_alert
                 try:
                     text = store.client.key_value_try_get(f"{ROOT}/alerts/{index}")
@@ -584,6 +583,19 @@ class Peers:
                 self._store = None  # (a later comparison follows again, from the next finding)
         except Exception as e:
             self._fault("divergence", e)
+
+    def _all_here(self, store: Store, processes: int, deadline: float) -> bool:
+        """Whether every process reached its `close` (this one's n-th) before `deadline`."""
+        self._closes += 1
+        prefix = f"{ROOT}/close/{self._closes}/"
+        if store.increment(f"{prefix}count", op=CLOSE) >= processes:
+            store.set(f"{prefix}done", "1", op=CLOSE)
+            return True
+        try:
+            store.wait(f"{prefix}done", max(deadline - time.monotonic(), 0.001), op=CLOSE)
+            return True
+        except Exception:
+            return False  # (the others are not there yet: not waited for)
 
     def _wait_pending(self, deadline: float) -> None:
         with self._lock:

@@ -10,7 +10,8 @@ status 3, as a job runner ends a failed job (JAX's own shutdown would wait minut
 which sit in the collective); a process whose collective fails then prints "FAILED <process>".
 With MODE "warn", step 2 runs everywhere, then every process traces `after` (so every process
 has moved on past step 2), stops recording and prints its divergence rows ("ROWS <json>"). MODE
-"stop" is "warn" without `after`: the lone process's comparison still waits at `jt.stop()`. MODE
+"end" is "warn" without `after`: every process stops recording at once, and the lone process's
+comparison still waits then; "stop" is "end" with the other processes stopping 3 s later. MODE
 "late": no retrace, but LONE reaches step 1 three seconds after the grace period.
 """
 
@@ -73,6 +74,8 @@ def after(x):  # traced by every process after the lone retrace: they have all m
     return x * 3
 
 
+if mode == "stop" and process_id != lone:
+    time.sleep(3)  # (the lone process stops first, its comparison waiting: abandoned)
 if mode == "warn":
     print("AFTER", process_id, float(after(global_array(4)).addressable_data(0)[0, 0]), flush=True)
 jt.stop()
