@@ -13,7 +13,9 @@ cluster each, rotated round after round so that the machine's noise hits every m
 
 * ``plain``: jaxtrace_nb not imported;
 * ``off``: ``jt.start(divergence="off")``: recording, no comparison;
-* ``warn``: ``jt.start(divergence="warn")``: recording and the comparison (its default).
+* ``warn``: ``jt.start(divergence="warn")``: recording and the comparison (its default);
+* ``raise``: ``jt.start(divergence="raise")``: the comparison in the trace, which waits for the
+  other process's key.
 
 Reported: each mode's median wall seconds of the loop (the slower process's), the ratios warn / off
 (the comparison's cost within recording) and off / plain (recording's own); per compared trace,
@@ -22,7 +24,7 @@ processes, the comparison numbered and queued; the first one also starts the thr
 seconds each comparison took on its own thread (publishing, waiting for
 the other process, reading the answer), with its key-value operations (not counting the alerts
 watcher's long polls, one a second, nor the two operations of the closing sync). This script asserts
-nothing.
+nothing. Also reported: the seconds `jt.stop()` took in each process (the median, and the most).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ sys.path.insert(0, HERE)
 import _results  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
-MODES = ("plain", "off", "warn")
+MODES = ("plain", "off", "warn", "raise")
 RESULT_MARK = "@@RESULT "
 
 
@@ -106,7 +108,9 @@ def worker(mode: str, process: int, port: int, keys: int) -> dict:
     wall = time.perf_counter() - started
     out = {"wall_s": wall, "result": sum(results), "on_trace_s": timing["on_trace"]}
     if mode != "plain":
-        jt.stop()  # every comparison finished
+        t = time.perf_counter()
+        jt.stop()  # (each comparison finished: the other process has traced every key too)
+        out["stop_s"] = time.perf_counter() - t
         out["compare_s"] = timing["compare"]
         out["compared"] = peers.compared
         out["operations"] = dict(peers.traffic)
@@ -157,10 +161,12 @@ def main() -> None:
     load_before = _results.load()
     runs: dict = {mode: [] for mode in MODES}
     for r in range(args.rounds):
-        for mode in MODES[r % 3 :] + MODES[: r % 3]:
+        for mode in MODES[r % len(MODES) :] + MODES[: r % len(MODES)]:
             runs[mode].append(_cluster(mode, args.keys))
     wall = {m: statistics.median(max(p["wall_s"] for p in run) for run in runs[m]) for m in MODES}
     on_trace = [s for run in runs["warn"] for p in run for s in p["on_trace_s"]]
+    on_trace_raise = [s for run in runs["raise"] for p in run for s in p["on_trace_s"]]
+    stops = [p["stop_s"] for m in ("off", "warn", "raise") for run in runs[m] for p in run]
     compare = [s for run in runs["warn"] for p in run for s in p["compare_s"]]
     compared = [p["compared"] for run in runs["warn"] for p in run]
     operations = [
@@ -178,16 +184,22 @@ def main() -> None:
         "traced and compiled once, then called 5 times more; median of "
         f"{args.rounds} clusters per mode. Results the same in every mode: {same}.",
         "",
-        "| plain s | off s | warn s | warn / off | off / plain | compared traces per process | "
-        "trace path µs per compared trace (median) | "
-        "comparison ms per trace, own thread (median) | "
-        "KV operations per process per trace |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        f"| {wall['plain']:.3f} | {wall['off']:.3f} | {wall['warn']:.3f} | "
-        f"{wall['warn'] / wall['off']:.3f} | {wall['off'] / wall['plain']:.3f} | "
+        "| plain s | off s | warn s | raise s | warn / off | raise / off | off / plain | "
+        "compared traces per process | trace path µs per compared trace, warn (median) | "
+        "trace path ms per compared trace, raise (median) | "
+        "comparison ms per trace, own thread, warn (median) | "
+        "KV operations per process per trace, warn |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"| {wall['plain']:.3f} | {wall['off']:.3f} | {wall['warn']:.3f} | {wall['raise']:.3f} | "
+        f"{wall['warn'] / wall['off']:.3f} | {wall['raise'] / wall['off']:.3f} | "
+        f"{wall['off'] / wall['plain']:.3f} | "
         f"{statistics.median(compared):.0f} | {statistics.median(on_trace) * 1e6:.0f} | "
+        f"{statistics.median(on_trace_raise) * 1e3:.3f} | "
         f"{statistics.median(compare) * 1e3:.3f} | "
         f"{statistics.mean(operations) / max(1, statistics.median(compared)):.3f} |",
+        "",
+        f"jt.stop() seconds per process (off, warn, raise; {len(stops)} processes): median "
+        f"{statistics.median(stops):.3f}, most {max(stops):.3f}.",
     ]
     text = "\n".join(lines) + "\n"
     data = {"commit": commit, "rounds": args.rounds, "keys": args.keys, "runs": runs}

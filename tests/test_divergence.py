@@ -11,6 +11,7 @@ A cluster that cannot start fails these tests (it is never skipped). The other t
 pure parts (`_divergence`, the store's protocol texts) and that a failing store is contained.
 """
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -28,9 +29,11 @@ from jaxtrace_nb._diagnosis._divergence import (
     Group,
     PortableKey,
     differing_leaves,
+    event_fields,
     finding,
     function_id,
     judge,
+    withdrawal,
 )
 from jaxtrace_nb._recording._peers import (
     Comparison,
@@ -59,20 +62,14 @@ def _start(n: int, scenario: str, tmp: pathlib.Path, *, record: bool) -> list:
             command = [*RUN, "--persist", str(log), "--divergence-grace", "3", *program]
         else:
             command = [sys.executable, *program, *([str(log)] if record else [])]
-        procs.append(
-            (
-                log,
-                subprocess.Popen(
-                    command,
-                    cwd=REPO,
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                ),
-            )
-        )
+        procs.append((log, _popen(command, env)))
     return procs
+
+
+def _popen(command: list, env: dict) -> subprocess.Popen:
+    return subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _finish(procs: list) -> list[dict]:
@@ -203,6 +200,127 @@ def test_results_with_recording_equal_those_without(clusters):
         assert not _stderr_lines(plain)
 
 
+def _cluster(program: pathlib.Path, n: int, *args: str, seeds: bool = True) -> list[dict]:
+    """`program` run by `n` processes of one `jax.distributed` run, each with its own
+    ``PYTHONHASHSEED`` (where `seeds`), to the end: each one's stdout, stderr and exit status."""
+    port = free_port()
+    procs = []
+    for i in range(n):
+        env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
+        if seeds:
+            env["PYTHONHASHSEED"] = str(101 + 7 * i)
+        command = [sys.executable, str(program), str(i), str(n), str(port), *args]
+        procs.append(_popen(command, env))
+    out = []
+    try:
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=TIMEOUT_S)
+            out.append({"stdout": stdout, "stderr": stderr, "rc": p.returncode})
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    return out
+
+
+def test_library_models_under_other_hash_seeds_report_nothing_in_raise_mode():
+    for i, r in enumerate(_cluster(PROGRAMS / "dist_portable.py", 2, "same")):
+        assert r["rc"] == 0, f"process {i}:\n{r['stderr'][-4000:]}"
+        assert not _stderr_lines(r)
+        assert _lines(r, "ROWS") == ["[]"]
+        names = [line.split()[1] for line in _lines(r, "RESULT")]
+        assert names == ["nnx", "split", "linen", "eqx", "dataclass"]
+
+
+def test_an_nnx_hidden_size_is_named_without_leaves_that_read_alike():
+    for i, r in enumerate(_cluster(PROGRAMS / "dist_portable.py", 2, "hidden")):
+        assert r["rc"] == 0, f"process {i}:\n{r['stderr'][-4000:]}"
+        (line,) = _stderr_lines(r)
+        assert "`model.l1.bias`: f32[8] on process 0 → f32[16] on process 1" in line
+        assert "Param" not in line
+        for part in line.split("`")[3::2]:  # each leaf's "before on … → after on …"
+            before, _, after = part.partition(" → ")
+            assert before.rsplit(" on ", 1)[0] != after.rsplit(" on ", 1)[0], line
+
+
+def test_the_portable_form_of_every_leaf_kind_is_the_same_under_any_hash_seed():
+    def forms(seed: str) -> list:
+        out = subprocess.run(
+            [sys.executable, str(PROGRAMS / "portable_forms.py")],
+            cwd=REPO,
+            env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO), PYTHONHASHSEED=seed),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
+        )
+        assert out.returncode == 0, out.stderr[-4000:]
+        return json.loads(out.stdout)
+
+    first, second = forms("1"), forms("2")
+    assert first == second
+    text = json.dumps(first)
+    for kind in ("nnx variable", "dataclass", "identity:", "static:", "array:", "diffrax"):
+        assert kind in text, kind  # (every kind of leaf was traced)
+    assert len(first) >= 20
+
+
+LONE = [(2, 0), (2, 1), (3, 0), (3, 1), (3, 2), (4, 0), (4, 1), (4, 2), (4, 3)]
+
+
+@pytest.mark.parametrize("n,lone", LONE, ids=[f"{n}-processes-lone-{i}" for n, i in LONE])
+def test_a_lone_retrace_raises_in_the_process_that_traced_and_the_job_ends(n, lone):
+    runs = _cluster(PROGRAMS / "dist_lone.py", n, str(lone), "raise", "3", seeds=False)
+    for i, r in enumerate(runs):
+        raised = _lines(r, "RAISED")
+        if i != lone:  # (its collective failed when the lone process ended, or it ran alone)
+            assert not raised and r["rc"] in (0, 4), f"process {i}:\n{r['stderr'][-3000:]}"
+            continue
+        assert r["rc"] == 3, f"process {i}:\n{r['stderr'][-3000:]}"
+        (text,) = raised
+        message = json.loads(text.split(" ", 1)[1])
+        assert f"process {lone} traced it, " in message
+        assert "`x`: f32[" in message and f"→ f32[{3 * n}@d,4] on process {lone}" in message
+
+
+def test_a_lone_retrace_is_reported_once_the_others_traced_a_later_key():
+    for i, r in enumerate(_cluster(PROGRAMS / "dist_lone.py", 2, "1", "warn", "600", seeds=False)):
+        assert r["rc"] == 0, f"process {i}:\n{r['stderr'][-3000:]}"
+        (row,) = json.loads(_lines(r, "ROWS")[0])
+        assert "process 1 traced it, process 0 did not, and has since gone past it" in row
+        assert "abandoned" not in r["stderr"]
+
+
+def test_a_lone_retrace_at_the_end_is_reported_when_every_process_stops():
+    runs = _cluster(PROGRAMS / "dist_lone.py", 2, "0", "end", "600", seeds=False)
+    for i, r in enumerate(runs):
+        assert r["rc"] == 0, f"process {i}:\n{r['stderr'][-3000:]}"
+    (row,) = json.loads(_lines(runs[0], "ROWS")[0])
+    assert "process 0 traced it, process 1 did not, and has since gone past it" in row
+    assert "abandoned" not in runs[0]["stderr"]
+
+
+def test_a_comparison_still_waiting_at_stop_is_abandoned_not_waited_for():
+    # (a grace of 600 s: waited for, the run would outlast the test's timeout)
+    runs = _cluster(PROGRAMS / "dist_lone.py", 2, "0", "stop", "600", seeds=False)
+    for i, r in enumerate(runs):
+        assert r["rc"] == 0, f"process {i}:\n{r['stderr'][-3000:]}"
+        assert json.loads(_lines(r, "ROWS")[0]) == []
+    abandoned = [line for line in runs[0]["stderr"].splitlines() if "abandoned" in line]
+    assert len(abandoned) == 1 and "1 comparison(s)" in abandoned[0]
+    assert "abandoned" not in runs[1]["stderr"]
+
+
+def test_a_false_alarm_is_withdrawn_in_every_process_when_the_late_key_matches():
+    runs = _cluster(PROGRAMS / "dist_lone.py", 2, "1", "late", "3", seeds=False)
+    for i, r in enumerate(runs):
+        assert r["rc"] == 0, f"process {i}:\n{r['stderr'][-3000:]}"
+        alarm, withdrawn = json.loads(_lines(r, "ROWS")[0])
+        assert "process 0 traced it, process 1 did not within 3 s" in alarm
+        assert "compared key #1: withdrawn: every process has traced the same key" in withdrawn
+        assert [line for line in _stderr_lines(r) if "withdrawn" in line] == [withdrawn]
+
+
 # ------------------------------------------------------------------ the pure parts
 def _key(**leaves) -> PortableKey:
     return PortableKey(tuple((path, form, text) for path, (form, text) in leaves.items()))
@@ -215,6 +333,55 @@ def test_who_differs_is_the_minority_and_a_tie_goes_to_process_0():
     assert reference.processes == (1, 2, 3) and others[0].processes == (0,)
     reference, _ = judge([Group("a", (1,)), Group(None, (0,))])  # retraced alone: differs
     assert reference.digest is None
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_a_lone_tracer_differs_whatever_its_index(n):
+    for lone in range(n):
+        others = tuple(p for p in range(n) if p != lone)
+        reference, differ = judge([Group("a", (lone,)), Group(None, others)])
+        assert reference.processes == others and [g.processes for g in differ] == [(lone,)]
+
+
+def _two(a: PortableKey, b: PortableKey) -> Finding:
+    """The finding of process 0's key `a` against process 1's `b`."""
+    return finding(
+        function="f",
+        location="",
+        key="t.py::f",
+        function_id="f",
+        number=1,
+        groups=[Group(a.digest(), (0,)), Group(b.digest(), (1,))],
+        keys={a.digest(): a, b.digest(): b},
+        grace_s=5,
+    )
+
+
+def test_leaves_that_read_alike_are_never_shown_as_a_change():
+    a = _key(w=("node:a", "Param"), x=("array:8", "f32[8]"))
+    message = _two(a, _key(w=("node:b", "Param"), x=("array:16", "f32[16]"))).message()
+    assert "`x`: f32[8] on process 0 → f32[16] on process 1" in message
+    assert "Param" not in message and "and 1 leaf that differs in metadata not shown" in message
+    found = _two(a, _key(w=("node:c", "Param"), x=("array:8", "f32[8]")))
+    assert found.message().endswith("`w`: differs in metadata not shown")
+    fields = event_fields(found, 1)
+    assert (fields["leaf"], fields["before"], fields["after"]) == ("w", None, None)
+
+
+def test_a_withdrawal_is_reported_only_where_its_alarm_was_and_stops_a_later_one():
+    reported = []
+    peers = Peers(report=reported.append, fault=lambda stage, e: None)
+    about = {"function": "f", "location": "", "key": "k", "number": 1, "grace_s": 3}
+    alarm = Finding(**about, function_id="id", reference=(1,), reference_traced=False, divergent=())
+    back = withdrawal(2, function_id="id", **about)
+    assert Finding.from_json(back.to_json()) == back and "withdrawn" in back.message()
+    peers._report_once(back)  # (no alarm reported here: nothing to withdraw)
+    peers._report_once(alarm)  # (withdrawn already: never shown)
+    assert reported == []
+    other = dataclasses.replace(alarm, function_id="other")
+    peers._report_once(other)
+    peers._report_once(dataclasses.replace(back, function_id="other"))
+    assert [f.withdrawn for f in reported] == [False, True]
 
 
 def test_the_groups_travel_compactly_and_back():

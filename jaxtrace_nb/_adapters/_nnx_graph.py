@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections.abc
 from typing import Any, NamedTuple
 
-from .._core._values import clip, summarize_static
+from .._core._values import Local, clip, summarize_static
 from .._core._vocabulary import StrEnum
 from .._keys._signature import node_leaf
 
@@ -132,11 +132,21 @@ def variable_leaf(vdef: Any):
     except Exception:
         shown = {}
     text = name + (f" {summarize_static(shown).text}" if shown else "")
+    return node_leaf(metadata_token(var_type, metadata), clip(text, 120), qualified(var_type))
+
+
+def metadata_token(var_type: Any, metadata: Any) -> tuple:
+    """A Variable's type and metadata as its node's token: the metadata's hash (within this process)
+    and its text (what another process compares: a hash of strings differs between processes)."""
     try:
-        token = ("nnx variable", qualified(var_type), hash(metadata))
+        items = dict(metadata)
     except Exception:
-        token = ("nnx variable", qualified(var_type), summarize_static(metadata).text)
-    return node_leaf(token, clip(text, 120), qualified(var_type))
+        items = metadata
+    try:
+        digest = Local(hash(metadata))
+    except Exception:
+        digest = None
+    return ("nnx variable", qualified(var_type), digest, summarize_static(items).text)
 
 
 def graph_node_leaf(t: Any, keys: list):

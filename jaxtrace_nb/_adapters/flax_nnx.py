@@ -45,7 +45,7 @@ from ._nnx_graph import (
     key_text,
     keyed_leaves,
     kind_of,
-    qualified,
+    metadata_token,
 )
 from ._nnx_graph import Unexpected as _Unexpected
 from ._nnx_graph import read as _read
@@ -319,7 +319,7 @@ def _walk_variable(walker, prefix: str, obj: Any) -> bool:
         walker.node(
             prefix,
             node_leaf(
-                ("nnx variable", qualified(type(obj)), summarize_static(metadata).token),
+                metadata_token(type(obj), metadata),
                 clip(text, 120),
                 t_name,
             ),

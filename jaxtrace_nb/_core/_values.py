@@ -28,6 +28,14 @@ _FUNCTION_TYPES = (
 )
 
 
+class Local(int):
+    """A hash or an address inside a token: within one process it compares as the number it is;
+    it never travels to another process, where the same value has another (`_divergence` leaves
+    it out of a key's portable form)."""
+
+    __slots__ = ()
+
+
 class StaticInfo(NamedTuple):
     """What a signature keeps of a static value: text, type, and a comparable token."""
 
@@ -230,10 +238,10 @@ def summarize_static(obj: Any) -> StaticInfo:
     name = _callable_name(obj)
     by_identity = _is_identity_compared(obj)
     if by_identity:
-        token = ("id", type_name, id(obj))
+        token = ("id", type_name, Local(id(obj)))
     else:
         try:
-            h = hash(obj)
+            h = Local(hash(obj))
         except Exception:
             h = None
         token = ("value", type_name, h, text)

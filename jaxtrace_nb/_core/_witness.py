@@ -28,6 +28,8 @@ import dataclasses
 import weakref
 from typing import Any
 
+from ._values import Local
+
 _HELD_SCALARS = (int, float, bool, complex, type(None), type(Ellipsis))
 _MAX_HELD_CHARS = 256
 _MAX_HELD_ITEMS = 16
@@ -113,7 +115,7 @@ def _canonical(obj: Any, depth: int, budget: list) -> Any:
             for f in dataclasses.fields(obj)
             if f.compare
         )
-        return ("dataclass", module, t.__qualname__, id(t), fields)
+        return ("dataclass", module, t.__qualname__, Local(id(t)), fields)
     raise _NoForm
 
 

@@ -10,14 +10,16 @@ fetched only when digests differ, to name the leaves by comparing their forms.
 What cannot travel: a static value JAX compares by identity (a function, an object without a plain
 form) is another object in every process, so its form is its type and the recorder's stable name
 of it (``form`` starts with ``identity:``); one kept only by a weak reference or a hash travels as
-its type and text (``text:``), and a difference found there is said to be one of texts. The trace
-context is not compared (JAX's axis environment holds per-process identities).
+its type and text (``text:``), and a difference found there is said to be one of texts. A hash or
+an address inside a token (`Local`) never travels: it travels as ``~`` beside the text or name
+that stands for it, since Python randomises string hashes per process. The trace context is not
+compared (JAX's axis environment holds per-process identities).
 
 Who differs (`judge`): the processes are grouped by the digest of their n-th compared key of the
 function (the processes that did not trace it within the grace period are a group of their own);
-the largest group is the reference, a tie going to the group holding the lowest process index
-(process 0's); every other group differs. So two processes that disagree make process 1 the one
-that differs, and a process that retraced while the others did not differs from them.
+the largest group is the reference; of two groups as large, the processes that did not trace the
+key (a lone retrace differs, whatever its index), and only between two that each traced a key of
+their own, the group holding the lowest process index (process 0's). Every other group differs.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import math
 import os
 from typing import Any, NamedTuple
 
+from .._core._values import Local
 from .._core._vocabulary import LeafKind
 from .._core._witness import Witness
 from .._keys._signature import NODE_SUFFIX, Signature
@@ -37,6 +40,7 @@ STDERR_PREFIX = "jaxtrace_nb: divergence"
 _MAX_TEXT = 200
 _MAX_LEAVES_NAMED = 3
 MISSING = "(no trace)"
+NOT_SHOWN = "differs in metadata not shown"  # two forms differ, their texts read alike
 
 
 class DivergenceError(RuntimeError):
@@ -104,6 +108,8 @@ class _NotPortable(Exception):
     pass
 
 
+_LOCAL = "~"  # what a `Local` (a hash, an address: this process's own) travels as
+
 _ATOMS = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis))
 
 
@@ -114,6 +120,8 @@ def _portable(value: Any) -> str:
     t = type(value)
     if t is float and value != value:
         raise _NotPortable  # a NaN is equal only to itself in JAX's cache: another process's is not
+    if t is Local:
+        return _LOCAL
     if t in _ATOMS:
         return f"{t.__name__}:{value!r}"
     if t is tuple:
@@ -127,16 +135,17 @@ def _leaf_form(leaf) -> str:
     kind, witness = leaf.kind, leaf.witness
     if kind == LeafKind.ARRAY:
         return "array:" + repr(tuple(leaf.token))
-    if kind == LeafKind.STATIC and type(witness) is Witness:
-        if witness.by_identity:
+    if kind == LeafKind.STATIC:
+        if leaf.by_identity or (type(witness) is Witness and witness.by_identity):
             return f"identity:{leaf.type_name}:{leaf.name or leaf.text}"
-        kept, value = witness.plain()
-        try:
-            if kept:
-                return f"static:{leaf.type_name if witness.typed else ''}:{_portable(value)}"
-        except _NotPortable:
-            pass
-        return f"text:{leaf.type_name}:{leaf.text}"
+        if type(witness) is Witness:
+            kept, value = witness.plain()
+            try:
+                if kept:
+                    return f"static:{leaf.type_name if witness.typed else ''}:{_portable(value)}"
+            except _NotPortable:
+                pass
+        return f"text:{leaf.type_name}:{leaf.text}"  # (its token holds its hash: `Local`)
     try:
         return f"{kind}:{_portable(_plain(leaf.token))}"
     except _NotPortable:
@@ -149,6 +158,8 @@ def _plain(token: Any) -> Any:
         return tuple(_plain(v) for v in token)
     if isinstance(token, frozenset):
         return frozenset(_plain(v) for v in token)
+    if type(token) is Local:
+        return token
     if isinstance(token, (int, float, bool, str, bytes, type(None))):
         return token
     raise _NotPortable
@@ -204,9 +215,18 @@ class Group:
 
 
 def judge(groups: list[Group]) -> tuple[Group, list[Group]]:
-    """(the reference group, the groups that differ from it): the largest group, ties to the one
-    holding the lowest process index."""
-    ordered = sorted(groups, key=lambda g: (-len(g.processes), min(g.processes, default=math.inf)))
+    """(the reference group, the groups that differ from it): the largest group. Of two groups as
+    large, the processes that did not trace the key are the reference: the others traced a key
+    they did not (a lone retrace differs, whatever its process index). Only between two groups
+    that each traced a key of their own does the lower process index decide."""
+    ordered = sorted(
+        groups,
+        key=lambda g: (
+            -len(g.processes),
+            g.digest is not None,
+            min(g.processes, default=math.inf),
+        ),
+    )
     return ordered[0], ordered[1:]
 
 
@@ -233,9 +253,15 @@ class Finding:
     reference_traced: bool
     divergent: tuple[Divergent, ...]
     grace_s: float
+    # the processes that did not trace the key were known to have gone past it (they traced a
+    # later key, or stopped) before the grace period ended
+    moved_on: bool = False
+    withdrawn: bool = False  # a late key arrived and matched: this finding was a false alarm
 
     @property
     def ident(self) -> tuple:
+        if self.withdrawn:
+            return (self.function_id, self.number, "withdrawn")
         return (self.function_id, self.number, self.reference_traced)
 
     def differs(self, process: int) -> bool:
@@ -243,6 +269,14 @@ class Finding:
 
     def message(self) -> str:
         """The one line every process prints (and `DivergenceError` says)."""
+        if self.withdrawn:
+            return (
+                f"{STDERR_PREFIX} in `{self.function}`"
+                + (f" ({self.location})" if self.location else "")
+                + f", compared key #{self.number}: withdrawn: every process has traced the same "
+                f"key (one came after {self.grace_s:g} s); the divergence reported for it was a "
+                "false alarm"
+            )
         parts = []
         for d in self.divergent:
             parts.append(_divergent_text(self, d))
@@ -277,6 +311,8 @@ class Finding:
             reference_traced=data["reference_traced"],
             divergent=divergent,
             grace_s=float(data["grace_s"]),
+            moved_on=bool(data.get("moved_on", False)),
+            withdrawn=bool(data.get("withdrawn", False)),
         )
 
 
@@ -293,14 +329,16 @@ def _divergent_text(f: Finding, d: Divergent) -> str:
     ref, mine = processes_text(f.reference), processes_text(d.processes)
     if not d.traced:
         return (
-            f"{mine} did not trace it within {f.grace_s:g} s (traced by {ref})"
+            f"{mine} did not trace it{_absent(f)} (traced by {ref})"
             + (f": {_leaves_text(d.leaves, mine, ref, reverse=True)}" if d.leaves else "")
             + (f" {d.against}" if d.against else "")
         )
     if not f.reference_traced:
-        head = f"{mine} traced it, {ref} did not within {f.grace_s:g} s"
+        head = f"{mine} traced it, {ref} did not{_absent(f)}"
     else:
         head = f"{mine} traced another key than {ref}"
+    if not d.leaves and d.against:  # (nothing known to name them against)
+        return f"{head} {d.against}"
     if not d.leaves:
         return (
             head
@@ -309,15 +347,35 @@ def _divergent_text(f: Finding, d: Divergent) -> str:
     return f"{head}: {_leaves_text(d.leaves, ref, mine)}" + (f" {d.against}" if d.against else "")
 
 
+def _absent(f: Finding) -> str:
+    """How a process that did not trace the key was found not to have."""
+    if f.moved_on:
+        return ", and has since gone past it"
+    return f" within {f.grace_s:g} s"
+
+
 def _leaves_text(leaves, ref: str, mine: str, reverse: bool = False) -> str:
+    """The differing leaves as "`path`: before on … → after on …"; a leaf whose two texts read
+    alike (its difference lies in what the texts leave out) is never shown as one."""
+    visible = [leaf for leaf in leaves if leaf.before != leaf.after]
+    unseen = len(leaves) - len(visible)
+    if not visible:
+        first = f"`{leaves[0].path}`"
+        if unseen == 1:
+            return f"{first}: {NOT_SHOWN}"
+        return f"{first} and {unseen - 1} more leaves: each {NOT_SHOWN}"
     shown = []
-    for leaf in leaves[:_MAX_LEAVES_NAMED]:
+    for leaf in visible[:_MAX_LEAVES_NAMED]:
         before, after = (leaf.after, leaf.before) if reverse else (leaf.before, leaf.after)
         a, b = (mine, ref) if reverse else (ref, mine)
         note = " (compared as text)" if leaf.by_text else ""
         shown.append(f"`{leaf.path}`: {before} on {a} → {after} on {b}{note}")
-    if len(leaves) > _MAX_LEAVES_NAMED:
-        shown.append(f"and {len(leaves) - _MAX_LEAVES_NAMED} more leaves")
+    if len(visible) > _MAX_LEAVES_NAMED:
+        shown.append(f"and {len(visible) - _MAX_LEAVES_NAMED} more leaves")
+    if unseen:
+        shown.append(
+            f"and {unseen} {'leaf that' if unseen == 1 else 'leaves that each'} {NOT_SHOWN}"
+        )
     return ", ".join(shown)
 
 
@@ -332,6 +390,7 @@ def finding(
     keys: dict,
     grace_s: float,
     previous: PortableKey | None = None,
+    moved_on: bool = False,
 ) -> Finding | None:
     """The finding of one comparison (None when every process traced the same key).
 
@@ -368,6 +427,20 @@ def finding(
         reference_traced=reference.digest is not None,
         divergent=tuple(divergent),
         grace_s=grace_s,
+        moved_on=moved_on,
+    )
+
+
+def withdrawal(processes: int, **about) -> Finding:
+    """The withdrawal of a finding (`about`: its ``function``, ``location``, ``key``,
+    ``function_id``, ``number`` and ``grace_s``): every one of the `processes` traced the same key,
+    one of them after the grace period."""
+    return Finding(
+        **about,
+        reference=tuple(range(processes)),
+        reference_traced=True,
+        divergent=(),
+        withdrawn=True,
     )
 
 
@@ -383,11 +456,14 @@ def event_fields(f: Finding, process: int | None) -> dict:
     leaf = before = after = None
     for d in f.divergent:
         if d.leaves:
-            first = d.leaves[0]
+            visible = [x for x in d.leaves if x.before != x.after]
+            first = visible[0] if visible else d.leaves[0]
             leaf = first.path
             before, after = (
                 (first.after, first.before) if not d.traced else (first.before, first.after)
             )
+            if not visible:  # (texts that read alike are never shown as a change)
+                before = after = None
             if process is not None and process in d.processes:
                 break
     return {

@@ -393,6 +393,13 @@ def distributed() -> Distributed | None:
     return Distributed(client, process, processes)
 
 
+def timed_out(error: BaseException) -> bool:
+    """Whether a blocking get of the coordination service's key-value store ended because its
+    time ran out (jaxlib raises its runtime error with the status ``DEADLINE_EXCEEDED``; checked
+    on JAX 0.8.0 and 0.10.2), not because the store failed."""
+    return "DEADLINE_EXCEEDED" in str(error)
+
+
 # The JAX functions above the announcing frame that hold a jitted call's arguments, flat where they
 # can: 0.9–0.11 ``_trace_for_jit`` (``args_ft``, a FlatTree whose values are the dynamic leaves),
 # 0.8 ``_infer_params_impl`` (``explicit_args``); else any of them with ``args``, ``kwargs``.

@@ -25,14 +25,9 @@ scenario = sys.argv[4]
 log = sys.argv[5] if len(sys.argv) > 5 else None
 
 import jax  # noqa: E402
+from _dist import join  # noqa: E402
 
-jax.config.update("jax_cpu_collectives_implementation", "gloo")
-jax.distributed.initialize(
-    coordinator_address=f"localhost:{port}",
-    num_processes=num_processes,
-    process_id=process_id,
-    initialization_timeout=60,
-)
+join(process_id, num_processes, port)
 
 import numpy as np  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
