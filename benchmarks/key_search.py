@@ -78,8 +78,31 @@ def _stream(kind: str, n: int):
     return h, inputs
 
 
-def worker(kind: str, mode: str, n: int) -> dict:
+def stream_then_read(fn, inputs: list, read: bool) -> tuple[float, float | None, dict]:
+    """(seconds to trace `fn` at each of `inputs`, seconds of the first ``jt.log()`` after them or
+    None where not `read`, the causes it read); where `read`, recording is stopped after."""
     import gc
+
+    import jaxtrace_nb as jt
+
+    gc.collect()
+    start = time.perf_counter()
+    for args in inputs:
+        fn.trace(*args)
+    stream_s = time.perf_counter() - start
+    if not read:
+        return stream_s, None, {}
+    start = time.perf_counter()
+    df = jt.log()
+    read_s = time.perf_counter() - start
+    mine = df[(df["kind"] == "trace") & ~df["internal"]]
+    causes = {str(k): int(v) for k, v in mine["cause"].value_counts().items()}
+    jt.stop()
+    assert jt.faults() == {}, jt.faults()
+    return stream_s, read_s, causes
+
+
+def worker(kind: str, mode: str, n: int) -> dict:
     import io
     import logging
 
@@ -107,21 +130,8 @@ def worker(kind: str, mode: str, n: int) -> dict:
         jt.start()
     elif mode == "explain":
         jax.config.update("jax_explain_cache_misses", True)
-    gc.collect()
-    start = time.perf_counter()
-    for args in inputs:
-        fn.trace(*args)
-    stream_s = time.perf_counter() - start
-    read_s = 0.0
-    causes: dict = {}
-    if mode == "recorded":
-        start = time.perf_counter()
-        df = jt.log()
-        read_s = time.perf_counter() - start
-        mine = df[(df["kind"] == "trace") & ~df["internal"]]
-        causes = {str(k): int(v) for k, v in mine["cause"].value_counts().items()}
-        jt.stop()
-        assert jt.faults() == {}, jt.faults()
+    stream_s, read_s, causes = stream_then_read(fn, inputs, mode == "recorded")
+    read_s = read_s or 0.0
     tenth = max(1, len(diagnosis_s) // 10)
     return {
         "stream_s": stream_s,
@@ -146,17 +156,22 @@ def _spawn(kind: str, mode: str, n: int) -> dict:
         "--keys",
         str(n),
     ]
+    return run_worker(cmd, {}, f"{kind} {mode}", 3600)
+
+
+def run_worker(cmd: list, env: dict, what: str, timeout: float) -> dict:
+    """The result a worker process (`cmd`, on the CPU, with `env` added) printed last."""
     proc = subprocess.run(
         cmd,
         capture_output=True,
         text=True,
-        timeout=3600,
+        timeout=timeout,
         cwd=HERE,
-        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        env={**os.environ, "JAX_PLATFORMS": "cpu", **env},
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT_MARK)]
     if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"{kind} {mode} exited {proc.returncode}: {proc.stderr[-3000:]}")
+        raise RuntimeError(f"{what} exited {proc.returncode}: {proc.stderr[-3000:]}")
     return json.loads(lines[-1][len(RESULT_MARK) :])
 
 

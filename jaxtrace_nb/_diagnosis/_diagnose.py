@@ -17,6 +17,7 @@ from typing import NamedTuple
 from .._core._values import clip
 from .._core._vocabulary import Cause, LoweringKind
 from .._core._witness import Witness
+from .._keys._key_index import HeldKeys, closest_held
 from .._keys._records import Unrolled
 from .._keys._signature import (
     NODE_SUFFIX,
@@ -28,7 +29,6 @@ from .._keys._signature import (
     diff_leaves,
     same_for_jax,
     same_key,
-    search,
     uncertain_paths,
 )
 from . import _hints as hints
@@ -142,15 +142,17 @@ def diagnose(
     """
     if not previous and not dropped:
         return FIRST
-    pool, pool_numbers = list(previous), list(numbers)
+    pool = previous if isinstance(previous, HeldKeys) else HeldKeys(tuple(previous))
+    pool_numbers = numbers
     if (
         new_object or not previous
     ):  # JAX compares with no earlier key: the closest of all names the change
-        pool, pool_numbers = list(dropped) + pool, list(dropped_numbers) + pool_numbers
-        if len(pool_numbers) == len(pool):  # oldest first, as `search` breaks its last ties
-            order = sorted(range(len(pool)), key=pool_numbers.__getitem__)
-            pool, pool_numbers = [pool[i] for i in order], [pool_numbers[i] for i in order]
-    found = search(new, pool)
+        merged, pool_numbers = list(dropped) + list(pool.raw), list(dropped_numbers) + list(numbers)
+        if len(pool_numbers) == len(merged):  # oldest first, as `search` breaks its last ties
+            order = sorted(range(len(merged)), key=pool_numbers.__getitem__)
+            merged, pool_numbers = [merged[i] for i in order], [pool_numbers[i] for i in order]
+        pool = HeldKeys(tuple(merged))
+    found = closest_held(new, pool)
     old = pool[found.index]
     cleared = (
         _CLEARED_ALL if cache_cleared else _CLEARED_OWN if evicted and not new_object else None

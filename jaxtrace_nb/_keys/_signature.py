@@ -296,10 +296,12 @@ class Found(NamedTuple):
 
 def search(new: Signature, previous: Sequence[Signature]) -> Found:
     """The earlier key closest to `new` among all of `previous` (oldest first): the fewest differing
-    components, ties broken as JAX's explainer breaks them (`partial_eval.explain`: the lowest layer
-    that differs, trace context before input pytree before types, then the fewest differences
-    there), then the most recent. Each key's count stops once it passes the best so far."""
-    best, ranked = None, []  # ranked: (JAX's rank, -index) of each key as close as the best so far
+    components, ties broken as a person would (`_score`'s rank: the fewest trace-context
+    differences, then the fewest input-pytree ones, then the fewest type ones, so a key that differs
+    only in a type is closer than one that differs in structure, and that one closer than one that
+    differs in context), then the most recent. Each key's count stops once it passes the best so
+    far."""
+    best, ranked = None, []  # ranked: (rank, -index) of each key as close as the best so far
     for i in range(len(previous) - 1, -1, -1):
         limit = best if best is not None else 1 << 30
         score, rank = _score(new, previous[i], limit)
@@ -328,10 +330,12 @@ def same_key(new: Signature, old: Signature) -> bool:
     return _score(new, old, 0)[0] == 0
 
 
-def _score(new: Signature, old: Signature, limit: int) -> tuple[int, tuple[int, int]]:
-    """The differing components of two keys, counted up to just past `limit`, and JAX's explainer's
-    rank of their difference: (its lowest layer, its differences there), with the layers trace
-    context 0, input pytree (structure, static values, ways of passing) 1, input types 3."""
+def _score(new: Signature, old: Signature, limit: int) -> tuple[int, tuple[int, int, int]]:
+    """The differing components of two keys, counted up to just past `limit`, and the rank of their
+    difference among keys as far: (trace-context differences, input-pytree differences (structure,
+    static values, ways of passing), input-type differences), lowest first. JAX's explainer
+    (`partial_eval.explain`) ranks the other way, the key that differs at the lowest layer first
+    (docs/design.md, "What 'closest' means")."""
     context = (
         0
         if new.context_values is old.context_values and new.context_values
@@ -340,7 +344,7 @@ def _score(new: Signature, old: Signature, limit: int) -> tuple[int, tuple[int, 
     tree = 0 if new.call == old.call else len(call_changes(new, old))
     n = context + tree + (new.function_token != old.function_token and new.function_path is None)
     if n > limit:
-        return n, (0, 0)
+        return n, _FAR
     types = 0
     old_leaves, new_leaves = old.leaves, new.leaves
     if old_leaves is not new_leaves:
@@ -355,19 +359,18 @@ def _score(new: Signature, old: Signature, limit: int) -> tuple[int, tuple[int, 
                 else:
                     tree += 1
                 if n > limit:
-                    return n, (0, 0)
+                    return n, _FAR
         if len(old_leaves) != len(new_leaves) or n:
             for path in old_leaves:
                 if path not in new_leaves:
                     n += 1
                     tree += 1
                     if n > limit:
-                        return n, (0, 0)
-    if context:
-        return n, (0, context)
-    if tree:
-        return n, (1, tree)
-    return n, (3, types)
+                        return n, _FAR
+    return n, (context, tree, types)
+
+
+_FAR = (1 << 30, 0, 0)  # the rank of a key whose count passed the limit (never kept)
 
 
 def owners_of(signature: Signature, path: str) -> list[str]:

@@ -19,6 +19,7 @@ from .._diagnosis._diagnose import (
     join_ids,
     unrolled_loop_hint,
 )
+from .._keys._key_index import HeldKeys
 from .._keys._records import GraphStats, Stage
 from .._keys._signature import Signature
 from .._log._events import Event
@@ -50,7 +51,7 @@ class PendingDiagnosis(NamedTuple):
         try:
             return diagnose(
                 self.signature.get(),
-                [s.get() for s in self.previous],
+                HeldKeys(self.previous),
                 new_object=self.new_object,
                 rerun_note=self.rerun,
                 cache_cleared=self.cache_cleared,

@@ -41,6 +41,25 @@ class KeptKey(NamedTuple):
     trace_number: int
 
 
+class Held(NamedTuple):
+    """The keys JAX holds for a trace (`FunctionState.held`), and the others to compare with."""
+
+    signatures: tuple  # the held keys' signatures, oldest first
+    numbers: tuple  # their trace numbers
+    dropped: tuple  # `KeptKey`s: the same object's from cleared generations, or other objects'
+
+
+class _HeldSoFar(NamedTuple):
+    keys: list  # the `FunctionState.keys` list read (replaced, not changed, but for appends)
+    count: int  # how many of its keys
+    ref: object
+    generation: int
+    signatures: tuple
+    numbers: tuple
+    cleared: tuple
+    others: tuple
+
+
 class FunctionState:
     """What the session knows of one function (by its key): counts, every key it was traced with,
     the function objects seen (weakly)."""
@@ -60,6 +79,7 @@ class FunctionState:
         "cache_generation",
         "arg_names",
         "failed",
+        "_held",
     )
 
     def __init__(self, identity: FunctionIdentity | None):
@@ -81,6 +101,7 @@ class FunctionState:
         self.cache_generation = 0
         self.arg_names: dict | None = None  # JAX's argument name -> the user's path
         self.failed = 0  # trace attempts that raised (not recorded as traces)
+        self._held: _HeldSoFar | None = None  # `held`'s last answer, to extend at the next
 
     def add_key(self, key: KeptKey) -> int:
         """Keep `key`; returns the leaves it adds."""
@@ -111,19 +132,46 @@ class FunctionState:
         its keys stay, to compare with, as keys JAX no longer holds."""
         self.keys = [k._replace(generation=EVICTED) if k.ref is ref else k for k in self.keys]
 
-    def held(self, ref: weakref.ref | None, generation: int) -> tuple[list[KeptKey], list[KeptKey]]:
+    def held(self, ref: weakref.ref | None, generation: int) -> Held:
         """The keys JAX still holds for a trace of the function object `ref` in cache generation
-        `generation`, and the others to compare with: the same object's from cleared generations,
-        or where it has none (a function object not seen before), every earlier object's."""
-        held, cleared, others = [], [], []
-        for key in self.keys:
+        `generation` (their signatures and trace numbers, oldest first), and the others to compare
+        with: the same object's from cleared generations, or where it has none (a function object
+        not seen before), every earlier object's.
+
+        The answer for the same object and generation is extended from the last one by the keys
+        added since, so that N traces of one function read their keys in time linear in N."""
+        keys, last = self.keys, self._held
+        if (
+            last is not None
+            and last.keys is keys
+            and last.ref is ref
+            and last.generation == generation
+        ):
+            start, signatures, numbers = last.count, last.signatures, last.numbers
+            cleared, others = last.cleared, last.others
+        else:
+            start, signatures, numbers, cleared, others = 0, (), (), (), ()
+        new_signatures, new_numbers, new_cleared, new_others = [], [], [], []
+        for i in range(start, len(keys)):
+            key = keys[i]
             if (
                 key.ref is not ref
             ):  # (a function that takes no weak reference: one object, as far as we can tell)
-                others.append(key)
+                new_others.append(key)
+            elif key.generation == generation:
+                new_signatures.append(key.signature)
+                new_numbers.append(key.trace_number)
             else:
-                (held if key.generation == generation else cleared).append(key)
-        return held, cleared or others
+                new_cleared.append(key)
+        if new_signatures:
+            signatures += tuple(new_signatures)
+            numbers += tuple(new_numbers)
+        cleared += tuple(new_cleared)
+        others += tuple(new_others)
+        self._held = _HeldSoFar(
+            keys, len(keys), ref, generation, signatures, numbers, cleared, others
+        )
+        return Held(signatures, numbers, cleared or others)
 
     def shed(self, leaves: int, generation: int) -> int:
         """Drop kept keys for about `leaves` leaves, those JAX no longer holds first; returns the

@@ -261,11 +261,12 @@ class Lifecycle:
         else:
             if record.evicted and record.function_ref is not None:
                 state.evict(record.function_ref)
-            held, dropped = state.held(record.function_ref, record.cache_generation)
+            held = state.held(record.function_ref, record.cache_generation)
+            dropped = held.dropped
             pending = PendingDiagnosis(
                 signature=record.signature,
-                previous=tuple(k.signature for k in held),
-                numbers=tuple(k.trace_number for k in held),
+                previous=held.signatures,
+                numbers=held.numbers,
                 dropped=tuple(k.signature for k in dropped),
                 dropped_numbers=tuple(k.trace_number for k in dropped),
                 new_object=is_new,

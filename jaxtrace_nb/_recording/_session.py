@@ -16,6 +16,7 @@ import warnings
 from .._cache._cache_explainer import CacheExplainer
 from .._core._vocabulary import DivergenceMode
 from .._diagnosis._divergence import Finding, event_fields, local_key
+from .._keys._key_index import forget as forget_key_indexes
 from .._log._events import EventLog
 from ._lifecycle import FunctionState, Lifecycle
 from ._peers import Peers
@@ -171,6 +172,7 @@ class Session:
             self.probe.forget_unprofiled()
             self.lifecycle.reset()
             self.log.reset()
+            forget_key_indexes()
 
     def forget_functions(self) -> None:
         """Count every function afresh from now on (its next trace is its first), keeping the log:
