@@ -35,6 +35,7 @@ from jaxtrace_nb._diagnosis._divergence import (
     judge,
     withdrawal,
 )
+from jaxtrace_nb._recording._lifecycle import WITHDRAWN
 from jaxtrace_nb._recording._peers import (
     Comparison,
     Peers,
@@ -317,6 +318,7 @@ def test_a_false_alarm_is_withdrawn_in_every_process_when_the_late_key_matches()
         assert r["rc"] == 0, f"process {i}:\n{r['stderr'][-3000:]}"
         alarm, withdrawn = json.loads(_lines(r, "ROWS")[0])
         assert "process 0 traced it, process 1 did not within 3 s" in alarm
+        assert alarm.startswith(WITHDRAWN)  # the alarm's own row, marked
         assert "compared key #1: withdrawn: every process has traced the same key" in withdrawn
         assert [line for line in _stderr_lines(r) if "withdrawn" in line] == [withdrawn]
 

@@ -63,6 +63,10 @@ MAX_KEY_ARGUMENTS = (
 )
 
 
+# How a divergence row later found a false alarm begins (a late process's key matched)
+WITHDRAWN = "WITHDRAWN (a late key matched: a false alarm): "
+
+
 class Lifecycle:
     """Implements the probe's `Sink`: records in, finished events out to `log`.
 
@@ -211,10 +215,13 @@ class Lifecycle:
                 raise
         return True
 
-    def on_divergence(self, fields: dict) -> None:
+    def on_divergence(self, fields: dict, withdraws: bool = False) -> None:
         """A divergence across processes (`_divergence.event_fields`) into the log, after the traces
-        recorded before it."""
+        recorded before it. A withdrawal (`withdraws`) also marks the rows of the divergence it
+        withdraws: their explanation begins ``WITHDRAWN``."""
         try:
+            if withdraws:
+                self._mark_withdrawn(fields)
             host, process = self._place()
             event = Event(
                 time=now(),
@@ -232,6 +239,18 @@ class Lifecycle:
                 self.log.append(event)
         except Exception as e:
             self.fault("divergence", e)
+
+    def _mark_withdrawn(self, fields: dict) -> None:
+        with self.lock:
+            for event in self.log.events():
+                if (
+                    event.kind == EventKind.DIVERGENCE
+                    and event.function == fields.get("function")
+                    and event.trace_number == fields.get("trace_number")
+                    and not (event.explanation or "").startswith(WITHDRAWN)
+                ):
+                    event.explanation = f"{WITHDRAWN}{event.explanation or ''}"
+                    self.log.updated(event)
 
     def _begin(self, trace: Trace, defer: bool = True) -> None:
         """What the function's state says of the trace: its number, whether its function object is

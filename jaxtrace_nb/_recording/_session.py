@@ -132,7 +132,7 @@ class Session:
         print(found.message(), file=sys.stderr, flush=True)
         fields = event_fields(found, self._place()[1])
         fields["key"] = local_key(found, list(self.lifecycle.functions))
-        self.lifecycle.on_divergence(fields)
+        self.lifecycle.on_divergence(fields, withdraws=found.withdrawn)
 
     def persist_to(self, path: str | None) -> None:
         """Append every event to `path` as JSON lines from now on (None: stop persisting)."""
