@@ -133,6 +133,13 @@ _HINTS = (
         True,
     ),
     Hint(
+        "structure.not_passed_value",
+        "{p} was left to its default in one call and given a value unlike the default in the "
+        "other: the value changed as well as the call's structure, and passing it always would "
+        "still trace again for each new value.",
+        False,
+    ),
+    Hint(
         "structure.none",
         "{p} switched between an array and None: pass the same structure every call (e.g. zeros "
         "of the same "
@@ -232,6 +239,38 @@ _HINTS = (
         True,
     ),
 )
+
+
+# ------------------------------------------------------------------ preconditions
+# A hint that instructs is given only where its preconditions hold, checked where it is given:
+# the code it asks to change is the user's own (`_installed`), and following it removes this
+# retrace. Where one fails, the row explains without instructing.
+
+
+def loop_hint_holds(loop_users: bool, internal: bool) -> bool:
+    """Whether the unrolled-loop hint may be given: the loop's body line is in the user's own
+    code (not an installed library's, e.g. Optax's tree map or Diffrax's step loop), in a function
+    the user jitted (not a library's own helper). A library's loop stays named as the line its
+    equations come from (`loop_line`), never as advice."""
+    return loop_users and not internal
+
+
+def hint_for_row(hint_id: str | None, *, internal: bool, passed_as_default: bool | None) -> str:
+    """The hint id a row keeps of the `hint_id` its diagnosis chose, its preconditions checked;
+    "" for none.
+
+    * A library's (or JAX's) own jitted helper (`internal`) gets no hint: nothing in it is the
+      user's to change.
+    * "Pass it always, or never" (`structure.not_passed`) removes the retrace only when the value
+      passed is the parameter's default, as JAX compares them (`passed_as_default`; None: not
+      known, e.g. no signature to read): otherwise the value changed too, which is said without
+      an instruction (`structure.not_passed_value`).
+    """
+    if not hint_id or internal:
+        return ""
+    if hint_id == "structure.not_passed" and not passed_as_default:
+        return "structure.not_passed_value"
+    return hint_id
 
 
 def _registry(*groups) -> dict[str, Hint]:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from .._core._bounded import Bounded
+from .._core._installed import is_installed
 from .._keys._records import GraphStats, Unrolled, XlaCost
 
 MIN_REPEATS = 16  # fewer repetitions than this is a small model's layers, not a loop to roll up
@@ -101,9 +102,9 @@ def graph_stats(
         return None
     n = len(eqns)
     found = find_unrolled([eqn.primitive.name for eqn in eqns]) if n >= 2 * MIN_REPEATS else None
-    where = (
-        _loop_location(eqns[found.start : found.start + found.period], location) if found else None
-    )
+    line = _loop_line(eqns[found.start : found.start + found.period]) if found else None
+    where = location(*line) if line else None
+    users = line is not None and not is_installed(line[0])
     if total is None:  # no equation can hold a sub-jaxpr (the common case): no count to walk
         total = (
             n
@@ -111,7 +112,7 @@ def graph_stats(
             else _count_equations(jaxpr, eqns, {})
         )
     # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this runs at every trace.
-    return tuple.__new__(GraphStats, (n, total, found, where))
+    return tuple.__new__(GraphStats, (n, total, found, where, users))
 
 
 _JAXPR_PARAMS: dict = {}  # primitive -> names of its parameters that may hold a sub-jaxpr
@@ -208,8 +209,8 @@ def _jaxpr_params(eqn: Any) -> tuple:
     return names
 
 
-def _loop_location(body: Sequence[Any], location: Callable[[str, int], str]) -> str | None:
-    """`file:line` of the statement that every equation of an unrolled loop's body came from.
+def _loop_line(body: Sequence[Any]) -> tuple[str, int] | None:
+    """(file, line) of the statement that every equation of an unrolled loop's body came from.
 
     That is the innermost user frame shared by all of the body's equations: the loop's
     line in the traced function, not a line of a helper the loop calls.
@@ -226,8 +227,8 @@ def _loop_location(body: Sequence[Any], location: Callable[[str, int], str]) -> 
     shared = set(stacks[0]).intersection(*stacks[1:])
     for filename, line in stacks[0]:  # innermost first
         if (filename, line) in shared:
-            return location(filename, line)
-    return location(*stacks[0][0])
+            return filename, line
+    return stacks[0][0]
 
 
 # What reading XLA's figures of a compiled program costs (FLOPs: ``cost_analysis``; bytes:

@@ -46,7 +46,7 @@ from .._keys._records import (
     XlaCost,
 )
 from .._log._events import Event, EventLog, now, when
-from ._drafts import PendingDiagnosis, _set_graph, apply_end, diagnosed
+from ._drafts import PendingDiagnosis, _set_graph, apply_end, diagnosed, parameter_defaults
 from ._functions import FunctionState, KeptKey, KeyBudget, keep, new_object, user_names
 from ._lineprof import profile_text
 from ._trace import Trace
@@ -119,7 +119,7 @@ class Lifecycle:
             pending, trace.pending = trace.pending, None
             if pending is not None:
                 # (a hint already set, an unrolled loop's, follows)
-                d = diagnosed(trace, pending.run(self.fault))
+                d = diagnosed(trace, pending.run(self.fault), pending)
                 event.set_diagnosis(
                     d, join_hints(d.hint, event.hint), join_ids(d.hint_id, event.hint_ids)
                 )
@@ -269,10 +269,11 @@ class Lifecycle:
                 cache_cleared=record.cache_generation != state.cache_generation,
                 forgotten=state.forgotten,
                 evicted=record.evicted,
+                defaults=parameter_defaults(record.function_ref),
             )
             diagnosis = None
             if not defer:
-                diagnosis, pending = diagnosed(trace, pending.run(self.fault)), None
+                diagnosis, pending = diagnosed(trace, pending.run(self.fault), pending), None
         trace.new_object, trace.diagnosis, trace.pending = is_new, diagnosis, pending
         trace.trace_number = traces + 1
         trace.retrace_number = traces + 1 if traces else None
