@@ -11,6 +11,12 @@ retrace (JAX's own trace count is the oracle). Each test fails when its precondi
 """
 
 import functools
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
 import warnings
 
 import diffrax
@@ -193,3 +199,50 @@ def test_helpers_carry_no_user_hint(jt):
     assert len(retraced), "no helper retraced: the test shows nothing"
     assert not retraced["hint"].fillna("").any(), retraced[["function", "hint"]].to_string()
     assert not retraced["hint_ids"].fillna("").any()
+
+
+# ------------------------------------------------- 6. guard counts say what they count
+def test_tracewatch_guard_counts_this_cells_retraces(shell, capsys):
+    shell.run_cell("%load_ext jaxtrace_nb")
+    shell.run_cell("@jax.jit\ndef s(x):\n    return x\nfor n in range(1, 6):\n    s(jnp.ones(n))\n")
+    shell.run_cell("%%tracewatch --max-retraces 1\ns(jnp.ones(6))\ns(jnp.ones(7))\n")
+    out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)
+    message = out.split("RetraceError:", 1)[1]
+    # two retraces in the cell (the session's traces #6 and #7), past max_retraces=1
+    assert "was retraced 2 times, past max_retraces=1" in message, message
+    assert "in this cell, top-level and nested alike" in message
+    assert "Its trace #7 in the session" in message
+
+
+def test_tracewatch_max_traces_counts_this_cell(shell, capsys):
+    shell.run_cell("%load_ext jaxtrace_nb")
+    shell.run_cell("@jax.jit\ndef s(x):\n    return x\nfor n in range(1, 6):\n    s(jnp.ones(n))\n")
+    shell.run_cell("%%tracewatch --max-traces 1\ns(jnp.ones(6))\ns(jnp.ones(7))\n")
+    message = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out).split("RetraceError:", 1)[1]
+    assert "was traced 2 times, past max_traces=1, counting its traces in this cell" in message
+    assert "Its trace #7 in the session" in message
+
+
+# ------------------------------------------------------------ 4. a value on a mesh
+def test_mesh_value_is_told_to_stay_on_the_mesh():
+    """Over two devices (their own process): the hint names the mesh, its fix traces once, and
+    the advice it replaces (commit to one device) is one JAX rejects."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, str(root / "tests" / "programs" / "mesh_placement.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["devices"] == 2
+    assert found["hints"] == [None, "sharding.mesh"], found
+    assert "committed to one device" not in found["hint"]
+    assert found["fixed_traces"] == 1
+    assert found["one_device"].startswith("rejected")

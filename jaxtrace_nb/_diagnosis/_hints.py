@@ -180,6 +180,14 @@ _HINTS = (
         True,
     ),
     Hint(
+        "sharding.mesh",
+        "{p} is placed on a mesh in one call and not the same way in the other: put it on the "
+        "same mesh with the same sharding every call (`jax.device_put(x, NamedSharding(mesh, "
+        "spec))`), the one it is used with. Committing it to one device instead would not match "
+        "the mesh.",
+        True,
+    ),
+    Hint(
         "context",
         "A JAX config value or context manager (e.g. `jax_enable_x64`, "
         "`default_matmul_precision`, a mesh, a "
@@ -255,7 +263,13 @@ def loop_hint_holds(loop_users: bool, internal: bool) -> bool:
     return loop_users and not internal
 
 
-def hint_for_row(hint_id: str | None, *, internal: bool, passed_as_default: bool | None) -> str:
+def hint_for_row(
+    hint_id: str | None,
+    *,
+    internal: bool,
+    passed_as_default: bool | None = None,
+    placements: tuple = (),
+) -> str:
     """The hint id a row keeps of the `hint_id` its diagnosis chose, its preconditions checked;
     "" for none.
 
@@ -265,12 +279,23 @@ def hint_for_row(hint_id: str | None, *, internal: bool, passed_as_default: bool
       passed is the parameter's default, as JAX compares them (`passed_as_default`; None: not
       known, e.g. no signature to read): otherwise the value changed too, which is said without
       an instruction (`structure.not_passed_value`).
+    * "Committed to one device, or never" (`sharding`) is for a value off any mesh: where either
+      placement (`placements`, the row's before and after) is sharded over a mesh, JAX accepts
+      only the mesh's placement (`sharding.mesh`).
     """
     if not hint_id or internal:
         return ""
+    if hint_id == "sharding" and any(_on_mesh(p) for p in placements):
+        return "sharding.mesh"
     if hint_id == "structure.not_passed" and not passed_as_default:
         return "structure.not_passed_value"
     return hint_id
+
+
+def _on_mesh(placement: str | None) -> bool:
+    """Whether a placement's text (`_lowering.placement`, or an abstract value's with its type's
+    mesh, `_leaves`) is sharded over a mesh."""
+    return bool(placement) and ("sharded" in placement or "{mesh " in placement)
 
 
 def _registry(*groups) -> dict[str, Hint]:

@@ -124,17 +124,26 @@ def diagnosed(trace: Trace, d: Diagnosis, pending: PendingDiagnosis | None = Non
 
 
 def _checked(trace: Trace, d: Diagnosis, pending: PendingDiagnosis | None) -> Diagnosis:
-    if not d.hint_id:
-        return d
     passed_as_default = None
     if d.hint_id == "structure.not_passed" and pending is not None:
         passed_as_default = _passed_as_default(d.leaf, pending)
+    return hint_checked(d, trace.record.identity.internal, passed_as_default)
+
+
+def hint_checked(d: Diagnosis, internal: bool, passed_as_default: bool | None = None) -> Diagnosis:
+    """`d` with the hint its preconditions leave it (`_hints.hint_for_row`): the same, another
+    that explains, or none."""
+    if not d.hint_id:
+        return d
     kept = hint_for_row(
-        d.hint_id, internal=trace.record.identity.internal, passed_as_default=passed_as_default
+        d.hint_id,
+        internal=internal,
+        passed_as_default=passed_as_default,
+        placements=(d.before, d.after),
     )
     if kept == d.hint_id:
         return d
-    return d._replace(hint=hint_text(kept, d.leaf) if kept else "", hint_id=kept or None)
+    return d._replace(hint=hint_text(kept, d.leaf or "") if kept else "", hint_id=kept or None)
 
 
 def _passed_as_default(path: str | None, pending: PendingDiagnosis) -> bool:

@@ -46,7 +46,14 @@ from .._keys._records import (
     XlaCost,
 )
 from .._log._events import Event, EventLog, now, when
-from ._drafts import PendingDiagnosis, _set_graph, apply_end, diagnosed, parameter_defaults
+from ._drafts import (
+    PendingDiagnosis,
+    _set_graph,
+    apply_end,
+    diagnosed,
+    hint_checked,
+    parameter_defaults,
+)
 from ._functions import FunctionState, KeptKey, KeyBudget, keep, new_object, user_names
 from ._lineprof import profile_text
 from ._trace import Trace
@@ -460,7 +467,10 @@ class Lifecycle:
         else:
             signature = user_names(state, record.signature)
             previous = list(state.lowerings)
-            diagnosis = diagnose_compile(signature, previous, traced=state.traces > 0)
+            diagnosis = hint_checked(
+                diagnose_compile(signature, previous, traced=state.traces > 0),
+                state.identity.internal,
+            )
             state.lowerings = keep(state.lowerings, kept_lowering(signature, previous))
         event = self._event(
             state.identity, EventKind.COMPILE, diagnosis, state.traces, record.thread
