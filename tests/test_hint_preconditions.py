@@ -211,7 +211,7 @@ def test_tracewatch_guard_counts_this_cells_retraces(shell, capsys):
     # two retraces in the cell (the session's traces #6 and #7), past max_retraces=1
     assert "was retraced 2 times, past max_retraces=1" in message, message
     assert "in this cell, top-level and nested alike" in message
-    assert "Its trace #7 in the session" in message
+    assert "this is its trace #7 in the session" in message
 
 
 def test_tracewatch_max_traces_counts_this_cell(shell, capsys):
@@ -219,8 +219,10 @@ def test_tracewatch_max_traces_counts_this_cell(shell, capsys):
     shell.run_cell("@jax.jit\ndef s(x):\n    return x\nfor n in range(1, 6):\n    s(jnp.ones(n))\n")
     shell.run_cell("%%tracewatch --max-traces 1\ns(jnp.ones(6))\ns(jnp.ones(7))\n")
     message = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out).split("RetraceError:", 1)[1]
-    assert "was traced 2 times, past max_traces=1, counting its traces in this cell" in message
-    assert "Its trace #7 in the session" in message
+    assert (
+        "was traced 2 times, past max_traces=1. The limit counts its traces in this cell" in message
+    )
+    assert "this is its trace #7 in the session" in message
 
 
 # ------------------------------------------------------------ 4. a value on a mesh
@@ -246,3 +248,32 @@ def test_mesh_value_is_told_to_stay_on_the_mesh():
     assert "committed to one device" not in found["hint"]
     assert found["fixed_traces"] == 1
     assert found["one_device"].startswith("rejected")
+
+
+# ------------------------------------------------- 7. the census beside the hint
+def test_census_states_its_budget_and_the_padding_the_hint_means(jt, tmp_path):
+    @jax.jit
+    def step(x):
+        return jnp.tanh(x).sum()
+
+    with jt.watch() as watch:
+        for n in (10, 20):  # padding 10 to 20 is 25 % extra elements: past the default budget
+            step(jnp.zeros((n,)))
+    (row,) = [r for _, r in _rows(watch, "step").iterrows() if r["cause"] == "shape"]
+    assert "pad" in row["hint"]
+    page = pathlib.Path(jt.report(tmp_path / "report.html")).read_text()
+    assert "max_padding=0.15" in page
+    assert "no padding within the padding budget max_padding=0.15 (15 % extra)" in page
+    assert "the fewest compiles pad past it" in page and "1 compile(s)" in page
+
+
+def test_census_pick_says_the_budget_it_fits(jt, tmp_path):
+    @jax.jit
+    def step(x):
+        return jnp.tanh(x).sum()
+
+    with jt.watch():
+        for n in (30, 31, 32):  # padded to 32: one compile, 3 % extra elements
+            step(jnp.zeros((n,)))
+    page = pathlib.Path(jt.report(tmp_path / "report.html")).read_text()
+    assert "(within the padding budget max_padding=0.15 (15 % extra))" in page

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._core._installed import is_users_type
 from .._core._values import clip, summarize_static
 from .._core._vocabulary import Cause, JitKind, Origin, StrEnum
 from .._keys._calls import DecodedCall, SkeletonArg, TreeArg
@@ -144,7 +143,7 @@ class FlaxNnx(Library):
             ), {}
         if not evidence.owner:
             return None  # whose class declares it is not known: explained, not instructed
-        if not is_users_type(evidence.owner):
+        if evidence.owner_is_library:
             # a library's module (``nnx.Dropout``'s ``rate``): its code reads the attribute as a
             # Python value, so neither an `nnx.Variable` nor `nnx.data` is accepted there
             return "static.nnx_library_attribute", {"owner": evidence.owner.rsplit(".", 1)[-1]}

@@ -690,7 +690,7 @@ def retrace_message(event, count: int, limit: str, scope: str = "in this scope")
     )
     return (
         f"{event.function} ({event.location}{called}) was {'retraced' if retraces else 'traced'} "
-        f"{count} {'time' if count == 1 else 'times'}, past {limit}, counting {counted} {scope}, "
-        f"top-level and nested alike. Its trace #{event.trace_number} in the session; cause: "
-        f"{event.cause}{where}{change}. {event.explanation}{hint}"
+        f"{count} {'time' if count == 1 else 'times'}, past {limit}. The limit counts {counted} "
+        f"{scope}, top-level and nested alike; this is its trace #{event.trace_number} in the "
+        f"session. Cause: {event.cause}{where}{change}. {event.explanation}{hint}"
     )

@@ -133,10 +133,9 @@ class TracewatchMagics(Magics):
         metavar="N",
         help="Cell mode: stop the cell with RetraceError at the (N+1)-th retrace inside this cell "
         "of any one function, a retrace being a trace of a function already traced before, in this "
-        "cell or in an earlier one; top-level and nested retraces alike, and only those made in "
-        "this cell count. --max-retraces 0 stops at the first retrace: the first trace "
+        "cell or in an earlier one. --max-retraces 0 stops at the first retrace: the first trace "
         "of a function that was already compiled before this cell, or the second trace of one "
-        "first traced here.",
+        "first traced here. Only retraces made in this cell count, top-level and nested alike.",
     )
     @magic_arguments.argument(
         "--internal",
