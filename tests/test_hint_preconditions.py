@@ -31,6 +31,7 @@ with warnings.catch_warnings():
     from flax import nnx
 
 from jaxtrace_nb._core._installed import is_installed, is_users_type
+from jaxtrace_nb._core._loops import in_loop
 
 
 def _rows(watch, name: str):
@@ -54,6 +55,12 @@ def test_installed_files_are_told_from_the_users():
     assert not is_installed(__file__)
     assert is_users_type(f"{__name__}._Net") and is_users_type("__main__.Model")
     assert not is_users_type("flax.nnx.nn.stochastic.Dropout")
+
+
+def test_a_line_in_a_loop_is_told_from_one_outside():
+    code = _Stack.__call__.__code__
+    first = code.co_firstlineno
+    assert [in_loop(code.co_filename, first + n) for n in range(4)] == [False, True, True, False]
 
 
 # ------------------------------------------------------------ 1. a library's loop
@@ -277,3 +284,65 @@ def test_census_pick_says_the_budget_it_fits(jt, tmp_path):
             step(jnp.zeros((n,)))
     page = pathlib.Path(jt.report(tmp_path / "report.html")).read_text()
     assert "(within the padding budget max_padding=0.15 (15 % extra))" in page
+
+
+# --------------------------------------- a loop in each library's code, and the user's own
+def _eqx_mlp():
+    # Equinox's loop over layers; JAX leaves Equinox's frames out of its tracebacks, so the
+    # innermost line the equations share is this file's `m(x)`, which is in no loop
+    model = eqx.nn.MLP(4, 4, 4, depth=20, key=jax.random.key(0))
+    return eqx.filter_jit(lambda m, x: m(x)), (model, jnp.ones(4))
+
+
+def _linen_sequential():
+    from flax import linen
+
+    model = linen.Sequential([linen.Dense(4) for _ in range(20)])  # Flax's loop over layers
+    params = model.init(jax.random.key(0), jnp.ones(4))
+    return jax.jit(model.apply), (params, jnp.ones(4))
+
+
+def _nnx_optimizer():
+    model = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+    model.extra = nnx.Param(jnp.ones((40, 1)))  # (not a loop: many leaves for Optax's map)
+    model.extra2 = nnx.Dict({f"w{i}": nnx.Param(jnp.ones(1)) for i in range(40)})
+    opt = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+
+    @nnx.jit
+    def step(model, opt):
+        grads = jax.tree.map(jnp.ones_like, nnx.state(model, nnx.Param))
+        opt.update(model, grads)
+
+    return step, (model, opt)
+
+
+class _Stack(eqx.Module):
+    layers: list
+
+    def __call__(self, x):
+        for layer in self.layers:  # the user's own loop, over a library's layers
+            x = layer(x)
+        return x
+
+
+def _users_loop():
+    keys = jax.random.split(jax.random.key(0), 20)
+    model = _Stack([eqx.nn.Linear(4, 4, key=k) for k in keys])
+    return eqx.filter_jit(lambda m, x: m(x)), (model, jnp.ones(4))
+
+
+@pytest.mark.parametrize(
+    "build, users",
+    [(_eqx_mlp, False), (_linen_sequential, False), (_nnx_optimizer, False), (_users_loop, True)],
+    ids=["equinox-mlp", "linen-sequential", "nnx-optax", "users-loop"],
+)
+def test_loop_hint_only_for_the_users_loop(jt, build, users):
+    fun, args = build()
+    with jt.watch() as watch:
+        fun(*args)
+    rows = watch.events
+    looped = rows[rows["loop_repeats"].fillna(0) > 0]
+    looped = looped[~looped["internal"].astype(bool)]
+    assert len(looped), "no unrolled loop found: the program shows nothing"
+    for _, row in looped.iterrows():
+        assert ("unrolled_loop" in _ids(row)) == users, (row["loop_line"], row["hint_ids"])
