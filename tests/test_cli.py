@@ -130,7 +130,8 @@ def test_max_retraces_zero(program):
     cwd, script = program
     ours = _python(["-m", "jaxtrace_nb", "run", "--max-retraces=0", script], cwd)
     assert ours.returncode == 1
-    assert "past max_retraces=0" in ours.stderr
+    assert "was retraced 1 time, past max_retraces=0. The limit counts its retraces" in ours.stderr
+    assert "in this run, top-level and nested alike; this is its trace #2" in ours.stderr
 
 
 def test_cache_hits_run_no_package_python_under_run(tmp_path):

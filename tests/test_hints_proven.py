@@ -809,15 +809,7 @@ def _structure_call(jt):
 
 
 # ------------------------------------------------------- placement, context, loops
-@_proves("sharding")
-def _sharding(jt):
-    """Committed to a device (a compile without a new trace), and sharded over a mesh (a new
-    trace)."""
-    device = jax.devices()[0]
-    sharded = jax.sharding.NamedSharding(
-        jax.sharding.Mesh(np.array([device]), ("batch",)), jax.sharding.PartitionSpec("batch")
-    )
-
+def _placement_proof(jt, hint_id: str, placement) -> None:
     def program(inputs):
         @jax.jit
         def step(x):
@@ -825,14 +817,30 @@ def _sharding(jt):
 
         return [step(x) for x in inputs]
 
-    for placement in (device, sharded):
-        original, _ = _shows(
-            jt, "sharding", "sharding", lambda: program([X, jax.device_put(2 * X, placement)])
-        )
-        fixed, _ = _once(
-            jt, lambda: program([jax.device_put(X, placement), jax.device_put(2 * X, placement)])
-        )
-        _assert_same(original, fixed)
+    original, _ = _shows(
+        jt, hint_id, "sharding", lambda: program([X, jax.device_put(2 * X, placement)])
+    )
+    fixed, _ = _once(
+        jt, lambda: program([jax.device_put(X, placement), jax.device_put(2 * X, placement)])
+    )
+    _assert_same(original, fixed)
+
+
+@_proves("sharding")
+def _sharding(jt):
+    """Committed to a device (a compile without a new trace)."""
+    _placement_proof(jt, "sharding", jax.devices()[0])
+
+
+@_proves("sharding.mesh")
+def _sharding_mesh(jt):
+    """Sharded over a mesh (a new trace): placed on that mesh every call. (Over two devices, with
+    another argument on the mesh: `test_hint_preconditions.py`.)"""
+    device = jax.devices()[0]
+    sharded = jax.sharding.NamedSharding(
+        jax.sharding.Mesh(np.array([device]), ("batch",)), jax.sharding.PartitionSpec("batch")
+    )
+    _placement_proof(jt, "sharding.mesh", sharded)
 
 
 @_proves("context")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping, NamedTuple, Protocol
 
+from .._core._installed import is_users_type
 from .._core._vocabulary import JitKind
 
 if TYPE_CHECKING:
@@ -56,9 +57,8 @@ class Evidence(NamedTuple):
     @property
     def owner_is_library(self) -> bool:
         """Whether the innermost custom container is a library's class (its fields are the
-        library's)."""
-        package = self.owner.split(".", 1)[0]
-        return bool(package) and any(package in adapter.packages for adapter in registered())
+        library's): its module's file is an installed distribution's (`_installed`)."""
+        return bool(self.owner) and not is_users_type(self.owner)
 
     @property
     def owner(self) -> str:

@@ -85,6 +85,13 @@ class FlaxNnx(Library):
             True,
         ),
         Hint(
+            "static.nnx_library_attribute",
+            "{p} is an attribute of `{owner}`, a module class of an installed library, kept in "
+            "the NNX graph's static part: every new value compiles again. The library's code "
+            "reads it as a Python value, so it stays static there.",
+            False,
+        ),
+        Hint(
             "static.nnx_attribute",
             "{p} is a plain Python attribute of an NNX module, kept in its static graph: every "
             "new value compiles "
@@ -134,6 +141,12 @@ class FlaxNnx(Library):
             return (
                 "static.nnx_optax" if new.type_name.startswith("optax") else "static.nnx_identity"
             ), {}
+        if not evidence.owner:
+            return None  # whose class declares it is not known: explained, not instructed
+        if evidence.owner_is_library:
+            # a library's module (``nnx.Dropout``'s ``rate``): its code reads the attribute as a
+            # Python value, so neither an `nnx.Variable` nor `nnx.data` is accepted there
+            return "static.nnx_library_attribute", {"owner": evidence.owner.rsplit(".", 1)[-1]}
         return "static.nnx_attribute", {}
 
 

@@ -638,6 +638,19 @@ def as_consequence(d: Diagnosis, caller: str, number: int | None) -> Diagnosis:
     )
 
 
+def part_of_first(d: Diagnosis, caller: str) -> Diagnosis:
+    """`d`, of a trace made while `caller` was traced for the first time: part of that first
+    trace (inside it, arguments are tracers by necessity), with no fix of its own."""
+    if d.cause in (None, Cause.FIRST, Cause.NEW_FUNCTION):
+        return d
+    return d._replace(
+        explanation=f"Traced during `{caller}`'s first trace, with the arguments that trace made: "
+        f"part of `{caller}`'s first trace. {d.explanation}",
+        hint="",
+        hint_id=None,
+    )
+
+
 def join_hints(first: str | None, then: str | None) -> str | None:
     """Two hints of one event, the diagnosis's before the graph's (an unrolled loop)."""
     return f"{first} {then}" if first and then else (then or first)
@@ -663,14 +676,23 @@ def unrolled_loop_hint(found: Unrolled, total: int, where: str | None) -> str:
 REDUCED_COMPILE = "Compile recorded through jax.monitoring only (reduced mode)."
 
 
-def retrace_message(event, count: int, limit: str) -> str:
-    """The message of `RetraceError` for `event`, the trace past `limit` ("max_traces=1")."""
+def retrace_message(event, count: int, limit: str, scope: str = "in this scope") -> str:
+    """The message of `RetraceError` for `event`, the trace past `limit` ("max_traces=1"): `count`
+    is what the limit counts `scope` ("in this cell"), said as such, next to the function's trace
+    number in the session."""
     where = f" at `{event.leaf}`" if event.leaf else ""
     change = f": {event.before} → {event.after}" if event.before is not None else ""
     hint = f" Hint: {event.hint}" if event.hint else ""
     called = f", called at {event.call_site}" if event.call_site else ""
+    retraces = limit.startswith("max_retraces")
+    counted = (
+        "its retraces (traces of a function traced before, here or earlier)"
+        if retraces
+        else "its traces"
+    )
     return (
-        f"{event.function} ({event.location}{called}) was traced {count} times, past {limit}. "
-        f"Trace #{event.trace_number} cause: {event.cause}{where}{change}. "
-        f"{event.explanation}{hint}"
+        f"{event.function} ({event.location}{called}) was {'retraced' if retraces else 'traced'} "
+        f"{count} {'time' if count == 1 else 'times'}, past {limit}. The limit counts {counted} "
+        f"{scope}, top-level and nested alike; this is its trace #{event.trace_number} in the "
+        f"session. Cause: {event.cause}{where}{change}. {event.explanation}{hint}"
     )

@@ -133,6 +133,13 @@ _HINTS = (
         True,
     ),
     Hint(
+        "structure.not_passed_value",
+        "{p} was left to its default in one call and given a value unlike the default in the "
+        "other: the value changed as well as the call's structure, and passing it always would "
+        "still trace again for each new value.",
+        False,
+    ),
+    Hint(
         "structure.none",
         "{p} switched between an array and None: pass the same structure every call (e.g. zeros "
         "of the same "
@@ -170,6 +177,14 @@ _HINTS = (
         "Keep each argument's placement the same across calls: either always committed to one "
         "device "
         "(`jax.device_put(x, device)`) or never, with the same sharding and layout.",
+        True,
+    ),
+    Hint(
+        "sharding.mesh",
+        "{p} is placed on a mesh in one call and not the same way in the other: put it on the "
+        "same mesh with the same sharding every call (`jax.device_put(x, NamedSharding(mesh, "
+        "spec))`), the one it is used with. Committing it to one device instead would not match "
+        "the mesh.",
         True,
     ),
     Hint(
@@ -232,6 +247,55 @@ _HINTS = (
         True,
     ),
 )
+
+
+# ------------------------------------------------------------------ preconditions
+# A hint that instructs is given only where its preconditions hold, checked where it is given:
+# the code it asks to change is the user's own (`_installed`), and following it removes this
+# retrace. Where one fails, the row explains without instructing.
+
+
+def loop_hint_holds(loop_users: bool, internal: bool) -> bool:
+    """Whether the unrolled-loop hint may be given: the loop's body line is in the user's own
+    code (not an installed library's, e.g. Optax's tree map or Diffrax's step loop), in a function
+    the user jitted (not a library's own helper). A library's loop stays named as the line its
+    equations come from (`loop_line`), never as advice."""
+    return loop_users and not internal
+
+
+def hint_for_row(
+    hint_id: str | None,
+    *,
+    internal: bool,
+    passed_as_default: bool | None = None,
+    placements: tuple = (),
+) -> str:
+    """The hint id a row keeps of the `hint_id` its diagnosis chose, its preconditions checked;
+    "" for none.
+
+    * A library's (or JAX's) own jitted helper (`internal`) gets no hint: nothing in it is the
+      user's to change.
+    * "Pass it always, or never" (`structure.not_passed`) removes the retrace only when the value
+      passed is the parameter's default, as JAX compares them (`passed_as_default`; None: not
+      known, e.g. no signature to read): otherwise the value changed too, which is said without
+      an instruction (`structure.not_passed_value`).
+    * "Committed to one device, or never" (`sharding`) is for a value off any mesh: where either
+      placement (`placements`, the row's before and after) is sharded over a mesh, JAX accepts
+      only the mesh's placement (`sharding.mesh`).
+    """
+    if not hint_id or internal:
+        return ""
+    if hint_id == "sharding" and any(_on_mesh(p) for p in placements):
+        return "sharding.mesh"
+    if hint_id == "structure.not_passed" and not passed_as_default:
+        return "structure.not_passed_value"
+    return hint_id
+
+
+def _on_mesh(placement: str | None) -> bool:
+    """Whether a placement's text (`_lowering.placement`, or an abstract value's with its type's
+    mesh, `_leaves`) is sharded over a mesh."""
+    return bool(placement) and ("sharded" in placement or "{mesh " in placement)
 
 
 def _registry(*groups) -> dict[str, Hint]:

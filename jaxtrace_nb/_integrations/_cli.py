@@ -105,13 +105,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-traces",
         metavar="N",
         type=_positive,
-        help="raise RetraceError at the (N+1)-th trace of any one jitted function",
+        help="raise RetraceError at the (N+1)-th trace of any one jitted function in this run "
+        "(its top-level and nested traces alike)",
     )
     run.add_argument(
         "--max-retraces",
         metavar="N",
         type=_count,
-        help="raise RetraceError at the (N+1)-th retrace (0: at the first retrace)",
+        help="raise RetraceError at the (N+1)-th retrace of any one jitted function in this run, "
+        "top-level or nested (0: at the first retrace)",
     )
     run.add_argument(
         "--divergence",

@@ -120,9 +120,10 @@ class TracewatchMagics(Magics):
         type=int,
         default=None,
         metavar="N",
-        help="Cell mode: stop the cell with RetraceError when any one function (not JAX's internal "
-        "helpers) is traced for the (N+1)-th time inside this cell. Traces made before this cell "
-        "do not count: a function compiled in an earlier cell may still be traced N more times "
+        help="Cell mode: stop the cell with RetraceError when any one function (not JAX's "
+        "internal helpers) is traced for the (N+1)-th time inside this cell, its top-level and "
+        "nested traces (inside another function's trace) alike. Traces made before this cell do "
+        "not count: a function compiled in an earlier cell may still be traced N more times "
         "here.",
     )
     @magic_arguments.argument(
@@ -134,7 +135,7 @@ class TracewatchMagics(Magics):
         "of any one function, a retrace being a trace of a function already traced before, in this "
         "cell or in an earlier one. --max-retraces 0 stops at the first retrace: the first trace "
         "of a function that was already compiled before this cell, or the second trace of one "
-        "first traced here.",
+        "first traced here. Only retraces made in this cell count, top-level and nested alike.",
     )
     @magic_arguments.argument(
         "--internal",
@@ -203,7 +204,7 @@ class TracewatchMagics(Magics):
             live = _contained(
                 _display_live_table, title, since=session.log.next_seq, internal=args.internal
             )
-        with Watch(session, max_traces=args.max_traces, max_retraces=args.max_retraces) as watch:
+        with Watch(session, args.max_traces, args.max_retraces, scope="in this cell") as watch:
             with _numbered_as(self.shell, cell_no), _retrace_tracebacks(self.shell):
                 self.shell.run_cell(cell, store_history=False)
         if live is not None:

@@ -234,7 +234,7 @@ class _Active:
                 from ._baseline import BudgetGuard
 
                 budget = BudgetGuard(self.baseline, item.nodeid)
-        watch = Watch(session, max_traces=limit)
+        watch = Watch(session, max_traces=limit, scope="in this test")
         with watch:
             unsubscribe = (
                 session.log.subscribe(budget.check, guard=True) if budget is not None else None

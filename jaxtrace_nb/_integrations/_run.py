@@ -100,13 +100,15 @@ class _Recording:
         try:
             import jaxtrace_nb as jt
 
+            from ._watch import Watch
+
             jt.start(
                 persist=self.persist,
                 divergence=self.divergence,
                 divergence_grace_s=self.divergence_grace_s,
             )
             # A watch holds recording even if the program calls jt.stop(); it carries the limits.
-            watch = jt.watch(max_traces=self.max_traces, max_retraces=self.max_retraces)
+            watch = Watch(jt.get_session(), self.max_traces, self.max_retraces, scope="in this run")
             watch.__enter__()
             self.watch = watch
             self.started = True

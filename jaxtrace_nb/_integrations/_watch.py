@@ -53,7 +53,11 @@ class Watch:
     """A recording scope; see :func:`jaxtrace_nb.watch`."""
 
     def __init__(
-        self, session: Session, max_traces: int | None = None, max_retraces: int | None = None
+        self,
+        session: Session,
+        max_traces: int | None = None,
+        max_retraces: int | None = None,
+        scope: str = "in this scope",
     ):
         if max_traces is not None and max_traces < 1:
             raise ValueError("max_traces must be a positive integer")
@@ -62,6 +66,7 @@ class Watch:
         self._session = session
         self.max_traces = max_traces
         self.max_retraces = max_retraces
+        self.scope = scope  # where the limits count, as their error says it ("in this cell")
         self._start: int | None = None
         self._end: int | None = None
         self._traces: collections.Counter = collections.Counter()
@@ -115,14 +120,21 @@ class Watch:
             self._traces[key] += 1
             if self._traces[key] > self.max_traces:
                 raise RetraceError(
-                    retrace_message(event, self._traces[key], f"max_traces={self.max_traces}"),
+                    retrace_message(
+                        event, self._traces[key], f"max_traces={self.max_traces}", self.scope
+                    ),
                     event=event,
                 )
         if self.max_retraces is not None and (event.trace_number or 0) > 1:
             self._retraces[key] += 1
             if self._retraces[key] > self.max_retraces:
                 raise RetraceError(
-                    retrace_message(event, event.trace_number, f"max_retraces={self.max_retraces}"),
+                    retrace_message(
+                        event,
+                        self._retraces[key],
+                        f"max_retraces={self.max_retraces}",
+                        self.scope,
+                    ),
                     event=event,
                 )
 

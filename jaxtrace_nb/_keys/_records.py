@@ -87,6 +87,8 @@ class GraphStats(NamedTuple):
     eqns_total: int  # including every sub-jaxpr (scan / cond / while bodies, nested jits)
     unrolled: Unrolled | None
     loop_where: str | None  # "file:line" of the unrolled loop's body
+    # whether that line is the user's own code (`_installed`), not a library's: only theirs to fix
+    loop_users: bool = False
 
 
 class LoweringRecord(NamedTuple):

@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from .._core._bounded import Bounded
+from .._core._installed import is_installed
+from .._core._loops import in_loop
 from .._keys._records import GraphStats, Unrolled, XlaCost
 
 MIN_REPEATS = 16  # fewer repetitions than this is a small model's layers, not a loop to roll up
@@ -101,9 +103,10 @@ def graph_stats(
         return None
     n = len(eqns)
     found = find_unrolled([eqn.primitive.name for eqn in eqns]) if n >= 2 * MIN_REPEATS else None
-    where = (
-        _loop_location(eqns[found.start : found.start + found.period], location) if found else None
+    line, users = (
+        _loop_line(eqns[found.start : found.start + found.period]) if found else (None, False)
     )
+    where = location(*line) if line else None
     if total is None:  # no equation can hold a sub-jaxpr (the common case): no count to walk
         total = (
             n
@@ -111,7 +114,7 @@ def graph_stats(
             else _count_equations(jaxpr, eqns, {})
         )
     # tuple.__new__: a NamedTuple's own __new__ is a Python function, and this runs at every trace.
-    return tuple.__new__(GraphStats, (n, total, found, where))
+    return tuple.__new__(GraphStats, (n, total, found, where, users))
 
 
 _JAXPR_PARAMS: dict = {}  # primitive -> names of its parameters that may hold a sub-jaxpr
@@ -208,12 +211,15 @@ def _jaxpr_params(eqn: Any) -> tuple:
     return names
 
 
-def _loop_location(body: Sequence[Any], location: Callable[[str, int], str]) -> str | None:
-    """`file:line` of the statement that every equation of an unrolled loop's body came from.
+def _loop_line(body: Sequence[Any]) -> tuple[tuple[str, int] | None, bool]:
+    """(file, line) of the statement that every equation of an unrolled loop's body came from,
+    and whether the loop is the user's own.
 
-    That is the innermost user frame shared by all of the body's equations: the loop's
-    line in the traced function, not a line of a helper the loop calls.
-    """
+    The line is the innermost user frame shared by all of the body's equations: the loop's
+    line in the traced function, not a line of a helper the loop calls. The loop is the user's
+    where the innermost of those shared frames that lies inside a loop (`_loops.in_loop`) is in a
+    file of no installed distribution (`_installed`): a loop in Optax's or Diffrax's code, or one
+    whose frames JAX leaves out of its tracebacks (Equinox's), is not."""
     from .._jax._internals import user_frames
 
     stacks = []
@@ -222,12 +228,12 @@ def _loop_location(body: Sequence[Any], location: Callable[[str, int], str]) -> 
         stacks.append([(f.file_name, f.start_line) for f in itertools.islice(frames, 64)])
     stacks = [stack for stack in stacks if stack]
     if not stacks:
-        return None
+        return None, False
     shared = set(stacks[0]).intersection(*stacks[1:])
-    for filename, line in stacks[0]:  # innermost first
-        if (filename, line) in shared:
-            return location(filename, line)
-    return location(*stacks[0][0])
+    shared_stack = [frame for frame in stacks[0] if frame in shared]  # innermost first
+    looping = next((frame for frame in shared_stack if in_loop(*frame)), None)
+    users = looping is not None and not is_installed(looping[0])
+    return (shared_stack[0] if shared_stack else stacks[0][0]), users
 
 
 # What reading XLA's figures of a compiled program costs (FLOPs: ``cost_analysis``; bytes:

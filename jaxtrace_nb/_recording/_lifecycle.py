@@ -46,7 +46,14 @@ from .._keys._records import (
     XlaCost,
 )
 from .._log._events import Event, EventLog, now, when
-from ._drafts import PendingDiagnosis, _set_graph, apply_end, diagnosed
+from ._drafts import (
+    PendingDiagnosis,
+    _set_graph,
+    apply_end,
+    diagnosed,
+    hint_checked,
+    parameter_defaults,
+)
 from ._functions import FunctionState, KeptKey, KeyBudget, keep, new_object, user_names
 from ._lineprof import profile_text
 from ._precompiling import note_trace, precompiling
@@ -124,7 +131,7 @@ class Lifecycle:
             pending, trace.pending = trace.pending, None
             if pending is not None:
                 # (a hint already set, an unrolled loop's, follows)
-                d = diagnosed(trace, pending.run(self.fault))
+                d = diagnosed(trace, pending.run(self.fault), pending)
                 event.set_diagnosis(
                     d, join_hints(d.hint, event.hint), join_ids(d.hint_id, event.hint_ids)
                 )
@@ -293,10 +300,11 @@ class Lifecycle:
                 cache_cleared=record.cache_generation != state.cache_generation,
                 forgotten=state.forgotten,
                 evicted=record.evicted,
+                defaults=parameter_defaults(record.function_ref),
             )
             diagnosis = None
             if not defer:
-                diagnosis, pending = diagnosed(trace, pending.run(self.fault)), None
+                diagnosis, pending = diagnosed(trace, pending.run(self.fault), pending), None
         trace.new_object, trace.diagnosis, trace.pending = is_new, diagnosis, pending
         trace.trace_number = traces + 1
         trace.retrace_number = traces + 1 if traces else None
@@ -486,7 +494,10 @@ class Lifecycle:
         else:
             signature = user_names(state, record.signature)
             previous = list(state.lowerings)
-            diagnosis = diagnose_compile(signature, previous, traced=state.traces > 0)
+            diagnosis = hint_checked(
+                diagnose_compile(signature, previous, traced=state.traces > 0),
+                state.identity.internal,
+            )
             state.lowerings = keep(state.lowerings, kept_lowering(signature, previous))
         event = self._event(
             state.identity, EventKind.COMPILE, diagnosis, state.traces, record.thread

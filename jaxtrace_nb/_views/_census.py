@@ -211,6 +211,7 @@ class LeafCensus(NamedTuple):
     candidates: tuple  # Schemes, "as is" first
     pick: Scheme | None
     simplest: Scheme | None
+    max_padding: float = MAX_PADDING  # the padding budget `pick` and `simplest` were chosen within
 
     @property
     def seconds(self) -> float:
@@ -294,6 +295,7 @@ def _leaf(
         candidates=tuple(candidates),
         pick=pick(candidates, max_padding),
         simplest=simplest(candidates, max_padding),
+        max_padding=max_padding,
     )
 
 
@@ -316,9 +318,17 @@ def suggestion_text(c: LeafCensus) -> str:
         f"{c.function} `{c.leaf}` dim {dims}: {sizes_text(c)}; {len(c.shapes)} compile(s), "
         f"{c.seconds:.3f} s"
     )
+    budget = f"the padding budget max_padding={c.max_padding:g} ({100 * c.max_padding:g} % extra)"
     if c.pick is None:
-        return head + "; no padding within the budget compiles fewer times"
-    text = f"{head} → {_scheme_text(c, c.pick)}"
+        fewer = [s for s in c.candidates[1:] if s.compiles < c.candidates[0].compiles]
+        if not fewer:
+            return head + "; no padding compiles fewer times"
+        best = min(fewer, key=lambda s: (s.compiles, s.padding))
+        return (
+            f"{head}; no padding within {budget} compiles fewer times; the fewest compiles "
+            f"pad past it: {_scheme_text(c, best)}"
+        )
+    text = f"{head} → {_scheme_text(c, c.pick)} (within {budget})"
     if c.simplest is not None and c.simplest is not c.pick:
         text += f"; or {_scheme_text(c, c.simplest)}"
     return text

@@ -1,0 +1,107 @@
+"""Whose code a file is: an installed distribution's (a library's, the standard library's), or the
+user's own.
+
+A hint may tell the user to change code only where that code is theirs to change (a loop in
+Optax's tree map or a field of Flax's ``nnx.Dropout`` is not). What is installed is read from the
+interpreter's own install paths (``sysconfig``: the standard library, ``purelib``, ``platlib``),
+the ``site-packages`` folders on ``sys.path``, and every installed distribution's recorded files
+(``importlib.metadata``: the folders of its top-level packages, wherever it was installed). An
+editable install of the user's own project records no source files, so its code stays theirs.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import os
+import sys
+import sysconfig
+
+_MAX_FILES_READ = 200_000  # recorded files read in all, to bound the first question's cost
+
+
+def is_installed(filename: str | None) -> bool:
+    """Whether `filename` is a file of an installed distribution or of the standard library.
+
+    Example::
+
+        >>> import json
+        >>> is_installed(json.__file__), is_installed("/home/me/train.py")
+        (True, False)
+    """
+    if not filename or filename.startswith("<"):
+        return filename is not None and filename.startswith("<frozen")
+    path = os.path.normpath(os.path.abspath(filename))
+    # the install paths first; the distributions' recorded files (read once) only past them
+    return path.startswith(_install_roots()) or path.startswith(_distribution_roots())
+
+
+def is_users_module(module: str | None) -> bool:
+    """Whether the module named `module` (imported) is the user's own code: its file is not an
+    installed distribution's, or it is ``__main__`` (a script, a notebook's cells). False where it
+    is not imported or has no file (not the user's to change, as far as anyone can tell)."""
+    if module == "__main__":
+        return True
+    found = sys.modules.get(module or "")
+    filename = getattr(found, "__file__", None)
+    return bool(filename) and not is_installed(filename)
+
+
+def is_users_type(qualified: str | None) -> bool:
+    """Whether the class named `qualified` ("package.module.Class", as `Signature.owners` names
+    containers) is declared by the user's own code: the longest imported module its name starts
+    with is the user's."""
+    parts = (qualified or "").split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        module = ".".join(parts[:end])
+        if module in sys.modules:
+            return is_users_module(module)
+    return False
+
+
+@functools.lru_cache(maxsize=1)
+def _install_roots() -> tuple[str, ...]:
+    roots = set()
+    paths = sysconfig.get_paths()
+    for name in ("stdlib", "platstdlib", "purelib", "platlib"):
+        if paths.get(name):
+            roots.add(os.path.normpath(os.path.abspath(paths[name])))
+    roots.update(
+        os.path.normpath(os.path.abspath(p))
+        for p in sys.path
+        if p and os.path.basename(os.path.normpath(p)) in ("site-packages", "dist-packages")
+    )
+    return tuple(root + os.sep for root in sorted(roots))
+
+
+@functools.lru_cache(maxsize=1)
+def _distribution_roots() -> tuple[str, ...]:
+    return tuple(folder + os.sep for folder in sorted(_distribution_folders()))
+
+
+def _distribution_folders() -> set[str]:
+    """The folders of every installed distribution's top-level packages (its recorded ``.py``
+    files' first folder), wherever the distribution was installed."""
+    folders: set[str] = set()
+    read = 0
+    try:
+        distributions = list(importlib.metadata.distributions())
+    except Exception:
+        return folders
+    for dist in distributions:
+        try:
+            files = dist.files or ()
+        except Exception:
+            continue
+        for file in files:
+            read += 1
+            if read > _MAX_FILES_READ:
+                return folders
+            parts = file.parts
+            if len(parts) < 2 or not parts[-1].endswith(".py") or parts[0] in ("..", "."):
+                continue
+            try:
+                folders.add(os.path.normpath(os.path.abspath(str(dist.locate_file(parts[0])))))
+            except Exception:
+                continue
+    return folders
