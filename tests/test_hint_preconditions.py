@@ -57,6 +57,33 @@ def test_installed_files_are_told_from_the_users():
     assert not is_users_type("flax.nnx.nn.stochastic.Dropout")
 
 
+def test_a_project_in_development_is_the_users_and_a_target_install_is_not(tmp_path, monkeypatch):
+    """`pip install -e .` leaves ``<project>.egg-info`` (its SOURCES.txt lists every file) in the
+    project's folder, on ``sys.path`` when Python runs from there: its files stay the user's. A
+    distribution installed with ``pip install --target DIR`` (a ``.dist-info`` with a RECORD) is
+    installed code wherever DIR is."""
+    from jaxtrace_nb._core import _installed
+
+    mine, target = tmp_path / "project", tmp_path / "target"
+    (mine / "proj.egg-info").mkdir(parents=True)
+    (mine / "proj.egg-info" / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: proj\n")
+    (mine / "proj.egg-info" / "SOURCES.txt").write_text("proj/__init__.py\ntests/test_a.py\n")
+    (target / "lib-1.0.dist-info").mkdir(parents=True)
+    (target / "lib-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: lib\n")
+    (target / "lib-1.0.dist-info" / "RECORD").write_text("lib/__init__.py,,\n")
+    monkeypatch.setattr(sys, "path", [str(mine), str(target), *sys.path])
+    for cached in (_installed._install_roots, _installed._distribution_roots):
+        cached.cache_clear()
+        monkeypatch.setattr(_installed, cached.__name__, cached)  # (cleared again after the test)
+    try:
+        assert not is_installed(str(mine / "proj" / "__init__.py"))
+        assert not is_installed(str(mine / "tests" / "test_a.py"))
+        assert is_installed(str(target / "lib" / "__init__.py"))
+    finally:
+        _installed._install_roots.cache_clear()
+        _installed._distribution_roots.cache_clear()
+
+
 def test_a_line_in_a_loop_is_told_from_one_outside():
     code = _Stack.__call__.__code__
     first = code.co_firstlineno

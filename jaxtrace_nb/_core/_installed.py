@@ -5,14 +5,16 @@ A hint may tell the user to change code only where that code is theirs to change
 Optax's tree map or a field of Flax's ``nnx.Dropout`` is not). What is installed is read from the
 interpreter's own install paths (``sysconfig``: the standard library, ``purelib``, ``platlib``),
 the ``site-packages`` folders on ``sys.path``, and every installed distribution's recorded files
-(``importlib.metadata``: the folders of its top-level packages, wherever it was installed). An
-editable install of the user's own project records no source files, so its code stays theirs.
+(``importlib.metadata``: the folders of its top-level packages, wherever it was installed). A
+project the user develops (an editable install, or setuptools' ``.egg-info`` in its source tree)
+is not installed code: its files stay theirs.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.metadata
+import json
 import os
 import sys
 import sysconfig
@@ -79,6 +81,24 @@ def _distribution_roots() -> tuple[str, ...]:
     return tuple(folder + os.sep for folder in sorted(_distribution_folders()))
 
 
+def _is_development(dist: importlib.metadata.Distribution) -> bool:
+    """Whether `dist` is a project the user develops rather than one they installed: an editable
+    install (its ``direct_url.json`` says so, PEP 660), or setuptools' ``.egg-info`` in a source
+    tree outside every install path (``pip install -e .`` leaves one in the project's folder, on
+    ``sys.path`` when Python runs from there; its ``SOURCES.txt`` lists the project's files)."""
+    direct = dist.read_text("direct_url.json")
+    if direct:
+        try:
+            if json.loads(direct).get("dir_info", {}).get("editable"):
+                return True
+        except ValueError:
+            pass
+    if dist.read_text("SOURCES.txt") is None:
+        return False
+    base = os.path.normpath(os.path.abspath(str(dist.locate_file("")))) + os.sep
+    return not base.startswith(_install_roots())
+
+
 def _distribution_folders() -> set[str]:
     """The folders of every installed distribution's top-level packages (its recorded ``.py``
     files' first folder), wherever the distribution was installed."""
@@ -90,6 +110,8 @@ def _distribution_folders() -> set[str]:
         return folders
     for dist in distributions:
         try:
+            if _is_development(dist):
+                continue
             files = dist.files or ()
         except Exception:
             continue
