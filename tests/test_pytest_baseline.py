@@ -408,7 +408,7 @@ def test_guard_failures_end_at_the_users_line(pytester, filtering):
             and f"# {test} line" in section.split("\n>")[1].splitlines()[0]
         ), section
         assert f"E       jaxtrace_nb.RetraceError: {function} (" in section
-        assert f"Trace #2 cause: shape at `{leaf}`" in section
+        assert f"this is its trace #2 in the session. Cause: shape at `{leaf}`" in section
         for hidden in ("compilation.py", "site-packages", "For simplicity", "args = "):
             assert hidden not in section, (hidden, section)
         assert package_frames(section) == [], section
