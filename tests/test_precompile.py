@@ -19,6 +19,19 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def _persistent_cache_as_found():
+    """Each test leaves JAX's persistent compilation cache as it found it: `jt.precompile` sets one
+    up for a process that has none, and the rest of the suite must not run with it on."""
+    from jax._src import compilation_cache
+
+    before = jax.config.jax_compilation_cache_dir
+    yield
+    if jax.config.jax_compilation_cache_dir != before:
+        jax.config.update("jax_compilation_cache_dir", before)
+        compilation_cache.reset_cache()
+
+
 def _make_body():
     """A new function object each call (the same code: one function in the log), of which JAX
     holds no key, as in a fresh process."""
