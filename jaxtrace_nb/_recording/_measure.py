@@ -251,9 +251,10 @@ class Measurer:
 
     def _make(self, trace) -> None:
         jaxpr = trace.program()
-        trace.held = None
         # one walk counts the equations in all for both (the profile's, the longer one, first)
         self.measure(trace, jaxpr, self._profile(trace, jaxpr))
+        # (let go only once walked: a read making it meanwhile on its own thread still finds it)
+        trace.held = None
 
     def measure(self, trace, jaxpr=None, total: int | None = None) -> int | None:
         """A trace's `graph_stats` (once), to the sink; its equations in all, or None; never raises.
