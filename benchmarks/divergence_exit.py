@@ -14,11 +14,12 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
-import socket
 import statistics
 import subprocess
 import sys
 import time
+
+from divergence_cost import _free_port  # (run as a script: benchmarks/ is on sys.path)
 
 HERE = pathlib.Path(__file__).resolve().parent
 PROGRAMS = HERE.parent / "tests" / "programs"
@@ -53,15 +54,9 @@ time.sleep(3)
 """
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_once(record: bool, timeout: float = 600) -> tuple[float, float, int, int]:
     """(process 0's seconds, process 1's seconds, their exit statuses) of one job."""
-    port = _port()
+    port = _free_port()
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(HERE.parent))
     start = time.monotonic()
     procs = [

@@ -114,6 +114,13 @@ class Equinox(Library):
         return None
 
 
+def is_filter_jit_wrapper(obj: Any) -> bool:
+    """Whether `obj` is what ``eqx.filter_jit`` returns: Equinox's ``_JitWrapper`` (0.13), told by
+    its type without importing Equinox."""
+    kind = type(obj)
+    return kind.__name__ == "_JitWrapper" and (kind.__module__ or "").startswith("equinox")
+
+
 def _is_filter_jit(fun: Any) -> bool:
     code = getattr(fun, "__code__", None)
     return (

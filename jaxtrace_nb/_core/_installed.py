@@ -13,11 +13,13 @@ is not installed code: its files stay theirs.
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import json
 import os
 import sys
-import sysconfig
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (imported when first asked: `import jaxtrace_nb` stays light)
+    import importlib.metadata
 
 _MAX_FILES_READ = 200_000  # recorded files read in all, to bound the first question's cost
 
@@ -63,6 +65,8 @@ def is_users_type(qualified: str | None) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _install_roots() -> tuple[str, ...]:
+    import sysconfig
+
     roots = set()
     paths = sysconfig.get_paths()
     for name in ("stdlib", "platstdlib", "purelib", "platlib"):
@@ -102,6 +106,8 @@ def _is_development(dist: importlib.metadata.Distribution) -> bool:
 def _distribution_folders() -> set[str]:
     """The folders of every installed distribution's top-level packages (its recorded ``.py``
     files' first folder), wherever the distribution was installed."""
+    import importlib.metadata
+
     folders: set[str] = set()
     read = 0
     try:

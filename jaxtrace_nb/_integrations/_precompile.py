@@ -29,6 +29,7 @@ import threading
 import time
 from typing import Any
 
+from .._adapters.equinox import is_filter_jit_wrapper
 from .._core._vocabulary import StrEnum
 from .._diagnosis._processes import _MORE_KEY, parse_signature_column, signature_column
 from .._keys._rebuild import Example, Jit, differences, not_rebuilt
@@ -103,7 +104,7 @@ class Precompile:
 def _identity(fn) -> tuple[str, Any]:
     """(jit kind, the user's function) of a jitted `fn`; TypeError for anything else."""
     kind = type(fn)
-    if kind.__name__ == "_JitWrapper" and kind.__module__.startswith("equinox"):
+    if is_filter_jit_wrapper(fn):
         return Jit.EQUINOX, fn.__wrapped__
     if callable(getattr(fn, "trace", None)) and callable(getattr(fn, "__wrapped__", None)):
         return Jit.JAX, fn.__wrapped__

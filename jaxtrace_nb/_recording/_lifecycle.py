@@ -300,7 +300,10 @@ class Lifecycle:
                 cache_cleared=record.cache_generation != state.cache_generation,
                 forgotten=state.forgotten,
                 evicted=record.evicted,
-                defaults=parameter_defaults(record.function_ref),
+                # (a hint's precondition: JAX's and libraries' helpers get no hint)
+                defaults=()
+                if record.identity.internal
+                else parameter_defaults(record.function_ref),
             )
             diagnosis = None
             if not defer:
