@@ -18,9 +18,9 @@ def precompiling() -> bool:
 
 def mark_precompiling(on: bool) -> None:
     """Mark (or unmark) the running thread as one of `jt.precompile`'s; either forgets the traces
-    noted so far."""
+    noted so far (an unmarked thread keeps none)."""
     _LOCAL.on = on
-    _LOCAL.traces = []
+    _LOCAL.traces = [] if on else None
 
 
 def note_trace(record: Any) -> None:
