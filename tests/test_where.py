@@ -185,6 +185,36 @@ def test_a_read_before_the_thread_gets_to_a_profile_makes_it_itself(jt, monkeypa
     assert jt.faults() == {}
 
 
+@pytest.mark.allows_unknown
+def test_a_compiled_programs_size_outlives_a_cache_clear_before_our_thread_gets_to_it(jt):
+    """A compiled program is held until our thread walks it: with the thread held up, JAX's
+    caches cleared (they held the program) and the function gone, the read still finds its
+    equations and profile (CI once read None here, the thread a moment late)."""
+    import gc
+    import threading
+
+    probe = jt.get_session().probe
+    jt.get_session().log.events()
+    held, running = threading.Event(), threading.Event()
+    probe.measurer._profiling.submit(lambda _: running.set() or held.wait(30), None)
+    assert running.wait(30)
+
+    def sin_plus_two(x):
+        return jnp.sin(x) + 2
+
+    jax.jit(sin_plus_two)(jnp.ones(3))
+    jax.clear_caches()
+    gc.collect()
+    try:
+        events = jt.get_session().log.events()
+        (event,) = [e for e in events if e.function.endswith("sin_plus_two")]
+    finally:
+        held.set()
+    assert event.eqns_total == 2
+    assert sum(own for _, own, _ in profile_rows(event.line_profile)) == 2
+    assert jt.faults() == {}
+
+
 def test_a_traces_size_and_unrolled_loop_are_measured_off_the_trace_path(jt, monkeypatch):
     """`graph_stats` (equations, the unrolled loop and its hint) runs in our thread while XLA
     compiles, never at the trace's end; the event has all it had when it ran there."""

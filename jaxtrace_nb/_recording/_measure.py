@@ -171,6 +171,8 @@ class Measurer:
         GIL while JAX reads and deserializes its executable, a few milliseconds, and JAX would wait
         for it (`docs/performance.md`, "Persistent cache"). Jobs run in order."""
         trace.queued = True
+        # held until walked: a cache cleared or a function gone meanwhile keeps its equations
+        trace.held = trace.program()
         self._profiling.submit(self._make_later, trace, delay)
 
     def _after_compile(self, trace) -> None:
@@ -267,9 +269,11 @@ class Measurer:
                     graph = graph_stats(jaxpr, self.location, total)
             except Exception as e:
                 self._sink.fault("profile", e)
-            trace.size, trace.sized = graph, True
+            # (to the sink before it counts as sized: a read that finds it sized finds its event
+            # with it; two threads measuring it both tell the sink, which keeps the first)
             if graph is not None:
                 self._sink.on_graph(trace, graph)
+            trace.size, trace.sized = graph, True
         size = trace.size
         return size.eqns_total if size is not None else None
 

@@ -120,6 +120,11 @@ class Session:
                 self.acquire()
 
     def stop(self) -> None:
+        if self._persist is not None:
+            try:
+                self.settle()  # (what a read would still add, into the file too)
+            except Exception as e:
+                self.fault("persist", e)
         with self._lock:
             self.peers.close()  # (before the log closes: the other processes' findings, in it)
             self.persist_to(None)

@@ -112,8 +112,8 @@ class Sink(Protocol):
         """XLA's cost analysis of the compiled program."""
 
     def on_graph(self, trace: Trace, graph: GraphStats) -> None:
-        """The traced program's size, measured after its trace ended (at most once a trace; never
-        when `on_trace_end` had it)."""
+        """The traced program's size, measured after its trace ended (never when `on_trace_end`
+        had it; twice at worst, by a read and our thread at once: the first counts)."""
 
     def on_line_profile(self, trace: Trace, rows: tuple) -> None:
         """Equations per user line of the traced program: ((location, self, inclusive), ...)."""
