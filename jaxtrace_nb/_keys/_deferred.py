@@ -29,7 +29,7 @@ class DeferredSignature:
     of its arguments' treedefs and their abstract values (never a user object)."""
 
     __slots__ = (
-        "_function_id",
+        "function_token",
         "_context",
         "_call",
         "_hashes",
@@ -41,7 +41,7 @@ class DeferredSignature:
 
     def __init__(
         self,
-        function_id: int,
+        function_token: tuple,
         context: tuple,
         call: tuple,
         hashes: tuple,
@@ -49,10 +49,11 @@ class DeferredSignature:
         vals: Sequence,
         n_leaves: int,
     ):
-        # the function's id, the `Signature`'s trace context ((values, texts)) and call, the hashes
-        # of JAX's key's parts (in the order of `KEY_PARTS`), the arguments (`PlannedArgument`s)
-        self._function_id, self._context, self._call, self._hashes = (
-            function_id,
+        # the function (`function_token`), the `Signature`'s trace context ((values, texts)) and
+        # call, the hashes of JAX's key's parts (in the order of `KEY_PARTS`), the arguments
+        # (`PlannedArgument`s)
+        self.function_token, self._context, self._call, self._hashes = (
+            function_token,
             context,
             call,
             hashes,
@@ -80,7 +81,7 @@ class DeferredSignature:
             walker.apply_plan(name, plan, vals, start)
         values, texts = context
         built = self._built = Signature(
-            function_token=("id", self._function_id),
+            function_token=self.function_token,
             context=texts,
             leaves=walker.leaves,
             function_path=None,

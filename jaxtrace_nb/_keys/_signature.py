@@ -10,8 +10,9 @@ function (`closest`); what the differences mean is `_diagnosis`'s business.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .._core._values import StaticInfo
 from .._core._vocabulary import JitKind, LeafKind, Origin
@@ -192,8 +193,30 @@ def is_custom_node(leaf: Leaf) -> bool:
     return leaf.kind == _NODE and type(token) is NodeToken and token.custom
 
 
+def function_token(fun: Any, compared: bool) -> tuple:
+    """What JAX's tracing cache compares of the traced function object. Where JAX compares `fun`
+    itself (`compared`: ``jax.jit``'s ``weakref_lru_cache`` key, whose ``==`` compares the objects
+    while both live, then identity; Equinox's static leaf), a weak reference to it: ``obj.step``
+    taken twice is one function. Otherwise, or where it takes no weak reference or has no hash,
+    its identity (``nnx.jit`` hands JAX a wrapper of its own per call: two functions)."""
+    if compared and fun is not None:
+        try:
+            ref = weakref.ref(fun)
+            hash(ref)  # (JAX hashed it at its lookup; kept in the reference from now on)
+            return ("fun", ref)
+        except Exception:
+            pass
+    return ("id", id(fun))
+
+
+def compared_by_equality(signature: Any) -> bool:
+    """Whether JAX's cache compares the traced function object with ``==`` (`function_token`; a
+    `Signature` or a `DeferredSignature`)."""
+    return signature.function_token[0] == "fun"
+
+
 class Signature(NamedTuple):
-    function_token: tuple  # identity of the traced function object
+    function_token: tuple  # the traced function object, as JAX compares it (`function_token`)
     context: tuple  # ((name, value text), ...) of JAX's trace context
     leaves: dict  # path -> Leaf, in argument order
     function_path: str | None = None  # the leaf that *is* the user's function (Equinox)

@@ -44,10 +44,12 @@ from .._keys._jax_tree import handle as tree_handle
 from .._keys._lowering import lowering_signature
 from .._keys._plans import CallPlan, argument_plan, call_plan, keys_are_str
 from .._keys._records import Binding, FunctionIdentity, LoweringRecord, TraceRecord
-from .._keys._signature import Signature
+from .._keys._signature import Signature, function_token
 from .._keys._sites import CELL_FILE, MAX_CALL_SITE_DEPTH, CallSites
 from .._keys._walker import Walker
 
+# the kinds whose user function JAX's cache compares itself, with ``==`` (`function_token`)
+_COMPARED = frozenset({JitKind.JIT, JitKind.EQUINOX})
 _MAX_KEPT = 4096  # functions whose identity and last plain call are kept
 
 
@@ -211,11 +213,14 @@ class Decoder(CallSites):
         if not all_abstract(vals):
             return None  # (only abstract values are kept until the leaves are read)
         try:
-            hashes = (hash(fun), named.tree_hash, hash(call.debug_info))  # (`cache_key`'s parts)
+            # (`cache_key`'s parts; the reference's hash is its function's, kept from now on)
+            hashes = (hash(known.ref), named.tree_hash, hash(call.debug_info))
+            token = ("fun", known.ref)  # (`function_token`)
         except Exception:
             hashes = key_hashes(cache_key(fun, tree, call.debug_info))
+            token = function_token(fun, True)
         signature = DeferredSignature(
-            id(fun),
+            token,
             self._trace_context_now(),
             named.call,
             hashes,
@@ -407,7 +412,7 @@ class Decoder(CallSites):
             part.emit(walker, name)
         values, texts = self._trace_context_now()
         return Signature(
-            function_token=("id", id(call.user_fun)),
+            function_token=function_token(call.user_fun, call.jit_kind in _COMPARED),
             context=texts,
             leaves=walker.leaves,
             function_path=function_path,
@@ -438,7 +443,7 @@ class Decoder(CallSites):
         if not all_abstract(start.vals):
             return None
         return DeferredSignature(
-            id(call.user_fun),
+            function_token(call.user_fun, True),
             self._trace_context_now(),
             call.call,
             key_hashes(start.key),

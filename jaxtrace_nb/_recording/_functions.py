@@ -17,7 +17,7 @@ import weakref
 from typing import NamedTuple
 
 from .._keys._records import Binding, FunctionIdentity, TraceRecord
-from .._keys._signature import Signature
+from .._keys._signature import Signature, compared_by_equality
 
 SIGNATURES_PER_FUNCTION = 8  # lowerings (compile keys) kept per function
 LEAF_BUDGET_PER_FUNCTION = 200_000  # leaves kept across a function's lowerings
@@ -73,6 +73,7 @@ class FunctionState:
         "forgotten",
         "lowerings",
         "refs",
+        "_equal",
         "_refs_pruned",
         "location",
         "cell",
@@ -95,6 +96,9 @@ class FunctionState:
         self.refs: dict[
             int, weakref.ref
         ] = {}  # the function objects traced under this key, by id(ref)
+        # the first live reference of each class of objects JAX's cache takes for one
+        # (`jax_same_object`)
+        self._equal: dict[weakref.ref, weakref.ref] = {}
         self._refs_pruned = 0
         self.location: str | None = None
         self.cell: int | None = None
@@ -115,7 +119,22 @@ class FunctionState:
         live object are one object)."""
         return self.refs.get(id(ref)) is ref
 
-    def add_ref(self, ref: weakref.ref) -> None:
+    def jax_same_object(self, ref: weakref.ref | None, signature) -> weakref.ref | None:
+        """The reference of the function object traced under this key that JAX's cache takes
+        `ref`'s object for, or `ref`. JAX keys its tracing cache on a weak reference to the function
+        (``weakref_lru_cache``), and two weak references compare as their objects while both live:
+        ``jax.jit(obj.step)`` made twice is one function to JAX (two bound methods of one object
+        are ``==``), two objects compared by identity are two; where JAX compares another object
+        (`signature`'s `compared_by_equality`: ``nnx.jit`` hands it a wrapper per call), `ref`.
+        Checked on JAX 0.10.2: tests/test_function_identity.py."""
+        if ref is None or signature is None or not compared_by_equality(signature):
+            return ref
+        try:
+            return self._equal.get(ref, ref)  # (its hash, then ``==`` on a match: JAX's lookup)
+        except Exception:  # an object whose ``__hash__`` or ``__eq__`` raises: by identity
+            return ref
+
+    def add_ref(self, ref: weakref.ref, signature) -> None:
         refs = self.refs
         if refs.get(id(ref)) is ref:
             return
@@ -125,7 +144,15 @@ class FunctionState:
                 live = dict(list(live.items())[-_MAX_REFS // 2 :])
             self.refs = refs = live
             self._refs_pruned = len(live)
+            kept = set(map(id, live.values()))
+            self._equal = {r: c for r, c in self._equal.items() if id(c) in kept}
         refs[id(ref)] = ref
+        if signature is None or not compared_by_equality(signature):
+            return
+        try:
+            self._equal.setdefault(ref, ref)  # (kept as its own class unless one already takes it)
+        except Exception:
+            pass
 
     def evict(self, ref: weakref.ref) -> None:
         """JAX's cache holds no key of the function object of `ref` any more (`f.clear_cache()`):
@@ -235,11 +262,12 @@ def new_object(
 ) -> tuple[bool, str | None]:
     """Whether the traced function object is one not seen before, and why (a re-run cell).
 
-    Function objects are told apart by their weak references (one per live object, kept in the
-    function's state while it lives), so the answer holds after the function itself is gone."""
+    Function objects are told apart as JAX's cache tells them (`FunctionState.jax_same_object`), by
+    their weak references (kept in the function's state while they live), so the answer holds after
+    the function itself is gone."""
     if not state.traces or record.function_ref is None:
         return False, None
-    if state.seen(record.function_ref):
+    if state.seen(state.jax_same_object(record.function_ref, record.signature)):
         return False, None
     identity = record.identity
     if state.location is not None and state.location != identity.location:

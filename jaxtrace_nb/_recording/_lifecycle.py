@@ -285,9 +285,10 @@ class Lifecycle:
         elif state is None or not state.traces:
             diagnosis = first_after_failures(state.failed if state is not None else 0)
         else:
-            if record.evicted and record.function_ref is not None:
-                state.evict(record.function_ref)
-            held = state.held(record.function_ref, record.cache_generation)
+            ref = state.jax_same_object(record.function_ref, record.signature)
+            if record.evicted and ref is not None:
+                state.evict(ref)
+            held = state.held(ref, record.cache_generation)
             dropped = held.dropped
             pending = PendingDiagnosis(
                 signature=record.signature,
@@ -329,14 +330,14 @@ class Lifecycle:
             added = state.add_key(
                 KeptKey(
                     signature=record.signature,
-                    ref=record.function_ref,
+                    ref=state.jax_same_object(record.function_ref, record.signature),
                     generation=record.cache_generation,
                     trace_number=state.traces + 1,
                 )
             )
             self._key_budget.added(added, self.functions, record.cache_generation)
         if record.function_ref is not None:
-            state.add_ref(record.function_ref)
+            state.add_ref(record.function_ref, record.signature)
         state.traces += 1
         state.location = record.identity.location
         state.cell = trace.cell
