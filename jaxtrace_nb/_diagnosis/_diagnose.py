@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from .._core._values import clip
 from .._core._vocabulary import Cause, LoweringKind
-from .._core._witness import Witness
+from .._core._witness import Witness, values_equal
 from .._keys._key_index import HeldKeys, closest_held
 from .._keys._records import Unrolled
 from .._keys._signature import (
@@ -246,7 +246,7 @@ def _diagnose(
     if new_object or function_change:
         return _new_function(new, changes, function_change, rerun_note)
     if ctx:
-        return _context(new, old, ctx, len(changes))
+        return _context(new, old, ctx, changes)
     if changes:
         return _leaf_change(new, changes)
     moved = call_changes(new, old)
@@ -333,19 +333,55 @@ def _new_function(new: Signature, changes, function_change, rerun_note) -> Diagn
     )
 
 
-def _context(new: Signature, old: Signature, ctx: list[str], n_changes: int) -> Diagnosis:
+def _context(new: Signature, old: Signature, ctx: list[str], changes: list[Change]) -> Diagnosis:
     names = ", ".join(ctx[:_MAX_LISTED])
     before, after = dict(old.context).get(ctx[0]), dict(new.context).get(ctx[0])
+    if not changes:
+        explanation = f"Same inputs, but JAX's trace context changed ({names})."
+    else:
+        listed = "; ".join(_change_text(c, new.function_path) for c in changes[:_MAX_LISTED])
+        more = len(changes) - _MAX_LISTED
+        explanation = (
+            f"JAX's trace context changed ({names}), and inputs changed with it: {listed}"
+            + (f"; and {more} more." if more > 0 else ".")
+        )
+        if X64 in ctx and all(_width_only(c) for c in changes):
+            explanation += (
+                f" (`{X64}` sets the width of JAX's default dtypes: Python numbers, and arrays "
+                "made without a dtype.)"
+            )
     return Diagnosis(
         cause=Cause.CONTEXT,
         leaf=None,
         before=f"{ctx[0]}={before}" if before is not None else None,
         after=f"{ctx[0]}={after}" if after is not None else None,
-        explanation=f"Same inputs, but JAX's trace context changed ({names}).",
+        explanation=explanation,
         hint=hints.text("context"),
-        distance=n_changes + len(ctx),
+        distance=len(changes) + len(ctx),
         hint_id="context",
     )
+
+
+X64 = "jax_enable_x64"
+_WIDTHS = {"f32": "f64", "i32": "i64", "u32": "u64", "c64": "c128"}
+
+
+def _change_text(change: Change, function_path: str | None) -> str:
+    cause = classify(change, function_path)
+    before, after = describe(change, cause)
+    return f"{_q(change.path)} {before} → {after}"
+
+
+def _width_only(change: Change) -> bool:
+    """Whether a leaf changed only between a 32- and a 64-bit dtype (as x64 makes it)."""
+    old, new = change.old, change.new
+    if old is None or new is None:
+        return False
+    a, b = old.text, new.text
+    for narrow, wide in _WIDTHS.items():
+        if a.replace(narrow, wide, 1) == b or b.replace(narrow, wide, 1) == a:
+            return True
+    return False
 
 
 def _leaf_change(new: Signature, changes: list[Change]) -> Diagnosis:
@@ -513,11 +549,13 @@ def diagnose_compile(new: Signature, previous: Sequence[Signature], *, traced: b
             hint="",
         )
     if ctx:
-        return _context(new, old, ctx, len(changes))
+        return _context(new, old, ctx, changes)
     first = changes[0]
     cause = classify(first)
     before, after = describe(first, cause)
     sharding = cause == Cause.SHARDING
+    if all(_donation_only(c) for c in changes):
+        return _donation(changes, before, after)
     if sharding:
         explanation = (
             f"Compiled again without a new trace: {_q(first.path)} changed placement: {before} → "
@@ -578,6 +616,8 @@ def _other_program(new: Signature, previous: Sequence[Signature], traced: bool) 
             first = changes[0]
             cause = classify(first)
             before, after = describe(first, cause)
+            if all(_donation_only(c) for c in changes):
+                return _donation(changes, before, after)
             return Diagnosis(
                 cause=cause,
                 leaf=first.path,
@@ -608,6 +648,41 @@ def _other_program(new: Signature, previous: Sequence[Signature], traced: bool) 
         explanation="Compiled without a new trace: the function was traced before recording "
         "started, or its trace was served from JAX's cache.",
         hint="",
+    )
+
+
+def _donation_only(change: Change) -> bool:
+    """Whether a compile's argument changed only in donation: the same type, sharding and layout
+    by JAX's ``==`` (a lowering leaf's witness: (aval, sharding, layout, donated))."""
+    old, new = change.old, change.new
+    a, b = getattr(old, "witness", None), getattr(new, "witness", None)
+    if type(a) is not tuple or type(b) is not tuple or len(a) != 4 or len(b) != 4:
+        return False
+    return a[3] != b[3] and values_equal(a[:3], b[:3])
+
+
+def _donation(changes: list[Change], before: str, after: str) -> Diagnosis:
+    """A compile whose arguments changed only in donation: a jit made with other
+    ``donate_argnums`` / ``donate_argnames`` (the one jit option JAX's compile key reads per
+    argument) compiling a trace JAX's cache served."""
+    now = [c for c in changes if c.new.witness[3]]
+    parts = []
+    if now:
+        parts.append(", ".join(_q(c.path) for c in now[:_MAX_LISTED]) + " now donated")
+    was = [c for c in changes if not c.new.witness[3]]
+    if was:
+        parts.append(", ".join(_q(c.path) for c in was[:_MAX_LISTED]) + " no longer donated")
+    return Diagnosis(
+        cause=Cause.SHARDING,
+        leaf=changes[0].path,
+        before=before,
+        after=after,
+        explanation="Compiled again without a new trace, for another donation: "
+        + "; ".join(parts)
+        + ". Which arguments are donated is part of JAX's compile key: a jit made with other "
+        "`donate_argnums` / `donate_argnames` compiles the same trace again.",
+        hint="",
+        distance=len(changes),
     )
 
 
