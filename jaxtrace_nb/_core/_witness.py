@@ -191,6 +191,13 @@ def _no_form() -> Any:
     raise _NoForm
 
 
+def _mutable_dataclass(t: type) -> bool:
+    """Whether `t` is a dataclass whose fields may change after a trace (not frozen): the one
+    kind of value with a plain form that can."""
+    params = getattr(t, "__dataclass_params__", None)
+    return params is not None and not params.frozen
+
+
 def _generated_eq(t: type) -> bool:
     """Whether `t`'s ``__eq__`` is the one ``dataclasses`` writes (it compiles it from text)."""
     params = getattr(t, "__dataclass_params__", None)
@@ -204,12 +211,22 @@ def _generated_eq(t: type) -> bool:
 class Witness:
     """A static value as JAX's cache key compares it (see the module's docstring)."""
 
-    __slots__ = ("held", "ref", "type_ref", "typed", "by_identity", "nan", "hash", "fields")
+    __slots__ = (
+        "held",
+        "ref",
+        "object_ref",
+        "type_ref",
+        "typed",
+        "by_identity",
+        "nan",
+        "hash",
+        "fields",
+    )
 
     def __init__(self, obj: Any, typed: bool = False):
         self.typed = typed  # compared as JAX's ``Static``: the same type, then ``==``
         t = type(obj)
-        self.held, self.ref = _MISSING, None
+        self.held, self.ref, self.object_ref = _MISSING, None, None
         try:
             self.type_ref = weakref.ref(t)
         except TypeError:  # (every class takes weak references; a defensive default)
@@ -229,6 +246,11 @@ class Witness:
             self.held = canonical(obj)  # (taken now: JAX compared the value as it is now)
             if self.held is not _MISSING:
                 self.fields = _field_names(obj)
+                if _mutable_dataclass(t):  # the object itself, weakly: the same one is equal
+                    try:
+                        self.object_ref = weakref.ref(obj)
+                    except TypeError:
+                        pass
         if self.held is _MISSING:
             try:
                 self.ref = weakref.ref(obj)
@@ -246,6 +268,13 @@ class Witness:
         """Whether JAX's comparison finds the two values equal (identity, then ``==``); two
         incomparable values, by their hashes (`certain` says which)."""
         if self is other:
+            return True
+        mine = self.object_ref
+        if mine is not None and mine is other.object_ref and self.hash == other.hash:
+            # One object at both traces (one weak reference while it lives), with one hash: JAX's
+            # lookup finds it equal (its key holds the object), though a plain form taken at each
+            # trace differs once it was mutated in between. Where its hash changed with it, JAX
+            # 0.8.0 finds it changed and 0.10.2 equal (tests/test_every_key.py): we say changed.
             return True
         if self.typed or other.typed:
             mine, theirs = self.type_ref, other.type_ref
