@@ -330,6 +330,36 @@ def test_alike_statics_read_differently(jt):
     assert last["cause"] == "static" and "NaN never equals NaN" in last["after"]
 
 
+class EqualToNothing:
+    def __eq__(self, other):
+        return False
+
+    def __hash__(self):
+        return 1
+
+
+@pytest.mark.parametrize("make", [lambda: float("nan"), EqualToNothing], ids=["nan", "eq_false"])
+def test_the_same_static_object_is_one_key_however_it_compares(jt, make):
+    """JAX's lookup tries identity first: the same NaN object, or an object ``==`` to nothing
+    (itself included), passed again is a cache hit (JAX's verdict: no trace, with calls after
+    another key and with `.trace`), so nothing is recorded; `Witness` does the same."""
+    traces = Counter()
+
+    def with_static(x, s):
+        traces.tick()
+        return x
+
+    f = jax.jit(with_static, static_argnums=1)
+    value = make()
+    f(jnp.ones(2), value)
+    f(jnp.ones(3), value)
+    f(jnp.ones(2), value)
+    f.trace(jnp.ones(2), value)
+    assert traces.n == 2
+    assert [r["cause"] for r in _rows(jt, "with_static")] == ["first", "shape"]
+    assert Witness(value).equals(Witness(value))
+
+
 def test_an_ordered_dict_static_shows_its_contents(jt):
     import collections
 
