@@ -297,6 +297,15 @@ class Witness:
         except Exception:  # an __eq__ that raises: JAX could not have cached it as equal either
             return False
 
+    def gone(self) -> bool:
+        """Whether the value was kept only weakly and its object is gone."""
+        held = self.held
+        if type(held) is weakref.ReferenceType:
+            return held() is None
+        if held is _MISSING:
+            return self.ref is None or self.ref() is None
+        return False
+
     def plain(self) -> tuple[bool, Any]:
         """(whether the value is kept as itself or its plain form, that value): what may be written
         down and compared elsewhere (another process), where an object held weakly may not."""

@@ -651,6 +651,56 @@ def _other_program(new: Signature, previous: Sequence[Signature], traced: bool) 
     )
 
 
+def diagnose_devices(previous: Sequence[tuple], devices: tuple) -> Diagnosis:
+    """Explain a compile with no lowering of its own: JAX compiled a module it lowered before for
+    `devices` (JAX's compile cache keys on the module and the devices, in order), from the devices
+    of the function's earlier compiles (`previous`, oldest first)."""
+    after = _devices_text(devices)
+    if devices in previous:
+        return Diagnosis(
+            cause=Cause.UNKNOWN,
+            leaf=None,
+            before=None,
+            after=after,
+            explanation="Compiled again, without a new trace or lowering, a module for devices it "
+            f"was compiled for before ({after}): JAX's compile cache no longer held it.",
+            hint="",
+        )
+    if not previous:
+        return Diagnosis(
+            cause=None,
+            leaf=None,
+            before=None,
+            after=after,
+            explanation="Compiled, without a new trace or lowering, a module JAX lowered before "
+            f"(no compile of it was recorded), for devices {after}.",
+            hint="",
+        )
+    last = previous[-1]
+    before = _devices_text(last)
+    reordered = sorted(last) == sorted(devices)
+    return Diagnosis(
+        cause=Cause.SHARDING,
+        leaf=None,
+        before=before,
+        after=after,
+        explanation="Compiled again without a new trace or lowering: JAX compiled the module it "
+        f"lowered before for other devices: {before} → {after}"
+        + (
+            " (the same devices in another order: their order, a mesh's, is part of the "
+            "compile's key)."
+            if reordered
+            else " (the devices are part of the compile's key)."
+        ),
+        hint="",
+        distance=1,
+    )
+
+
+def _devices_text(devices: tuple) -> str:
+    return clip(", ".join(devices), 120)
+
+
 def _donation_only(change: Change) -> bool:
     """Whether a compile's argument changed only in donation: the same type, sharding and layout
     by JAX's ``==`` (a lowering leaf's witness: (aval, sharding, layout, donated))."""

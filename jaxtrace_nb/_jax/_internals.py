@@ -464,6 +464,34 @@ def process_index() -> int | None:
     return None
 
 
+def lowered_module(local: dict | None) -> Any:
+    """The module a lowering made (``lowering_result.module`` in the lowering function's `local`s,
+    `stage_frame`; JAX 0.8–0.11): the object JAX's compiles of it receive, or None."""
+    return getattr(local.get("lowering_result"), "module", None) if local else None
+
+
+class CompileInputs(NamedTuple):
+    """What JAX's compile function (``pxla._cached_compilation``, JAX 0.8–0.11) received: the
+    lowered module (the lowering's object: JAX compiles one lowering again for other devices
+    without lowering it again) and the devices it is compiled for, in order."""
+
+    program: Any
+    devices: tuple  # ("cpu:0", ...): each device's platform and id
+
+
+def compile_inputs(local: dict | None) -> CompileInputs | None:
+    """`CompileInputs` from the compile function's `local`s (`stage_frame`); None when they hold
+    no module or devices."""
+    program = local.get("computation") if local else None
+    assignment = local.get("da") if local else None
+    if program is None or assignment is None:
+        return None
+    devices = tuple(
+        f"{getattr(d, 'platform', '?')}:{getattr(d, 'id', '?')}" for d in list(assignment)
+    )
+    return CompileInputs(program, devices)
+
+
 class LoweringInputs(NamedTuple):
     """What JAX's lowering function (``pxla._cached_lowering_to_hlo``, JAX 0.8–0.11) received, read
     from its locals: the traced program and, per argument (constants dropped), its abstract value,

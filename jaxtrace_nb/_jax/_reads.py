@@ -136,9 +136,17 @@ READS: tuple[Read, ...] = (
             "semantic_in_shardings",
             "in_layouts",
             "donated_invars",
+            "lowering_result",
         ),
     ),
-    Read(_PXLA, "_cached_compilation", ReadKind.FRAME, "_internals.stage_frame", _ALL),
+    Read(
+        _PXLA,
+        "_cached_compilation",
+        ReadKind.FRAME,
+        "_internals.compile_inputs",
+        _ALL,
+        ("computation", "da", "xla_executable"),
+    ),
     Read(_PXLA, "lower_sharding_computation", ReadKind.FRAME, "_internals.LOWERING_FRAMES", _ALL),
     Read(
         "jax._src.interpreters.mlir",

@@ -99,6 +99,17 @@ class LoweringRecord(NamedTuple):
     signature: Signature | None  # the traced program, then one leaf per argument: type, placement
     thread: int
     identity: FunctionIdentity | None  # the function as JAX's debug info names it
+    # the module it made, weakly: JAX compiles it again for other devices without lowering again
+    module_ref: weakref.ref | None = None
+
+
+class CompileRecord(NamedTuple):
+    """A compile: a lowering's, or of a module lowered earlier (no lowering of its own)."""
+
+    jax_name: str
+    module_ref: weakref.ref | None  # the lowered module compiled (the lowering's reference to it)
+    devices: tuple  # ("cpu:0", ...), in JAX's order
+    thread: int
 
 
 class XlaCost(NamedTuple):

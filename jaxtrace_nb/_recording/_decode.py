@@ -25,6 +25,8 @@ from .._core._vocabulary import JitKind, Origin
 from .._jax._internals import (
     Internals,
     all_abstract,
+    compile_inputs,
+    lowered_module,
     lowering_inputs,
     trace_context_function,
     trace_context_names,
@@ -43,14 +45,30 @@ from .._keys._deferred import DeferredSignature, PlannedArgument, key_hashes, ke
 from .._keys._jax_tree import handle as tree_handle
 from .._keys._lowering import lowering_signature
 from .._keys._plans import CallPlan, argument_plan, call_plan, keys_are_str
-from .._keys._records import Binding, FunctionIdentity, LoweringRecord, TraceRecord
+from .._keys._records import (
+    Binding,
+    CompileRecord,
+    FunctionIdentity,
+    LoweringRecord,
+    TraceRecord,
+)
 from .._keys._signature import Signature, function_token
 from .._keys._sites import CELL_FILE, MAX_CALL_SITE_DEPTH, CallSites
 from .._keys._walker import Walker
 
 # the kinds whose user function JAX's cache compares itself, with ``==`` (`function_token`)
 _COMPARED = frozenset({JitKind.JIT, JitKind.EQUINOX})
-_MAX_KEPT = 4096  # functions whose identity and last plain call are kept
+_MAX_KEPT = 4096
+
+
+def weak(obj: Any) -> weakref.ref | None:
+    """A weak reference to `obj` (one per live object: two compare by identity), or None."""
+    if obj is None:
+        return None
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return None  # functions whose identity and last plain call are kept
 
 
 class KnownFunction(NamedTuple):
@@ -472,18 +490,24 @@ class Decoder(CallSites):
         """What a lowering received (read from the lowering function's `local`s), as a signature
         with one leaf per argument under JAX's argument names."""
         read = lowering_signature(lowering_inputs(local))
-        if read is None:
-            return LoweringRecord(
-                jax_name=jax_name, src_info="", signature=None, thread=thread, identity=None
-            )
-        signature, src_info = read
+        signature, src_info = read if read is not None else (None, "")
         return LoweringRecord(
             jax_name=jax_name,
             src_info=src_info,
             signature=signature,
             thread=thread,
-            identity=self._identity_from_debug(jax_name, src_info),
+            identity=self._identity_from_debug(jax_name, src_info) if read is not None else None,
+            module_ref=weak(lowered_module(local)),
         )
+
+    @staticmethod
+    def compile_record(local: dict | None, jax_name: str, thread: int) -> CompileRecord | None:
+        """What a compile received (read from the compile function's `local`s): the lowered
+        module, weakly, and its devices; None where they cannot be read."""
+        inputs = compile_inputs(local)
+        if inputs is None:
+            return None
+        return CompileRecord(jax_name, weak(inputs.program), inputs.devices, thread)
 
     def _identity_from_debug(self, jax_name: str, src_info: str) -> FunctionIdentity:
         """A function known only from JAX's debug info (traced before recording started)."""

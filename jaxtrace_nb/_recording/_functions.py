@@ -16,10 +16,13 @@ import collections
 import weakref
 from typing import NamedTuple
 
+from .._core._witness import Witness
 from .._keys._records import Binding, FunctionIdentity, TraceRecord
 from .._keys._signature import Signature, compared_by_equality
 
-SIGNATURES_PER_FUNCTION = 8  # lowerings (compile keys) kept per function
+# lowerings (compile keys) of live programs kept per function, and the devices of its compiles: a
+# program lowered, then compiled again for another placement many compiles later, still found
+SIGNATURES_PER_FUNCTION = 256
 LEAF_BUDGET_PER_FUNCTION = 200_000  # leaves kept across a function's lowerings
 # Trace keys kept for the whole session, in signature leaves (a leaf is ~0.3 KB: ~300 MB at most;
 # docs/design.md, "What we compare against"). Past it, keys JAX no longer holds go first, then
@@ -72,6 +75,7 @@ class FunctionState:
         "kept_leaves",
         "forgotten",
         "lowerings",
+        "devices",
         "refs",
         "_equal",
         "_refs_pruned",
@@ -93,6 +97,8 @@ class FunctionState:
         self.lowerings: collections.deque[Signature] = collections.deque(
             maxlen=SIGNATURES_PER_FUNCTION
         )
+        # the devices of its last compiles, in JAX's order (each a tuple of "platform:id")
+        self.devices: collections.deque[tuple] = collections.deque(maxlen=SIGNATURES_PER_FUNCTION)
         self.refs: dict[
             int, weakref.ref
         ] = {}  # the function objects traced under this key, by id(ref)
@@ -218,6 +224,35 @@ class FunctionState:
         return dropped
 
 
+class LoweredModules:
+    """The modules JAX lowered (weakly: JAX's compile cache holds them while it may compile them
+    again) and the function each is of, to name a compile of one with no lowering of its own."""
+
+    __slots__ = ("_keys", "_pruned")
+
+    def __init__(self):
+        self._keys: dict[int, tuple[weakref.ref, str]] = {}  # id(ref) -> (ref, function key)
+        self._pruned = 0
+
+    def lowered(self, ref: weakref.ref, key: str) -> None:
+        keys = self._keys
+        if len(keys) >= max(256, 2 * self._pruned):  # (dead modules go, amortized)
+            live = {i: v for i, v in keys.items() if v[0]() is not None}
+            if len(live) >= _MAX_REFS:
+                live = dict(list(live.items())[-_MAX_REFS // 2 :])
+            self._keys = keys = live
+            self._pruned = len(live)
+        keys[id(ref)] = (ref, key)
+
+    def key_of(self, ref: weakref.ref | None) -> str | None:
+        """The function whose lowering made the module of `ref` (one weak reference per live
+        module: the same reference), or None."""
+        if ref is None:
+            return None
+        found = self._keys.get(id(ref))
+        return found[1] if found is not None and found[0] is ref else None
+
+
 class KeyBudget:
     """The session's bound on kept trace keys (`MAX_KEPT_LEAVES`), over all functions."""
 
@@ -246,15 +281,24 @@ class KeyBudget:
 
 
 def keep(signatures: collections.deque, signature: Signature) -> collections.deque:
-    """`signatures` with `signature` appended, keeping fewer when signatures are large
-    (lowerings)."""
+    """The lowerings `signatures` with `signature` appended: those of programs JAX may still
+    compile (a program gone from JAX's caches is compiled no more), as many as
+    `SIGNATURES_PER_FUNCTION` and the leaf budget allow (fewer when signatures are large)."""
     keep = max(
         1, min(SIGNATURES_PER_FUNCTION, LEAF_BUDGET_PER_FUNCTION // max(1, signature.n_leaves))
     )
-    if signatures.maxlen != keep:
-        signatures = collections.deque(signatures, maxlen=keep)
+    live = [s for s in signatures if not _program_gone(s)]
+    if signatures.maxlen != keep or len(live) != len(signatures):
+        signatures = collections.deque(live, maxlen=keep)
     signatures.append(signature)
     return signatures
+
+
+def _program_gone(signature: Signature) -> bool:
+    token = signature.function_token
+    return (
+        len(token) == 2 and token[0] == "program" and type(token[1]) is Witness and token[1].gone()
+    )
 
 
 def new_object(

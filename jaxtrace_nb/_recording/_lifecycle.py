@@ -31,6 +31,7 @@ from .._diagnosis._diagnose import (
     REDUCED_COMPILE,
     Diagnosis,
     diagnose_compile,
+    diagnose_devices,
     first_after_failures,
     join_hints,
     join_ids,
@@ -39,6 +40,7 @@ from .._diagnosis._diagnose import (
 from .._diagnosis._processes import PERSISTED_SIGNATURE_MAX_CHARS, signature_column
 from .._jax._cache_key import CacheKeyRecord
 from .._keys._records import (
+    CompileRecord,
     FunctionIdentity,
     GraphStats,
     LoweringRecord,
@@ -54,7 +56,15 @@ from ._drafts import (
     hint_checked,
     parameter_defaults,
 )
-from ._functions import FunctionState, KeptKey, KeyBudget, keep, new_object, user_names
+from ._functions import (
+    FunctionState,
+    KeptKey,
+    KeyBudget,
+    LoweredModules,
+    keep,
+    new_object,
+    user_names,
+)
 from ._lineprof import profile_text
 from ._precompiling import note_trace, precompiling
 from ._trace import Trace
@@ -96,6 +106,7 @@ class Lifecycle:
         self.lock = threading.RLock()  # this state and every event handed to the log, in order
         self.functions: dict[str, FunctionState] = {}
         self._programs: dict[tuple, str] = {}  # (JAX name, JAX source info) -> function key
+        self._modules = LoweredModules()  # the modules lowered -> function key
         self._key_budget = KeyBudget()  # the trace keys kept over all functions
         self._open = threading.local()  # per thread: the traces under way, innermost last
         self._ticks = itertools.count()
@@ -184,6 +195,7 @@ class Lifecycle:
             self._unpublished, self._unpublished_leaves = [], 0
             self.functions.clear()
             self._programs.clear()
+            self._modules = LoweredModules()
             self._key_budget = KeyBudget(self._key_budget.limit)
 
     def current_functions(self) -> dict[str, FunctionState]:
@@ -444,8 +456,40 @@ class Lifecycle:
                     state = self.functions.get(event.key)
                     if state is not None and record.signature is not None:
                         state.lowerings = keep(state.lowerings, user_names(state, record.signature))
-                    return event
-                return self._compile_event(record)
+                else:
+                    event = self._compile_event(record)
+                if event is not None and record.module_ref is not None:
+                    self._modules.lowered(record.module_ref, event.key)
+                return event
+        except Exception as e:
+            self.fault("diagnosis", e)
+            return None
+
+    def on_compiled_for(self, handle: Event, record: CompileRecord) -> None:
+        try:
+            with self.lock:
+                state = self.functions.get(handle.key)
+                if state is not None:
+                    state.devices.append(record.devices)
+        except Exception as e:
+            self.fault("diagnosis", e)
+
+    def on_compile_only(self, record: CompileRecord) -> Event | None:
+        try:
+            with self.lock:
+                self._build_through()  # (the functions' state as of now)
+                key = self._modules.key_of(record.module_ref)
+                state = self.functions.get(key) if key is not None else None
+                if state is None or state.identity is None:
+                    identity = _unknown_identity(record.jax_name, "")
+                    state = self.state(identity.key, identity)
+                diagnosis = diagnose_devices(list(state.devices), record.devices)
+                state.devices.append(record.devices)
+                event = self._event(
+                    state.identity, EventKind.COMPILE, diagnosis, state.traces, record.thread
+                )
+                event.precompiled = precompiling()
+                return event if self._hand_event(event, record.jax_name) is not None else None
         except Exception as e:
             self.fault("diagnosis", e)
             return None
@@ -473,18 +517,7 @@ class Lifecycle:
             )
         state = self.functions.get(key) if key is not None else None
         if state is None or state.identity is None:
-            identity = record.identity or FunctionIdentity(
-                name=record.jax_name,
-                filename="?",
-                line=0,
-                location="?",
-                key=f"?::{record.jax_name}",
-                in_cell=False,
-                internal=False,
-                jit_kind="jit",
-                jax_name=record.jax_name,
-                src_info=record.src_info,
-            )
+            identity = record.identity or _unknown_identity(record.jax_name, record.src_info)
             state = self.state(identity.key, identity)
         if record.signature is None:
             diagnosis = Diagnosis(
@@ -512,18 +545,7 @@ class Lifecycle:
     def on_public_trace(self, jax_name: str, seconds: float, thread: int) -> Trace | None:
         """A trace seen only through jax.monitoring (reduced mode: JAX outside the range)."""
         try:
-            identity = FunctionIdentity(
-                name=jax_name,
-                filename="?",
-                line=0,
-                location="?",
-                key=f"?::{jax_name}",
-                in_cell=False,
-                internal=False,
-                jit_kind="jit",
-                jax_name=jax_name,
-                src_info="",
-            )
+            identity = _unknown_identity(jax_name, "")
             with self.lock:
                 state = self.state(identity.key, identity)
                 state.traces += 1
@@ -651,3 +673,20 @@ class Lifecycle:
         if d is not None:
             event.set_diagnosis(d, d.hint, d.hint_id)
         return event
+
+
+def _unknown_identity(jax_name: str, src_info: str) -> FunctionIdentity:
+    """A function known only by JAX's name for it (seen only through `jax.monitoring`, or
+    compiled from a module lowered before recording started)."""
+    return FunctionIdentity(
+        name=jax_name,
+        filename="?",
+        line=0,
+        location="?",
+        key=f"?::{jax_name}",
+        in_cell=False,
+        internal=False,
+        jit_kind="jit",
+        jax_name=jax_name,
+        src_info=src_info,
+    )

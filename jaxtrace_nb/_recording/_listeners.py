@@ -41,6 +41,7 @@ class _Thread(threading.local):
         self.cache_key = (
             None  # the persistent cache's key of it, from its lookup (`KeyReader.begin`)
         )
+        self.compile_handle = None  # the last compile's handle, once it ended
 
 
 class Listeners:
@@ -117,11 +118,21 @@ class Listeners:
             tls.compiling = tls.compiled = None
             measurer = self._measurer
             try:
+                stage = jaxi.stage_frame(event) if self.full else None
+                if stage is not None and stage.raised:
+                    stage = None
+                compiled = self._compile_record(stage, fun_name)
+                if compiled is not None:
+                    if handle is None:  # a module lowered before, compiled for other devices
+                        handle = self._sink.on_compile_only(compiled)
+                    else:
+                        self._sink.on_compiled_for(handle, compiled)
+                tls.compile_handle = handle
                 if handle is not None:
                     equations = measurer.equations(trace, duration)  # XLA's reads need its size
                     self._sink.on_timing(handle, Stage.COMPILE, duration)
-                    if measurer.capture_cost and self.full:
-                        self._xla_cost(handle, duration, equations)
+                    if measurer.capture_cost and stage is not None:
+                        self._xla_cost(handle, duration, equations, stage)
             finally:
                 if trace is not None:  # loaded from the persistent cache, or compiled without a
                     measurer.compiled(trace)  # lookup or despite its entry: handed over now
@@ -130,16 +141,21 @@ class Listeners:
             if handle is not None:
                 self._sink.on_timing(handle, Stage.CACHE_SAVED, duration)
 
-    def _xla_cost(self, handle, compile_s: float, equations: int | None) -> None:
+    def _compile_record(self, stage, fun_name: str):
+        """What the compile ending now received (its module, its devices), or None."""
+        name = _jit_inner_name(fun_name) if stage is not None else None
+        if name is None:
+            return None
+        return self.decoder.compile_record(stage.locals, name, threading.get_ident())
+
+    def _xla_cost(self, handle, compile_s: float, equations: int | None, stage) -> None:
         """XLA's FLOPs and bytes of the program just compiled, those whose reading is cheap
-        (`Measurer.xla_plan`), read from the executable JAX compiled."""
+        (`Measurer.xla_plan`), read from the executable JAX compiled (`stage`: the compile's
+        frame)."""
         plan = self._measurer.xla_plan(equations, compile_s)
         if not any(plan):
             return
-        stage = jaxi.stage_frame(jaxi.COMPILE_EVENT)
-        executable = (
-            stage.locals.get("xla_executable") if stage is not None and not stage.raised else None
-        )
+        executable = stage.locals.get("xla_executable")
         if executable is not None:
             self._sink.on_xla_cost(handle, self._measurer.read_xla(executable, plan, equations))
 
@@ -215,8 +231,8 @@ class Listeners:
             Listeners._duration(self, event, duration, fun_name)
             return
         tls = self._tls
-        handle = tls.compiling
         Listeners._duration(self, event, duration, fun_name)
+        handle, tls.compile_handle = tls.compile_handle, None
         pending, tls.cache_key = tls.cache_key, None
         if pending is not None:
             stage = jaxi.stage_frame(event)

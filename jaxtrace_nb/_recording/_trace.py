@@ -11,7 +11,14 @@ from time import time as _time
 from typing import Protocol
 
 from .._jax._cache_key import CacheKeyRecord
-from .._keys._records import GraphStats, LoweringRecord, Stage, TraceRecord, XlaCost
+from .._keys._records import (
+    CompileRecord,
+    GraphStats,
+    LoweringRecord,
+    Stage,
+    TraceRecord,
+    XlaCost,
+)
 
 
 class Trace:
@@ -104,6 +111,13 @@ class Sink(Protocol):
     def on_lowering(self, trace: Trace | None, record: LoweringRecord) -> object | None:
         """A program is lowered for compilation; `trace` is the trace it follows, or None for
         a compile without a new trace. Returns the handle the compile belongs to."""
+
+    def on_compiled_for(self, handle: object, record: CompileRecord) -> None:
+        """The compile of `handle` (a lowering's) received `record`'s module and devices."""
+
+    def on_compile_only(self, record: CompileRecord) -> object | None:
+        """A compile with no lowering of its own: JAX compiles a module it lowered before for other
+        devices. Returns the handle the compile belongs to."""
 
     def on_timing(self, handle: object, stage: Stage, seconds: float) -> None:
         """JAX's seconds for one stage."""

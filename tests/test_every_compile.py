@@ -1,0 +1,111 @@
+"""Every compile recorded (issue 54, item 3): JAX compiles a module it lowered before again for
+other devices, without a trace or a lowering of its own (an argument committed to another device;
+the same devices in another mesh order). Each such compile is a row with JAX's own seconds.
+
+The oracle is JAX's verdict: its backend-compile events (`jax.monitoring`), one per XLA compile,
+with their seconds. Four CPU devices (`--xla_force_host_platform_device_count`, set before JAX
+starts): the program runs in a child process.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+_PROGRAM = textwrap.dedent("""
+    import json
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    import jaxtrace_nb as jt
+
+    compiles = []  # JAX's verdict: (its name of the function, seconds) of each XLA compile
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda e, s, fun_name=None, **k: compiles.append((fun_name, s))
+        if e == "/jax/core/compile/backend_compile_duration" else None)
+    jt.start()
+
+    def double(x):
+        return x * 2 + 1
+
+    f = jax.jit(double)
+    devices = jax.devices()
+    x = np.ones(8, np.float32)
+    for d in devices:  # committed to each device in turn: lowered once, compiled four times
+        f(jax.device_put(x, d))
+    f(jax.device_put(x, devices[0]))  # compiled for that device before: JAX's cache serves it
+    forward = Mesh(np.array(devices[:2]), ("a",))
+    backward = Mesh(np.array(devices[:2][::-1]), ("a",))
+    f(jax.device_put(x, NamedSharding(forward, P("a"))))
+    f(jax.device_put(x, NamedSharding(backward, P("a"))))  # the same devices, the other order
+    df = jt.log(internal=False)
+    rows = df[["kind", "trace_number", "cause", "before", "after", "explanation", "compile_s"]]
+    print(json.dumps({
+        "jax": [s for name, s in compiles if name == "jit(double)"],
+        "rows": rows.astype(object).where(rows.notna(), None).values.tolist(),
+        "faults": jt.faults(),
+    }))
+""")
+
+
+def _run() -> dict:
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _PROGRAM], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_every_compile_of_a_module_lowered_before_is_a_row_with_jaxs_seconds():
+    out = _run()
+    jax_seconds, rows = out["jax"], out["rows"]
+    assert out["faults"] == {}
+    assert len(jax_seconds) == 6  # JAX's verdict: 4 devices, then the mesh in each order
+    assert [r[6] for r in rows] == jax_seconds  # one row per compile, with JAX's seconds
+    kinds = [(kind, number, cause) for kind, number, cause, *_ in rows]
+    assert kinds == [
+        ("trace", 1, "first"),
+        ("compile", 1, "sharding"),
+        ("compile", 1, "sharding"),
+        ("compile", 1, "sharding"),
+        ("trace", 2, "sharding"),  # the mesh is in the array's type: a retrace
+        ("compile", 2, "sharding"),
+    ]
+    assert [(r[3], r[4]) for r in rows[1:4]] == [
+        ("cpu:0", "cpu:1"),
+        ("cpu:1", "cpu:2"),
+        ("cpu:2", "cpu:3"),
+    ]
+    assert "without a new trace or lowering" in rows[1][5] and "other devices" in rows[1][5]
+    assert (rows[5][3], rows[5][4]) == ("cpu:0, cpu:1", "cpu:1, cpu:0")
+    assert "the same devices in another order" in rows[5][5]
+
+
+def test_a_placement_change_of_a_program_lowered_many_compiles_ago_is_named(jt):
+    """A program lowered, then 10 others, then compiled again for another placement (JAX's trace
+    cache serves its trace): the compile row names the placement, not "a program JAX derived"."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    traces = []
+
+    def twice(x):
+        traces.append(1)
+        return x * 2
+
+    f = jax.jit(twice)
+    for n in range(1, 12):
+        f(jnp.ones(n))
+    f(jax.device_put(np.ones(1, np.float32), jax.devices()[0]))
+    assert len(traces) == 11  # JAX's verdict: the last call's trace came from its cache
+    df = jt.log(internal=False)
+    last = df.iloc[-1]
+    assert (last["kind"], last["cause"], last["leaf"]) == ("compile", "sharding", "x")
+    assert (last["before"], last["after"]) == ("uncommitted", "committed to cpu:0")
+    assert "derived" not in last["explanation"]
