@@ -365,14 +365,14 @@ def precompile(fn, *example_args, log=None, workers: int | None = None, **exampl
     """Compile, in background threads, every signature of `fn` a log recorded that JAX does not
     hold yet, so that the program's later call at that signature does not wait for XLA.
 
-    `fn` is jitted with ``jax.jit`` or ``eqx.filter_jit``; `example_args` / `example_kwargs` are
-    one real call's arguments: each recorded signature is rebuilt from them with the recorded
-    shapes, dtypes and weak types of its array leaves, and the recorded value of a plain Python
-    static (int, float, bool, str, None, tuples of these). A signature that still differs from
-    the rebuilt call is skipped, its reason naming the argument. `log` is this session's log
-    (None), a persisted log's path, a list of them, or a DataFrame (``jt.load(...)``). `workers`
-    is the number of threads (default: the cores less one). The programs also go to JAX's
-    persistent compilation cache: yours as configured, else one set up for the process (said
+    `fn` is jitted with ``jax.jit``, ``eqx.filter_jit`` or ``nnx.jit``; `example_args` /
+    `example_kwargs` are one real call's arguments: each recorded signature is rebuilt from them
+    with the recorded shapes, dtypes and weak types of its array leaves, and the recorded value of
+    a plain Python static (int, float, bool, str, None, tuples of these). A signature that still
+    differs from the rebuilt call is skipped, its reason naming the argument. `log` is this
+    session's log (None), a persisted log's path, a list of them, or a DataFrame (``jt.load(...)``).
+    `workers` is the number of threads (default: the cores less one). The programs also go to
+    JAX's persistent compilation cache: yours as configured, else one set up for the process (said
     once on stderr). Returns a handle: ``handle.table()`` so far, ``handle.wait(timeout=None)``
     when done; a DataFrame with columns `signature`, `status` (``compiled`` | ``held``: JAX had
     it already | ``skipped`` | ``failed``), `reason`, `compile_s`. A failure is a row, never an

@@ -117,6 +117,95 @@ def test_filter_jit_plain_static_rebuilt_other_static_skipped_by_name(jt):
     assert [t.leaf for t in traced] == ["m.act"]  # only the skipped signature traced here
 
 
+def _make_nnx_step():
+    """A new function object each call (one function in the log), of which JAX holds no key."""
+
+    def nnx_step(model, x, scale):
+        return model(x).sum() * scale
+
+    return nnx_step
+
+
+def test_nnx_jit_signatures_compiled_and_a_module_parameter_skipped_by_name(jt):
+    """`nnx.jit`: the batch's recorded shapes are compiled from the example (results equal, no
+    trace at the later calls, the compiles marked `precompiled`); a module whose parameter had
+    another shape is the example's module, not rebuilt: skipped, naming the parameter."""
+    nnx = _nnx()
+    model = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
+    wide = nnx.Linear(3, 4, rngs=nnx.Rngs(0))
+    recorded = nnx.jit(_make_nnx_step())
+    cases = [(model, 2), (model, 3), (model, 5), (wide, 2)]
+    expected = [np.asarray(recorded(m, jnp.ones((n, 3)), 2.0)) for m, n in cases]
+    fresh = nnx.jit(_make_nnx_step())
+    table = jt.precompile(fresh, model, jnp.ones((2, 3)), 2.0).wait(120)
+    status = dict(zip(table["signature"], table["status"]))
+    reasons = dict(zip(table["signature"], table["reason"]))
+    assert sorted(status.values()) == ["compiled", "compiled", "compiled", "skipped"], table
+    (skipped,) = [s for s, v in status.items() if v == "skipped"]
+    assert "`model.bias`: recorded f32[4], example f32[2]" in reasons[skipped]
+    first = int(jt.log()["seq"].max()) + 1
+    got = [np.asarray(fresh(m, jnp.ones((n, 3)), 2.0)) for m, n in cases[:3]]
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
+    assert _main_thread_traces(jt, first) == []  # served by what the workers compiled
+    assert jt.log(internal=False)["precompiled"].sum() == 3
+
+
+def test_nnx_jit_from_a_persisted_log_in_a_fresh_process(tmp_path):
+    """`nnx.jit` recorded once to a file; a fresh process precompiles the batch sizes from it: each
+    later call's compile is the workers' (marked `precompiled`), results equal."""
+    _script(
+        tmp_path,
+        "nnxprog.py",
+        """
+        import sys, warnings
+        import jax, jax.numpy as jnp
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from flax import nnx
+        import jaxtrace_nb as jt
+
+        model = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
+
+        @nnx.jit
+        def step(model, x):
+            return model(x).sum()
+
+        SIZES = (2, 3, 4)
+        if sys.argv[1] == "record":
+            jt.start(persist=sys.argv[2])
+            print([float(step(model, jnp.ones((n, 3)))) for n in SIZES])
+            jt.stop()
+        else:
+            jt.start()
+            table = jt.precompile(step, model, jnp.ones((2, 3)), log=sys.argv[2]).wait(240)
+            print(list(table["status"]))
+            print([float(step(model, jnp.ones((n, 3)))) for n in SIZES])
+            print(jt.log(internal=False)["precompiled"].tolist())
+        """,
+    )
+    script, log = tmp_path / "nnxprog.py", tmp_path / "nnx.jsonl"
+    cold = _python(script, "record", log)
+    assert cold.returncode == 0, cold.stderr
+    warm = _python(script, "warm", log)
+    assert warm.returncode == 0, warm.stderr
+    statuses, results, marked = warm.stdout.splitlines()
+    assert statuses == str(["compiled"] * 3)
+    assert results == cold.stdout.splitlines()[0]
+    assert marked == str([True] * 3)  # every compile the workers'; the calls' own: none
+
+
+def _nnx():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter(
+            "ignore", DeprecationWarning
+        )  # Flax 0.12.0 reads `jax.array_ref`, deprecated in JAX 0.8
+        from flax import nnx
+    return nnx
+
+
 def _make_flat(shape):
     def flat(x):
         return x.reshape(shape) * 2
@@ -141,7 +230,7 @@ def test_a_failed_rebuild_is_a_row_never_an_exception(jt):
 
 
 def test_only_jitted_functions(jt):
-    with pytest.raises(TypeError, match="jax.jit or eqx.filter_jit"):
+    with pytest.raises(TypeError, match="jax.jit, eqx.filter_jit or nnx.jit"):
         jt.precompile(_make_body(), jnp.ones(3), 2.0)
 
 

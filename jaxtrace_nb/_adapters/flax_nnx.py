@@ -33,6 +33,7 @@ from .._core._values import clip, summarize_static
 from .._core._vocabulary import Cause, JitKind, Origin, StrEnum
 from .._keys._calls import DecodedCall, SkeletonArg, TreeArg
 from .._keys._leaves import Placeholder, keystr
+from .._keys._rebuild import NOT_PLAIN
 from .._keys._signature import node_leaf
 from ._nnx_graph import (
     DEFAULT_METADATA,
@@ -148,6 +149,22 @@ class FlaxNnx(Library):
             # Python value, so neither an `nnx.Variable` nor `nnx.data` is accepted there
             return "static.nnx_library_attribute", {"owner": evidence.owner.rsplit(".", 1)[-1]}
         return "static.nnx_attribute", {}
+
+
+def is_nnx_jit_wrapper(obj: Any) -> bool:
+    """Whether `obj` is what ``nnx.jit`` returns (``JitWrapped``), told by its type."""
+    return is_type(obj, "JitWrapped", _COMPILATION)
+
+
+def variable_value(obj: Any) -> Any:
+    """The value an NNX ``Variable`` holds (the log names it by the Variable's own path), or
+    `NOT_PLAIN` for anything else."""
+    if not _is_variable(obj):
+        return NOT_PLAIN
+    try:
+        return obj.get_value() if hasattr(obj, "get_value") else obj.value
+    except Exception:
+        return NOT_PLAIN
 
 
 def _jit_fn(fun: Any) -> Any:

@@ -30,9 +30,10 @@ import time
 from typing import Any
 
 from .._adapters.equinox import is_filter_jit_wrapper
+from .._adapters.flax_nnx import is_nnx_jit_wrapper, variable_value
 from .._core._vocabulary import StrEnum
 from .._diagnosis._processes import _MORE_KEY, parse_signature_column, signature_column
-from .._keys._rebuild import Example, Jit, differences, not_rebuilt
+from .._keys._rebuild import Example, Jit, differences, not_rebuilt, staged_by_trace
 from .._recording._precompiling import mark_precompiling, noted_traces
 
 EXIT_WAIT_S = 30.0  # at exit: how long to wait for compiles under way (queued ones are dropped)
@@ -106,10 +107,13 @@ def _identity(fn) -> tuple[str, Any]:
     kind = type(fn)
     if is_filter_jit_wrapper(fn):
         return Jit.EQUINOX, fn.__wrapped__
+    if is_nnx_jit_wrapper(fn):
+        return Jit.NNX, fn.__wrapped__
     if callable(getattr(fn, "trace", None)) and callable(getattr(fn, "__wrapped__", None)):
         return Jit.JAX, fn.__wrapped__
     raise TypeError(
-        f"jt.precompile takes a function jitted with jax.jit or eqx.filter_jit, not {kind.__name__}"
+        "jt.precompile takes a function jitted with jax.jit, eqx.filter_jit or nnx.jit, not "
+        f"{kind.__name__}"
     )
 
 
@@ -324,7 +328,7 @@ class _Job:
 
     def _compile(self, row: Row, staged) -> None:
         start = time.perf_counter()
-        (staged.lower() if self.example.jit == Jit.JAX else staged).compile()
+        (staged.lower() if staged_by_trace(self.example.jit) else staged).compile()
         self.handle._set(row, Status.COMPILED, None, time.perf_counter() - start)
 
     def _take_own_staged(self):
@@ -358,7 +362,7 @@ class _Job:
         """(JAX's staged call, the full signature of its trace: None where JAX held it, or {}
         where the trace's arguments could not be read)."""
         noted_traces()
-        if self.example.jit == Jit.JAX:
+        if staged_by_trace(self.example.jit):
             staged = self.fn.trace(*args, **kwargs)
         else:
             staged = self.fn.lower(*args, **kwargs)
@@ -380,7 +384,7 @@ def precompile(fn, args: tuple, kwargs: dict, *, log=None, workers: int | None =
     from .._recording._session import get_session
 
     jit, function = _identity(fn)
-    example = Example.of(jit, function, args, kwargs)
+    example = Example.of(jit, function, args, kwargs, variable_value if jit == Jit.NNX else None)
     session = get_session()
     name, location = _where(function, session)
     rows = [Row(signature_column(s), leaves=s) for s in _recorded(log, session, name, location)]

@@ -14,7 +14,7 @@ import ast
 import dataclasses
 import inspect
 import re
-from typing import Any
+from typing import Any, Callable
 
 from .._core._values import summarize_static
 from ._leaves import aval_leaf, keystr
@@ -27,11 +27,19 @@ _NOT_PLAIN = object()
 
 
 class Jit:
-    """How a jit wrapper splits a call: every leaf is dynamic for `jax.jit` (its static
-    arguments are written as values in the log); only arrays for `eqx.filter_jit`."""
+    """How a jit wrapper splits a call: every leaf is dynamic for `jax.jit` and `nnx.jit` (their
+    static arguments are written as values in the log; `nnx.jit` hands JAX its graph nodes'
+    leaves); only arrays for `eqx.filter_jit`."""
 
     JAX = "jit"
     EQUINOX = "equinox"
+    NNX = "nnx"
+
+
+def staged_by_trace(jit: str) -> bool:
+    """Whether the wrapper stages a call with ``.trace`` (then ``.lower()``, ``.compile()``), as
+    `jax.jit` and `nnx.jit` do, with every leaf dynamic; `eqx.filter_jit` lowers directly."""
+    return jit in (Jit.JAX, Jit.NNX)
 
 
 def array_type(text: str) -> tuple[tuple[int, ...], str, bool] | None:
@@ -67,7 +75,7 @@ def is_plain(value: Any) -> bool:
 
 
 def _dynamic(jit: str, value: Any) -> bool:
-    if jit == Jit.JAX:
+    if staged_by_trace(jit):
         return True
     from equinox import is_array
 
@@ -81,18 +89,30 @@ class Example:
     jit: str
     bound: inspect.BoundArguments
     leaves: dict[str, Any]
+    held: frozenset = frozenset()  # paths of values held in a library's box: never rebuilt
 
     @classmethod
-    def of(cls, jit: str, function, args: tuple, kwargs: dict) -> Example:
+    def of(
+        cls, jit: str, function, args: tuple, kwargs: dict, box: Callable | None = None
+    ) -> Example:
+        """The example call; `box(leaf)` gives the value a library's box holds (an NNX
+        ``Variable``, which the log names by its own path), or `_NOT_PLAIN` for any other leaf."""
         import jax
 
         bound = inspect.signature(function).bind(*args, **kwargs)
         leaves: dict[str, Any] = {}
+        held = set()
+        is_box = (lambda x: box(x) is not _NOT_PLAIN) if box is not None else None
         for name, value in bound.arguments.items():
-            flat, _ = jax.tree_util.tree_flatten_with_path(value)
+            flat, _ = jax.tree_util.tree_flatten_with_path(value, is_leaf=is_box)
             for kp, leaf in flat:
-                leaves[name + keystr(kp)] = leaf
-        return cls(jit, bound, leaves)
+                path = name + keystr(kp)
+                inside = box(leaf) if box is not None else _NOT_PLAIN
+                if inside is not _NOT_PLAIN:
+                    leaf = inside
+                    held.add(path)
+                leaves[path] = leaf
+        return cls(jit, bound, leaves, frozenset(held))
 
     def text(self, path: str, like: str) -> str | None:
         """The example's own text at `path`, written as the recorded text `like` is (an array's
@@ -120,13 +140,13 @@ class Example:
 
         out: dict[str, Any] = {}
         for path, text in recorded.items():
-            if path not in self.leaves:
+            if path not in self.leaves or path in self.held:
                 continue
             value = self.leaves[path]
             found = array_type(text)
             if found is not None and _dynamic(self.jit, value):
                 shape, dtype, weak = found
-                if self.jit == Jit.JAX:
+                if staged_by_trace(self.jit):
                     out[path] = jax.ShapeDtypeStruct(shape, np.dtype(dtype), weak_type=weak)
                 elif not weak:  # a NumPy array is never weak-typed: not rebuilt, compared
                     out[path] = np.broadcast_to(np.zeros((), dtype=np.dtype(dtype)), shape)
