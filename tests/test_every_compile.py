@@ -14,11 +14,18 @@ import sys
 import textwrap
 
 _PROGRAM = textwrap.dedent("""
-    import json
+    import json, os
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     import jaxtrace_nb as jt
 
+    if os.environ.get("JT_TEST_CACHE"):  # JAX's persistent cache, in a directory of the test's
+        jax.config.update("jax_compilation_cache_dir", os.environ["JT_TEST_CACHE"])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    hits = []  # JAX's verdict on each persistent cache lookup
+    jax.monitoring.register_event_listener(
+        lambda e, **k: hits.append(e.rsplit("_", 1)[-1]) if e.startswith(
+            "/jax/compilation_cache/cache_") else None)
     compiles = []  # JAX's verdict: (its name of the function, seconds) of each XLA compile
     jax.monitoring.register_event_duration_secs_listener(
         lambda e, s, fun_name=None, **k: compiles.append((fun_name, s))
@@ -39,21 +46,25 @@ _PROGRAM = textwrap.dedent("""
     f(jax.device_put(x, NamedSharding(forward, P("a"))))
     f(jax.device_put(x, NamedSharding(backward, P("a"))))  # the same devices, the other order
     df = jt.log(internal=False)
-    rows = df[["kind", "trace_number", "cause", "before", "after", "explanation", "compile_s"]]
+    rows = df[["kind", "trace_number", "cause", "before", "after", "explanation", "compile_s",
+               "cache_hit"]]
     print(json.dumps({
         "jax": [s for name, s in compiles if name == "jit(double)"],
+        "hits": hits,
         "rows": rows.astype(object).where(rows.notna(), None).values.tolist(),
         "faults": jt.faults(),
     }))
 """)
 
 
-def _run() -> dict:
+def _run(cache=None) -> dict:
     env = {
         **os.environ,
         "JAX_PLATFORMS": "cpu",
         "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
     }
+    if cache is not None:
+        env["JT_TEST_CACHE"] = str(cache)
     done = subprocess.run(
         [sys.executable, "-c", _PROGRAM], capture_output=True, text=True, timeout=300, env=env
     )
@@ -84,6 +95,18 @@ def test_every_compile_of_a_module_lowered_before_is_a_row_with_jaxs_seconds():
     assert "without a new trace or lowering" in rows[1][5] and "other devices" in rows[1][5]
     assert (rows[5][3], rows[5][4]) == ("cpu:0, cpu:1", "cpu:1, cpu:0")
     assert "the same devices in another order" in rows[5][5]
+
+
+def test_such_a_compile_says_whether_jaxs_persistent_cache_served_it(tmp_path):
+    """With JAX's persistent cache on, a compile with no lowering of its own says whether the cache
+    served it, as a lowering's compile does: JAX's lookups miss in a first process and hit in a
+    second one, and each row says so."""
+    first, second = _run(tmp_path), _run(tmp_path)
+    for run, hit in ((first, False), (second, True)):
+        assert run["faults"] == {}
+        assert [r[7] for r in run["rows"]] == [hit] * 6
+        outcomes = [h for h in run["hits"] if h in ("hits", "misses")]
+        assert outcomes == (["hits"] if hit else ["misses"]) * 6  # JAX's verdict
 
 
 def test_a_placement_change_of_a_program_lowered_many_compiles_ago_is_named(jt):

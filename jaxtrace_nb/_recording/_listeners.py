@@ -42,6 +42,7 @@ class _Thread(threading.local):
             None  # the persistent cache's key of it, from its lookup (`KeyReader.begin`)
         )
         self.compile_handle = None  # the last compile's handle, once it ended
+        self.cache_hit = None  # the persistent cache's outcome of a compile with no handle yet
 
 
 class Listeners:
@@ -122,9 +123,12 @@ class Listeners:
                 if stage is not None and stage.raised:
                     stage = None
                 compiled = self._compile_record(stage, fun_name)
+                hit, tls.cache_hit = tls.cache_hit, None
                 if compiled is not None:
                     if handle is None:  # a module lowered before, compiled for other devices
                         handle = self._sink.on_compile_only(compiled)
+                        if handle is not None and hit is not None:
+                            self._sink.on_cache(handle, hit)
                     else:
                         self._sink.on_compiled_for(handle, compiled)
                 tls.compile_handle = handle
@@ -210,6 +214,8 @@ class Listeners:
             handle = tls.compiling
             if handle is not None:
                 self._sink.on_cache(handle, event == jaxi.CACHE_HIT_EVENT)
+            else:  # a compile with no lowering of its own: its handle comes at its end
+                tls.cache_hit = event == jaxi.CACHE_HIT_EVENT
         except Exception as e:
             self._sink.fault("timing", e)
 
