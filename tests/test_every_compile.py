@@ -132,3 +132,90 @@ def test_a_placement_change_of_a_program_lowered_many_compiles_ago_is_named(jt):
     assert (last["kind"], last["cause"], last["leaf"]) == ("compile", "sharding", "x")
     assert (last["before"], last["after"]) == ("uncommitted", "committed to cpu:0")
     assert "derived" not in last["explanation"]
+
+
+_CHILD = textwrap.dedent("""
+    import json, sys
+    import jax, jax.numpy as jnp, numpy as np
+    import jaxtrace_nb as jt
+
+    compiles = []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda e, s, fun_name=None, **k: compiles.append(fun_name)
+        if e == "/jax/core/compile/backend_compile_duration" else None)
+    jt.start()
+
+    def double(x):
+        return x * 2 + 1
+
+    def other(x):
+        return x - 3
+
+    f = jax.jit(double)
+    d = jax.devices()
+    case = sys.argv[1]
+    if case == "modules":  # two modules: the f32[8] one compiled for cpu:1 only at the end
+        f(jax.device_put(np.ones(8, np.float32), d[0]))
+        f(jax.device_put(np.ones(4, np.float32), d[1]))
+        f(jax.device_put(np.ones(8, np.float32), d[1]))
+    elif case == "options":  # one module, compiled again with other XLA options
+        f.lower(jnp.ones(8)).compile()
+        f.lower(jnp.ones(8)).compile(compiler_options={"xla_embed_ir_in_executable": True})
+    elif case == "stale":  # a lowering never compiled between two compiles of another module
+        f(jax.device_put(np.ones(8, np.float32), d[0]))
+        jax.jit(other).lower(np.ones(3, np.float32)).as_text()
+        f(jax.device_put(np.ones(8, np.float32), d[1]))
+    df = jt.log(internal=False)
+    rows = df[["function", "kind", "cause", "before", "after", "explanation", "compile_s"]]
+    print(json.dumps({
+        "jax": sum(1 for c in compiles if c == "jit(double)"),
+        "rows": rows.astype(object).where(rows.notna(), None).values.tolist(),
+        "faults": jt.faults(),
+    }))
+""")
+
+
+def _child(case: str) -> dict:
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, case], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_devices_are_compared_with_the_same_modules_compiles():
+    """The f32[8] module compiled for cpu:0, then (after another module for cpu:1) for cpu:1: a
+    placement change of that module, cpu:0 → cpu:1, never "compiled for before"."""
+    out = _child("modules")
+    assert out["faults"] == {} and out["jax"] == 3
+    last = out["rows"][-1]
+    assert (last[1], last[2], last[3], last[4]) == ("compile", "sharding", "cpu:0", "cpu:1")
+
+
+def test_a_compile_with_other_xla_options_is_not_unknown():
+    """The same module and devices compiled with other XLA options: JAX's compile key differs in
+    its options, and the row says so (no `unknown`, which claims an identical key)."""
+    out = _child("options")
+    assert out["faults"] == {} and out["jax"] == 2
+    last = out["rows"][-1]
+    assert last[1] == "compile" and last[2] is None
+    assert "other XLA compiler options (xla_embed_ir_in_executable)" in last[5]
+
+
+def test_a_lowering_never_compiled_takes_no_other_compile():
+    """`jax.jit(other).lower(...)` alone, then a compile of `double`'s module for another device:
+    the compile is `double`'s row, with its seconds; `other` has no compile seconds."""
+    out = _child("stale")
+    assert out["faults"] == {} and out["jax"] == 2
+    rows = out["rows"]
+    (other,) = [r for r in rows if r[0] == "other"]
+    assert other[6] is None
+    assert [(r[0], r[1], r[2]) for r in rows if r[0] == "double"] == [
+        ("double", "trace", "first"),
+        ("double", "compile", "sharding"),
+    ]

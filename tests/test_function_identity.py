@@ -102,3 +102,70 @@ def test_a_function_is_the_one_jax_takes_it_for(jt, kind, name):
     else:
         assert rows["cause"].tolist()[0] == "new_function", rows["explanation"].tolist()
     assert jt.faults() == {}
+
+
+@pytest.mark.allows_unknown
+def test_once_the_first_of_equal_objects_is_gone_the_next_one_heads_them(jt):
+    """Three `==` callables: the first dies; JAX keys the second's trace on the second, and takes
+    the third for it (its same-shape call does not trace). The third's new shape reads `shape`."""
+    import gc
+
+    c1, c2 = EqualCallable(1), EqualCallable(2)
+    f1, f2 = jax.jit(c1), jax.jit(c2)
+    f1(jnp.ones(2))
+    f2(jnp.ones(3))
+    del f1, c1
+    gc.collect()
+    f2(jnp.ones(2))  # the key kept under the first object went with it: traced again
+    c3 = EqualCallable(3)
+    f3 = jax.jit(c3)
+    f3(jnp.ones(2))
+    assert c3.traces == 0  # JAX's verdict: the second's key serves the third
+    f3(jnp.ones(5))
+    rows = jt.log(internal=False)
+    assert rows["cause"].tolist()[-1] == "shape", rows["explanation"].tolist()
+    assert "was emptied" not in rows["explanation"].tolist()[-2]  # (no `f.clear_cache()` claimed)
+    assert jt.faults() == {}
+
+
+@pytest.mark.allows_unknown
+def test_an_equal_object_is_not_read_as_a_cleared_cache(jt):
+    """Once JAX's list of held functions is read (after any `f.clear_cache()`), a bound method taken
+    again is held too, as JAX's lookup finds it: its new shape is a `shape` retrace."""
+    g = jax.jit(lambda x: x + 1)
+    g(jnp.ones(1))
+    g.clear_cache()
+    g(jnp.ones(1))
+    m = Stepper()
+    f1, f2 = jax.jit(m.step), jax.jit(m.step)
+    f1(jnp.ones(2))
+    f2(jnp.ones(2))
+    assert m.traces == 1  # JAX's verdict
+    f2(jnp.ones(3))
+    last = jt.log(internal=False).iloc[-1]
+    assert (last["cause"], last["leaf"]) == ("shape", "x"), last["explanation"]
+    assert "clear_cache" not in last["explanation"]
+    assert jt.faults() == {}
+
+
+class RefusesComparison:
+    """Compared only to itself: ``==`` with another instance raises. JAX never compares two of
+    them (their hashes differ), so neither may we."""
+
+    def __call__(self, x):
+        return x + 1
+
+    def __eq__(self, other):
+        if self is other:
+            return True
+        raise TypeError("not comparable")
+
+    __hash__ = object.__hash__
+
+
+def test_functions_are_compared_hash_first_as_jax_does(jt):
+    jax.jit(RefusesComparison())(jnp.ones(2))
+    jax.jit(RefusesComparison())(jnp.ones(3))
+    rows = jt.log(internal=False)
+    assert rows[rows["kind"] == "trace"]["cause"].tolist() == ["first", "new_function"]
+    assert jt.faults() == {}

@@ -303,7 +303,7 @@ class Witness:
         if type(held) is weakref.ReferenceType:
             return held() is None
         if held is _MISSING:
-            return self.ref is None or self.ref() is None
+            return self.ref is not None and self.ref() is None
         return False
 
     def plain(self) -> tuple[bool, Any]:

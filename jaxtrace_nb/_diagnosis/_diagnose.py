@@ -651,21 +651,12 @@ def _other_program(new: Signature, previous: Sequence[Signature], traced: bool) 
     )
 
 
-def diagnose_devices(previous: Sequence[tuple], devices: tuple) -> Diagnosis:
+def diagnose_devices(previous: Sequence[tuple], devices: tuple, options: tuple = ()) -> Diagnosis:
     """Explain a compile with no lowering of its own: JAX compiled a module it lowered before for
-    `devices` (JAX's compile cache keys on the module and the devices, in order), from the devices
-    of the function's earlier compiles (`previous`, oldest first)."""
+    `devices` with XLA compiler `options` (its compile cache keys on the module, the devices in
+    order and the options, among others), from that module's earlier compiles (`previous`:
+    (devices, options) pairs, oldest first; none where it was lowered before recording)."""
     after = _devices_text(devices)
-    if devices in previous:
-        return Diagnosis(
-            cause=Cause.UNKNOWN,
-            leaf=None,
-            before=None,
-            after=after,
-            explanation="Compiled again, without a new trace or lowering, a module for devices it "
-            f"was compiled for before ({after}): JAX's compile cache no longer held it.",
-            hint="",
-        )
     if not previous:
         return Diagnosis(
             cause=None,
@@ -676,9 +667,36 @@ def diagnose_devices(previous: Sequence[tuple], devices: tuple) -> Diagnosis:
             f"(no compile of it was recorded), for devices {after}.",
             hint="",
         )
-    last = previous[-1]
-    before = _devices_text(last)
-    reordered = sorted(last) == sorted(devices)
+    if (devices, options) in previous:
+        return Diagnosis(
+            cause=Cause.UNKNOWN,
+            leaf=None,
+            before=None,
+            after=after,
+            explanation="Compiled again, without a new trace or lowering, a module for the devices "
+            f"and compiler options it was compiled for before ({after}): JAX's compile cache no "
+            "longer held it.",
+            hint="",
+        )
+    same_devices = [o for d, o in previous if d == devices]
+    if same_devices:
+        changed = sorted(
+            {name for name, _ in options} ^ {name for name, _ in same_devices[-1]}
+            | {n for n, v in options if (n, v) not in same_devices[-1]}
+        )
+        return Diagnosis(
+            cause=None,
+            leaf=None,
+            before=None,
+            after=after,
+            explanation="Compiled again, without a new trace or lowering, the module for the same "
+            "devices with other XLA compiler options"
+            + (f" ({clip(', '.join(changed), 120)})" if changed else "")
+            + ": the options are part of the compile's key.",
+            hint="",
+        )
+    before = _devices_text(previous[-1][0])
+    reordered = sorted(previous[-1][0]) == sorted(devices)
     return Diagnosis(
         cause=Cause.SHARDING,
         leaf=None,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import sys
+import weakref
 from typing import Any, Callable, NamedTuple, Sequence
 
 from ._layouts import TraceLayout, detect_layout
@@ -67,7 +68,7 @@ class Internals(NamedTuple):
     # JAX's tracing cache's ``cache_info()`` (its ``.misses``, reset by clear_caches), or None
     trace_cache_info: Callable[[], Any] | None
     # The ids of the function objects JAX's tracing cache holds a key of, or None
-    trace_cache_holders: Callable[[], set[int]] | None = None
+    trace_cache_holders: Callable[[], Holders] | None = None
 
 
 def _reduced(reason: str, version: str = "?") -> Internals:
@@ -148,7 +149,7 @@ def _cache_info() -> Callable[[], Any] | None:
     return cache_info if callable(cache_info) else None
 
 
-def _cache_holders() -> Callable[[], set[int]] | None:
+def _cache_holders() -> Callable[[], Holders] | None:
     """JAX 0.9+: ``trace_to_jaxpr`` is a ``WeakrefLRUCache`` keyed first by a weak reference to the
     traced function; `f.clear_cache()` (``jit_evict_fn``: ``trace_to_jaxpr.evict_weakref(f)``)
     drops that function's keys and moves no counter, so only its keys tell (checked on 0.10.2)."""
@@ -158,18 +159,47 @@ def _cache_holders() -> Callable[[], set[int]] | None:
     if not callable(keys):
         return None
 
-    def holders() -> set[int]:
-        held = set()
+    def holders() -> Holders:
+        held = Holders()
         for key in keys():
             try:
-                target = key[0]()  # (the weak reference to the function)
+                ref = key[0]  # (JAX's weak reference to the function: its hash kept in it)
+                target = ref()
+                if target is not None:
+                    held.ids.add(id(target))
+                    held.refs.add(ref)
             except Exception:
                 continue
-            if target is not None:
-                held.add(id(target))
         return held
 
     return holders
+
+
+class Holders:
+    """The function objects JAX's tracing cache holds keys of, as its lookup finds them: by their
+    weak references, whose ``==`` compares the live objects (hash first), so that an object ``==``
+    to one it holds (``obj.step`` taken again) is held too."""
+
+    __slots__ = ("ids", "refs")
+
+    def __init__(self):
+        self.ids: set[int] = set()  # the objects themselves
+        self.refs: set = set()  # their weak references, compared as JAX's lookup compares them
+
+    def holds(self, fun: Any) -> bool:
+        if id(fun) in self.ids:
+            return True
+        try:
+            return weakref.ref(fun) in self.refs
+        except Exception:  # (no weak reference, no hash, or an ``==`` that raises: not held)
+            return False
+
+    def add(self, fun: Any) -> None:
+        self.ids.add(id(fun))
+        try:
+            self.refs.add(weakref.ref(fun))
+        except Exception:
+            pass
 
 
 def trace_end_locals(layout: TraceLayout, walk: bool = False) -> dict | None:
@@ -477,6 +507,9 @@ class CompileInputs(NamedTuple):
 
     program: Any
     devices: tuple  # ("cpu:0", ...): each device's platform and id
+    options: (
+        tuple  # the XLA compiler options given (``compiler_options_kvs``): ((name, value), ...)
+    )
 
 
 def compile_inputs(local: dict | None) -> CompileInputs | None:
@@ -489,7 +522,11 @@ def compile_inputs(local: dict | None) -> CompileInputs | None:
     devices = tuple(
         f"{getattr(d, 'platform', '?')}:{getattr(d, 'id', '?')}" for d in list(assignment)
     )
-    return CompileInputs(program, devices)
+    options = tuple(
+        (str(k), v if type(v) in (str, int, float, bool) else repr(v))
+        for k, v in (local.get("compiler_options_kvs") or ())
+    )
+    return CompileInputs(program, devices, options)
 
 
 class LoweringInputs(NamedTuple):

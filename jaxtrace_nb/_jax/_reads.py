@@ -145,7 +145,7 @@ READS: tuple[Read, ...] = (
         ReadKind.FRAME,
         "_internals.compile_inputs",
         _ALL,
-        ("computation", "da", "xla_executable"),
+        ("computation", "da", "compiler_options_kvs", "xla_executable"),
     ),
     Read(_PXLA, "lower_sharding_computation", ReadKind.FRAME, "_internals.LOWERING_FRAMES", _ALL),
     Read(

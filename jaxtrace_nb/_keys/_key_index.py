@@ -33,6 +33,7 @@ from ._signature import (
     call_changes,
     context_changes,
     diff_leaves,
+    same_function,
     search,
 )
 
@@ -244,7 +245,7 @@ def _layout_bound(new: Signature, own: _Layout, other: _Layout) -> int:
     )
     if own.call != other.call:
         n += len(call_changes(new, Signature((), (), {}, call=other.call)))
-    return n + (own.function != other.function and new.function_path is None)
+    return n + (new.function_path is None and not same_function(own.function, other.function))
 
 
 class _Query:

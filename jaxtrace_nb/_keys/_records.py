@@ -110,6 +110,7 @@ class CompileRecord(NamedTuple):
     module_ref: weakref.ref | None  # the lowered module compiled (the lowering's reference to it)
     devices: tuple  # ("cpu:0", ...), in JAX's order
     thread: int
+    options: tuple = ()  # the XLA compiler options given: ((name, value), ...)
 
 
 class XlaCost(NamedTuple):

@@ -209,6 +209,20 @@ def function_token(fun: Any, compared: bool) -> tuple:
     return ("id", id(fun))
 
 
+def same_function(a: tuple, b: tuple) -> bool:
+    """Whether two `function_token`s are one function to JAX's lookup: the same token, or weak
+    references whose objects hash alike and are ``==`` (hash first, as JAX's dict lookup: an
+    ``__eq__`` JAX never calls is never called here); an ``==`` that raises: two functions."""
+    if a is b or a[1] is b[1]:
+        return True
+    if a[0] != "fun" or b[0] != "fun":
+        return a == b
+    try:
+        return hash(a[1]) == hash(b[1]) and a[1] == b[1]
+    except Exception:
+        return False
+
+
 def compared_by_equality(signature: Any) -> bool:
     """Whether JAX's cache compares the traced function object with ``==`` (`function_token`; a
     `Signature` or a `DeferredSignature`)."""
@@ -365,7 +379,11 @@ def _score(new: Signature, old: Signature, limit: int) -> tuple[int, tuple[int, 
         else len(context_changes(new, old))
     )
     tree = 0 if new.call == old.call else len(call_changes(new, old))
-    n = context + tree + (new.function_token != old.function_token and new.function_path is None)
+    n = (
+        context
+        + tree
+        + (new.function_path is None and not same_function(new.function_token, old.function_token))
+    )
     if n > limit:
         return n, _FAR
     types = 0

@@ -58,7 +58,7 @@ from .._keys._walker import Walker
 
 # the kinds whose user function JAX's cache compares itself, with ``==`` (`function_token`)
 _COMPARED = frozenset({JitKind.JIT, JitKind.EQUINOX})
-_MAX_KEPT = 4096
+_MAX_KEPT = 4096  # functions whose identity and last plain call are kept
 
 
 def weak(obj: Any) -> weakref.ref | None:
@@ -68,7 +68,7 @@ def weak(obj: Any) -> weakref.ref | None:
     try:
         return weakref.ref(obj)
     except TypeError:
-        return None  # functions whose identity and last plain call are kept
+        return None
 
 
 class KnownFunction(NamedTuple):
@@ -507,7 +507,7 @@ class Decoder(CallSites):
         inputs = compile_inputs(local)
         if inputs is None:
             return None
-        return CompileRecord(jax_name, weak(inputs.program), inputs.devices, thread)
+        return CompileRecord(jax_name, weak(inputs.program), inputs.devices, thread, inputs.options)
 
     def _identity_from_debug(self, jax_name: str, src_info: str) -> FunctionIdentity:
         """A function known only from JAX's debug info (traced before recording started)."""

@@ -29,6 +29,7 @@ LEAF_BUDGET_PER_FUNCTION = 200_000  # leaves kept across a function's lowerings
 # the oldest keys of the function that holds the most (which then says it forgot some).
 MAX_KEPT_LEAVES = 1_000_000
 _MAX_REFS = 100_000  # live function objects remembered per function key
+_MAX_INTERNED = 4096  # devices-and-options tuples shared between compiles
 
 
 EVICTED = -1  # the generation of a key JAX dropped alone (`FunctionState.evict`)
@@ -75,9 +76,9 @@ class FunctionState:
         "kept_leaves",
         "forgotten",
         "lowerings",
-        "devices",
         "refs",
         "_equal",
+        "_grouped",
         "_refs_pruned",
         "location",
         "cell",
@@ -97,14 +98,14 @@ class FunctionState:
         self.lowerings: collections.deque[Signature] = collections.deque(
             maxlen=SIGNATURES_PER_FUNCTION
         )
-        # the devices of its last compiles, in JAX's order (each a tuple of "platform:id")
-        self.devices: collections.deque[tuple] = collections.deque(maxlen=SIGNATURES_PER_FUNCTION)
         self.refs: dict[
             int, weakref.ref
         ] = {}  # the function objects traced under this key, by id(ref)
         # the first live reference of each class of objects JAX's cache takes for one
         # (`jax_same_object`)
         self._equal: dict[weakref.ref, weakref.ref] = {}
+        # the objects traced while another (``==`` to them) headed their class, by id(ref)
+        self._grouped: dict[int, weakref.ref] = {}
         self._refs_pruned = 0
         self.location: str | None = None
         self.cell: int | None = None
@@ -142,23 +143,34 @@ class FunctionState:
 
     def add_ref(self, ref: weakref.ref, signature) -> None:
         refs = self.refs
-        if refs.get(id(ref)) is ref:
-            return
-        if len(refs) >= max(64, 2 * self._refs_pruned):  # (dead objects' references go, amortized)
-            live = {i: r for i, r in refs.items() if r() is not None}
-            if len(live) >= _MAX_REFS:
-                live = dict(list(live.items())[-_MAX_REFS // 2 :])
-            self.refs = refs = live
-            self._refs_pruned = len(live)
-            kept = set(map(id, live.values()))
-            self._equal = {r: c for r, c in self._equal.items() if id(c) in kept}
-        refs[id(ref)] = ref
+        if refs.get(id(ref)) is not ref:
+            if len(refs) >= max(64, 2 * self._refs_pruned):  # (dead objects' go, amortized)
+                live = {i: r for i, r in refs.items() if r() is not None}
+                if len(live) >= _MAX_REFS:
+                    live = dict(list(live.items())[-_MAX_REFS // 2 :])
+                self.refs = refs = live
+                self._refs_pruned = len(live)
+                kept = set(map(id, live.values()))
+                try:  # (the keys are those references: their hashes kept, no ``==`` between them)
+                    self._equal = {r: c for r, c in self._equal.items() if id(c) in kept}
+                except Exception:
+                    self._equal = {}
+                self._grouped = {i: r for i, r in self._grouped.items() if i in live}
+            refs[id(ref)] = ref
         if signature is None or not compared_by_equality(signature):
             return
         try:
-            self._equal.setdefault(ref, ref)  # (kept as its own class unless one already takes it)
+            # kept as its own class unless a live one takes it; asked at every trace, as JAX's
+            # lookup is: once the object heading its class is gone, the next one traced heads it
+            if self._equal.setdefault(ref, ref) is not ref:
+                self._grouped[id(ref)] = ref
         except Exception:
             pass
+
+    def kept_under_another(self, ref: weakref.ref | None) -> bool:
+        """Whether the object of `ref` was traced while another one, ``==`` to it, headed its class
+        (JAX kept its keys under that one: gone, it took them along)."""
+        return ref is not None and self._grouped.get(id(ref)) is ref
 
     def evict(self, ref: weakref.ref) -> None:
         """JAX's cache holds no key of the function object of `ref` any more (`f.clear_cache()`):
@@ -226,31 +238,53 @@ class FunctionState:
 
 class LoweredModules:
     """The modules JAX lowered (weakly: JAX's compile cache holds them while it may compile them
-    again) and the function each is of, to name a compile of one with no lowering of its own."""
+    again), the function each is of, and what each was compiled for (its devices and XLA options,
+    each kept once), to name a compile of one with no lowering of its own."""
 
-    __slots__ = ("_keys", "_pruned")
+    __slots__ = ("_modules", "_pruned", "_interned")
 
     def __init__(self):
-        self._keys: dict[int, tuple[weakref.ref, str]] = {}  # id(ref) -> (ref, function key)
+        # id(ref) -> [ref, function key, [(devices, options), ...] of its compiles]
+        self._modules: dict[int, list] = {}
         self._pruned = 0
+        self._interned: dict[tuple, tuple] = {}  # one tuple per devices-and-options seen
 
     def lowered(self, ref: weakref.ref, key: str) -> None:
-        keys = self._keys
-        if len(keys) >= max(256, 2 * self._pruned):  # (dead modules go, amortized)
-            live = {i: v for i, v in keys.items() if v[0]() is not None}
+        modules = self._modules
+        if len(modules) >= max(256, 2 * self._pruned):  # (dead modules go, amortized)
+            live = {i: v for i, v in modules.items() if v[0]() is not None}
             if len(live) >= _MAX_REFS:
                 live = dict(list(live.items())[-_MAX_REFS // 2 :])
-            self._keys = keys = live
+            self._modules = modules = live
             self._pruned = len(live)
-        keys[id(ref)] = (ref, key)
+            if len(self._interned) > _MAX_INTERNED:
+                self._interned = {}
+        found = modules.get(id(ref))
+        if found is None or found[0] is not ref:
+            modules[id(ref)] = [ref, key, []]
+
+    def _entry(self, ref: weakref.ref | None) -> list | None:
+        found = self._modules.get(id(ref)) if ref is not None else None
+        return found if found is not None and found[0] is ref else None
 
     def key_of(self, ref: weakref.ref | None) -> str | None:
         """The function whose lowering made the module of `ref` (one weak reference per live
         module: the same reference), or None."""
-        if ref is None:
-            return None
-        found = self._keys.get(id(ref))
-        return found[1] if found is not None and found[0] is ref else None
+        found = self._entry(ref)
+        return found[1] if found is not None else None
+
+    def compiled(self, ref: weakref.ref | None, devices: tuple, options: tuple) -> list:
+        """What the module of `ref` was compiled for before, oldest first; this compile is added
+        (at most `SIGNATURES_PER_FUNCTION` kept). [] for a module not lowered while recording."""
+        found = self._entry(ref)
+        if found is None:
+            return []
+        before = list(found[2])
+        what = (devices, options)
+        what = self._interned.setdefault(what, what)
+        found[2].append(what)
+        del found[2][:-SIGNATURES_PER_FUNCTION]
+        return before
 
 
 class KeyBudget:

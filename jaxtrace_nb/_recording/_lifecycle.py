@@ -298,7 +298,10 @@ class Lifecycle:
             diagnosis = first_after_failures(state.failed if state is not None else 0)
         else:
             ref = state.jax_same_object(record.function_ref, record.signature)
-            if record.evicted and ref is not None:
+            # (no key of it held: emptied by `f.clear_cache()`, unless JAX kept them under an equal
+            # object that is gone, which took them along)
+            evicted = record.evicted and not state.kept_under_another(ref)
+            if evicted and ref is not None:
                 state.evict(ref)
             held = state.held(ref, record.cache_generation)
             dropped = held.dropped
@@ -312,7 +315,7 @@ class Lifecycle:
                 rerun=rerun,
                 cache_cleared=record.cache_generation != state.cache_generation,
                 forgotten=state.forgotten,
-                evicted=record.evicted,
+                evicted=evicted,
                 # (a hint's precondition: JAX's and libraries' helpers get no hint)
                 defaults=()
                 if record.identity.internal
@@ -468,9 +471,7 @@ class Lifecycle:
     def on_compiled_for(self, handle: Event, record: CompileRecord) -> None:
         try:
             with self.lock:
-                state = self.functions.get(handle.key)
-                if state is not None:
-                    state.devices.append(record.devices)
+                self._modules.compiled(record.module_ref, record.devices, record.options)
         except Exception as e:
             self.fault("diagnosis", e)
 
@@ -483,8 +484,8 @@ class Lifecycle:
                 if state is None or state.identity is None:
                     identity = _unknown_identity(record.jax_name, "")
                     state = self.state(identity.key, identity)
-                diagnosis = diagnose_devices(list(state.devices), record.devices)
-                state.devices.append(record.devices)
+                before = self._modules.compiled(record.module_ref, record.devices, record.options)
+                diagnosis = diagnose_devices(before, record.devices, record.options)
                 event = self._event(
                     state.identity, EventKind.COMPILE, diagnosis, state.traces, record.thread
                 )

@@ -43,6 +43,7 @@ class _Thread(threading.local):
         )
         self.compile_handle = None  # the last compile's handle, once it ended
         self.cache_hit = None  # the persistent cache's outcome of a compile with no handle yet
+        self.lowered = None  # the module the last lowering made, weakly
 
 
 class Listeners:
@@ -112,11 +113,12 @@ class Listeners:
             )
             handle = self._sink.on_lowering(trace, record)
             tls.compiling, tls.compiled = handle, trace
+            tls.lowered = getattr(record, "module_ref", None)
             if handle is not None:
                 self._sink.on_timing(handle, Stage.LOWER, duration)
         elif event == jaxi.COMPILE_EVENT:
-            handle, trace = tls.compiling, tls.compiled
-            tls.compiling = tls.compiled = None
+            handle, trace, lowered = tls.compiling, tls.compiled, tls.lowered
+            tls.compiling = tls.compiled = tls.lowered = None
             measurer = self._measurer
             try:
                 stage = jaxi.stage_frame(event) if self.full else None
@@ -124,6 +126,12 @@ class Listeners:
                     stage = None
                 compiled = self._compile_record(stage, fun_name)
                 hit, tls.cache_hit = tls.cache_hit, None
+                if (
+                    compiled is not None
+                    and lowered is not None
+                    and compiled.module_ref is not lowered
+                ):  # the last lowering was never compiled (`.lower()` alone): not this compile's
+                    handle = trace = None
                 if compiled is not None:
                     if handle is None:  # a module lowered before, compiled for other devices
                         handle = self._sink.on_compile_only(compiled)
@@ -150,7 +158,11 @@ class Listeners:
         name = _jit_inner_name(fun_name) if stage is not None else None
         if name is None:
             return None
-        return self.decoder.compile_record(stage.locals, name, threading.get_ident())
+        try:
+            return self.decoder.compile_record(stage.locals, name, threading.get_ident())
+        except Exception as e:  # (the compile's seconds are recorded all the same)
+            self._sink.fault("timing", e)
+            return None
 
     def _xla_cost(self, handle, compile_s: float, equations: int | None, stage) -> None:
         """XLA's FLOPs and bytes of the program just compiled, those whose reading is cheap

@@ -75,7 +75,7 @@ class Probe:
         self._last_misses: int | None = 0
         # Who JAX's tracing cache holds keys of: the ids read when its entries last went down
         # unexplained (`_evicted`), plus every function traced since; None until the first reading.
-        self._holders: set[int] | None = None
+        self._holders = None  # `_internals.Holders`
         self._gap_read: int | None = None  # the cache's misses less its entries at that reading
         self.internals = jaxi._reduced("not installed")
         self.decoder: Decoder | None = None
@@ -405,9 +405,9 @@ class Probe:
                 if self._gap_read is not None:
                     self._holders = holders = self.internals.trace_cache_holders()
                 self._gap_read = gap
-            evicted = holders is not None and id(fun) not in holders
+            evicted = holders is not None and not holders.holds(fun)
         if holders is not None:
-            holders.add(id(fun))
+            holders.add(fun)
         return evicted
 
     def _is_helper(self, frame, local: dict, debug_info) -> bool:
