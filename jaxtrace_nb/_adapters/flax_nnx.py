@@ -33,7 +33,6 @@ from .._core._values import clip, summarize_static
 from .._core._vocabulary import Cause, JitKind, Origin, StrEnum
 from .._keys._calls import DecodedCall, SkeletonArg, TreeArg
 from .._keys._leaves import Placeholder, keystr
-from .._keys._rebuild import NOT_PLAIN
 from .._keys._signature import node_leaf
 from ._nnx_graph import (
     DEFAULT_METADATA,
@@ -156,15 +155,15 @@ def is_nnx_jit_wrapper(obj: Any) -> bool:
     return is_type(obj, "JitWrapped", _COMPILATION)
 
 
-def variable_value(obj: Any) -> Any:
-    """The value an NNX ``Variable`` holds (the log names it by the Variable's own path), or
-    `NOT_PLAIN` for anything else."""
+def variable_value(obj: Any) -> tuple:
+    """``(value,)`` of an NNX ``Variable`` (the log names its value by the Variable's own path),
+    ``()`` for anything else."""
     if not _is_variable(obj):
-        return NOT_PLAIN
+        return ()
     try:
-        return obj.get_value() if hasattr(obj, "get_value") else obj.value
+        return (obj.get_value() if hasattr(obj, "get_value") else obj.value,)
     except Exception:
-        return NOT_PLAIN
+        return ()
 
 
 def _jit_fn(fun: Any) -> Any:

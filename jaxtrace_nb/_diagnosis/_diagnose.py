@@ -680,10 +680,8 @@ def diagnose_devices(previous: Sequence[tuple], devices: tuple, options: tuple =
         )
     same_devices = [o for d, o in previous if d == devices]
     if same_devices:
-        changed = sorted(
-            {name for name, _ in options} ^ {name for name, _ in same_devices[-1]}
-            | {n for n, v in options if (n, v) not in same_devices[-1]}
-        )
+        now, then = dict(options), dict(same_devices[-1])
+        changed = sorted(k for k in now.keys() | then.keys() if now.get(k) != then.get(k))
         return Diagnosis(
             cause=None,
             leaf=None,

@@ -67,7 +67,7 @@ class Internals(NamedTuple):
     is_top_level: Callable[[], bool]
     # JAX's tracing cache's ``cache_info()`` (its ``.misses``, reset by clear_caches), or None
     trace_cache_info: Callable[[], Any] | None
-    # The ids of the function objects JAX's tracing cache holds a key of, or None
+    # The function objects JAX's tracing cache holds a key of (`Holders`), or None
     trace_cache_holders: Callable[[], Holders] | None = None
 
 

@@ -125,7 +125,13 @@ def _digests(sig: Signature) -> list | None:
             # JAX's abstract values are equal only with equal shape, dtype and weak type
             digest = token[1:4] if len(token) >= 4 and token[0] == "array" else _UNPLACED
         elif kind == LeafKind.STATIC:
-            digest = ("w", witness.hash) if type(witness) is Witness else _UNPLACED
+            # (an object kept itself may be mutated between traces, its hash with it, and still be
+            # equal to itself: no digest stands for it)
+            digest = (
+                ("w", witness.hash)
+                if type(witness) is Witness and witness.object_ref is None
+                else _UNPLACED
+            )
         elif kind == LeafKind.NODE or witness is None:
             digest = token  # (a node's witness is equal only where its token is: its type, keys)
         else:

@@ -93,23 +93,23 @@ class Example:
 
     @classmethod
     def of(
-        cls, jit: str, function, args: tuple, kwargs: dict, box: Callable | None = None
+        cls, jit: str, function, args: tuple, kwargs: dict, unbox: Callable | None = None
     ) -> Example:
-        """The example call; `box(leaf)` gives the value a library's box holds (an NNX
-        ``Variable``, which the log names by its own path), or `_NOT_PLAIN` for any other leaf."""
+        """The example call; `unbox(leaf)` gives ``(value,)`` for a library's box (an NNX
+        ``Variable``, which the log names by its own path), ``()`` for any other leaf."""
         import jax
 
         bound = inspect.signature(function).bind(*args, **kwargs)
         leaves: dict[str, Any] = {}
         held = set()
-        is_box = (lambda x: box(x) is not _NOT_PLAIN) if box is not None else None
+        is_box = (lambda x: bool(unbox(x))) if unbox is not None else None
         for name, value in bound.arguments.items():
             flat, _ = jax.tree_util.tree_flatten_with_path(value, is_leaf=is_box)
             for kp, leaf in flat:
                 path = name + keystr(kp)
-                inside = box(leaf) if box is not None else _NOT_PLAIN
-                if inside is not _NOT_PLAIN:
-                    leaf = inside
+                inside = unbox(leaf) if unbox is not None else ()
+                if inside:
+                    (leaf,) = inside
                     held.add(path)
                 leaves[path] = leaf
         return cls(jit, bound, leaves, frozenset(held))
