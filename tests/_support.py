@@ -1,6 +1,7 @@
 """Helpers shared by the test modules (test modules never import each other).
 
 * `rows`: the recorded non-internal traces as (function, cause, leaf, before, after).
+* `step_rows`, `describe`: a watch's rows of the function named ``step``, and rows in one line.
 * The differential harness: run a program with and without recording and compare what it
   did (`Run`, `run_program`, `without_and_with_recording`).
 * `explained_misses`: JAX's own cache-miss explanations tied to the recorded traces.
@@ -45,6 +46,22 @@ def rows(jt, function=None):
 
 
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+
+
+def step_rows(watch):
+    """The recorded rows of the function named ``step`` in `watch`, JAX's own helpers left out."""
+    df = watch.events
+    df = df[~df["internal"].astype(bool)]
+    return df[df["function"].str.rsplit(".", n=1).str[-1] == "step"]
+
+
+def describe(rows) -> str:
+    """Rows of a log, one line: what each is and what it told."""
+    return "; ".join(
+        f"{r.kind} #{r.trace_number} cause={r.cause} leaf={r.leaf} {r.before} → {r.after} "
+        f"hint_ids={r.hint_ids} ({r.explanation})"
+        for r in rows.itertuples()
+    )
 
 
 def _bits(x) -> tuple:

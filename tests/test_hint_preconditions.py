@@ -373,3 +373,39 @@ def test_loop_hint_only_for_the_users_loop(jt, build, users):
     assert len(looped), "no unrolled loop found: the program shows nothing"
     for _, row in looped.iterrows():
         assert ("unrolled_loop" in _ids(row)) == users, (row["loop_line"], row["hint_ids"])
+
+
+def test_loop_after_equations_that_repeat_its_tail_is_the_users(jt):
+    """A run of repeated primitives can begin before the loop: ``x * s + n`` ends in the multiply
+    and add the loop's body ends in. The loop is still named at its body's line, and advised."""
+
+    def body(i, rows):
+        return jnp.sin(rows) * 0.9 + 0.01 * i
+
+    @jax.jit
+    def step(x, s, n):
+        rows = x * s + n
+        for i in range(40):
+            rows = body(i, rows)
+        return rows
+
+    with jt.watch() as watch:
+        step(jnp.ones(3), 2.0, 1.0)
+    (row,) = watch.events[watch.events["function"].str.endswith("step")].itertuples()
+    assert row.loop_line == f"{__file__}:{body.__code__.co_firstlineno + 1}", row.loop_line
+    assert "unrolled_loop" in _ids(row._asdict()), row.hint_ids
+
+
+def test_kind_change_of_a_value_no_array_can_be_is_explained(jt):
+    """A static string replaced by an array: `jnp.asarray` of the string is no array JAX
+    accepts, so no conversion is told."""
+
+    @eqx.filter_jit
+    def step(x, mode):
+        return x * 2 if isinstance(mode, str) else x * mode
+
+    with jt.watch() as watch:
+        step(jnp.ones(3), "train")
+        step(jnp.ones(3), jnp.asarray(1.0))
+    row = watch.events[watch.events["function"].str.endswith("step")].iloc[-1]
+    assert (row["cause"], row["hint_ids"]) == ("static", None), (row["cause"], row["hint_ids"])

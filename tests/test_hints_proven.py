@@ -45,6 +45,8 @@ with warnings.catch_warnings():
     )  # Flax 0.12.0 reads `jax.array_ref`, deprecated in JAX 0.8
     from flax import nnx
 
+from _support import describe, step_rows
+
 from jaxtrace_nb._diagnosis._hints import HINTS
 
 PROOFS: dict[str, Callable] = {}
@@ -59,34 +61,19 @@ def _proves(hint_id: str):
 
 
 # ------------------------------------------------------------------ helpers
-def _step_rows(watch):
-    """The recorded rows of the function named ``step`` in `watch`, JAX's own helpers left out."""
-    df = watch.events
-    df = df[~df["internal"].astype(bool)]
-    return df[df["function"].str.rsplit(".", n=1).str[-1] == "step"]
-
-
-def _describe(rows) -> str:
-    return "; ".join(
-        f"{r.kind} #{r.trace_number} cause={r.cause} leaf={r.leaf} {r.before} → {r.after} "
-        f"hint_ids={r.hint_ids} ({r.explanation})"
-        for r in rows.itertuples()
-    )
-
-
 def _shows(jt, hint_id: str, cause: str, run: Callable):
     """Run the program as written: the event after `step`'s first trace has `cause` and gives
     `hint_id` (for cause ``first``, the first trace itself). Returns (outputs, that event)."""
     with jt.watch() as watch:
         outputs = run()
-    rows = _step_rows(watch)
+    rows = step_rows(watch)
     at = 0 if cause == "first" else 1
-    assert len(rows) > at, f"{hint_id}: `step` has no event to hint at: {_describe(rows)}"
+    assert len(rows) > at, f"{hint_id}: `step` has no event to hint at: {describe(rows)}"
     event = rows.iloc[at]
     hint_ids = (event["hint_ids"] or "").split(",")
     assert (event["cause"], hint_id in hint_ids) == (cause, True), (
         f"{hint_id}: expected cause {cause!r} with hint {hint_id!r}, got: "
-        f"{_describe(rows.iloc[at : at + 1])}"
+        f"{describe(rows.iloc[at : at + 1])}"
     )
     return outputs, event
 
@@ -96,10 +83,8 @@ def _once(jt, run: Callable):
     trace)."""
     with jt.watch() as watch:
         outputs = run()
-    rows = _step_rows(watch)
-    assert rows["kind"].tolist() == ["trace"], (
-        f"the fixed program still retraces: {_describe(rows)}"
-    )
+    rows = step_rows(watch)
+    assert rows["kind"].tolist() == ["trace"], f"the fixed program still retraces: {describe(rows)}"
     return outputs, rows.iloc[0]
 
 
@@ -841,6 +826,50 @@ def _sharding_mesh(jt):
         jax.sharding.Mesh(np.array([device]), ("batch",)), jax.sharding.PartitionSpec("batch")
     )
     _placement_proof(jt, "sharding.mesh", sharded)
+
+
+def _nnx_placement_proof(jt, hint_id: str, placement, state_placement) -> None:
+    """An `nnx.jit` writes its outputs back into the module: the input placed alone leaves the
+    module's Variables placed after the call, and the next call compiles again; placed with the
+    module's state before the first call, it does not."""
+
+    def program(inputs, place_module: bool):
+        model = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
+        if place_module:
+            nnx.update(model, jax.device_put(nnx.state(model), state_placement))
+
+        @nnx.jit
+        def step(model, x):
+            return model(x)
+
+        return [step(model, x) for x in inputs]
+
+    x = X.reshape(1, 3)
+    original, _ = _shows(
+        jt, hint_id, "sharding", lambda: program([x, jax.device_put(2 * x, placement)], False)
+    )
+    fixed, _ = _once(
+        jt,
+        lambda: program([jax.device_put(x, placement), jax.device_put(2 * x, placement)], True),
+    )
+    _assert_same(original, fixed)
+
+
+@_proves("sharding.nnx")
+def _sharding_nnx(jt):
+    device = jax.devices()[0]
+    _nnx_placement_proof(jt, "sharding.nnx", device, device)
+
+
+@_proves("sharding.mesh_nnx")
+def _sharding_mesh_nnx(jt):
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("batch",))
+    _nnx_placement_proof(
+        jt,
+        "sharding.mesh_nnx",
+        jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("batch")),
+        jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()),
+    )
 
 
 @_proves("context")

@@ -248,7 +248,7 @@ def _diagnose(
     if ctx:
         return _context(new, old, ctx, changes)
     if changes:
-        return _leaf_change(new, changes)
+        return _leaf_change(new, old, changes)
     moved = call_changes(new, old)
     if moved:
         name, was, now = moved[0]
@@ -384,7 +384,7 @@ def _width_only(change: Change) -> bool:
     return False
 
 
-def _leaf_change(new: Signature, changes: list[Change]) -> Diagnosis:
+def _leaf_change(new: Signature, old: Signature, changes: list[Change]) -> Diagnosis:
     first = changes[0]
     cause = classify(first, new.function_path)
     before, after = describe(first, cause)
@@ -414,7 +414,7 @@ def _leaf_change(new: Signature, changes: list[Change]) -> Diagnosis:
         )
         more = len(changes) - _MAX_LISTED
         explanation += f" Also changed: {listed}" + (f" and {more} more." if more > 0 else ".")
-    hint_id, hint = hints.for_change(cause, first, new)
+    hint_id, hint = hints.for_change(cause, first, new, old)
     return Diagnosis(
         cause=cause,
         leaf=first.path,

@@ -114,15 +114,14 @@ _HINTS = (
     ),
     Hint(
         "kind.static_to_array",
-        "{p} was a static Python value and is now an array: pass the same kind every call (e.g. "
-        "always "
-        "`jnp.asarray(...)`).",
+        "{p} was a static Python value and is now an array: pass the same kind every call, an "
+        "array like this one (`{convert}`).",
         True,
     ),
     Hint(
         "kind.array_to_static",
-        "{p} was an array and is now a static Python value: pass an array every call (e.g. always "
-        "`jnp.asarray(...)`).",
+        "{p} was an array and is now a static Python value: pass an array like the earlier one "
+        "every call (`{convert}`).",
         True,
     ),
     Hint(
@@ -185,6 +184,28 @@ _HINTS = (
         "same mesh with the same sharding every call (`jax.device_put(x, NamedSharding(mesh, "
         "spec))`), the one it is used with. Committing it to one device instead would not match "
         "the mesh.",
+        True,
+    ),
+    # An `nnx.jit` writes its outputs back into the module's Variables: a placement given to one
+    # argument reaches the module's state after the call, so the module is placed too
+    # (`tests/test_hints_by_library.py`, flax_nnx × committed and mesh).
+    Hint(
+        "sharding.nnx",
+        "Keep each argument's placement the same across calls, the module's state included: an "
+        "`nnx.jit` writes its outputs back into the module, so committing {p} to a device commits "
+        "the module's Variables after the call. Either commit nothing, or commit the module's "
+        "state too before the first call (`nnx.update(model, jax.device_put(nnx.state(model), "
+        "device))`).",
+        True,
+    ),
+    Hint(
+        "sharding.mesh_nnx",
+        "{p} is placed on a mesh in one call and not the same way in the other: put it on the "
+        "same mesh with the same sharding every call (`jax.device_put(x, NamedSharding(mesh, "
+        "spec))`), and place the module's state on that mesh before the first call "
+        "(`nnx.update(model, jax.device_put(nnx.state(model), NamedSharding(mesh, "
+        "PartitionSpec())))`): an `nnx.jit` writes its outputs back into the module, placed as "
+        "its inputs were.",
         True,
     ),
     Hint(
@@ -269,6 +290,7 @@ def hint_for_row(
     internal: bool,
     passed_as_default: bool | None = None,
     placements: tuple = (),
+    writes_back: bool = False,
 ) -> str:
     """The hint id a row keeps of the `hint_id` its diagnosis chose, its preconditions checked;
     "" for none.
@@ -282,11 +304,15 @@ def hint_for_row(
     * "Committed to one device, or never" (`sharding`) is for a value off any mesh: where either
       placement (`placements`, the row's before and after) is sharded over a mesh, JAX accepts
       only the mesh's placement (`sharding.mesh`).
+    * A function that writes its outputs back into its arguments (`writes_back`: an `nnx.jit`)
+      passes a placement on to the module's state, which is placed too (``*_nnx``).
     """
     if not hint_id or internal:
         return ""
     if hint_id == "sharding" and any(_on_mesh(p) for p in placements):
-        return "sharding.mesh"
+        hint_id = "sharding.mesh"
+    if writes_back and hint_id in ("sharding", "sharding.mesh"):
+        return "sharding.nnx" if hint_id == "sharding" else "sharding.mesh_nnx"
     if hint_id == "structure.not_passed" and not passed_as_default:
         return "structure.not_passed_value"
     return hint_id
@@ -320,8 +346,11 @@ def text(hint_id: str, path: str = "", **fields) -> str:
     return HINTS[hint_id].template.format(p=f"`{path}`", path=path, **fields)
 
 
-def for_change(cause: str, change: Change, sig: Signature) -> tuple[str | None, str]:
-    """(hint id, text) for the change JAX's comparison found at one leaf; (None, "") for none.
+def for_change(
+    cause: str, change: Change, sig: Signature, old: Signature | None = None
+) -> tuple[str | None, str]:
+    """(hint id, text) for the change JAX's comparison found at one leaf between the signature
+    `old` and `sig`; (None, "") for none.
 
     The generic checks that always win come first (a kind of value replaced by another, a named
     callable re-created, a PRNG key, an argument not passed); then the library adapters, in their
@@ -335,6 +364,9 @@ def for_change(cause: str, change: Change, sig: Signature) -> tuple[str | None, 
         library=sig.library,
     )
     found = _choose(evidence)
+    if found is not None and found[0] == "structure.container_kind":
+        if not _stacks_to_array(change, sig, old):
+            found = ("structure.changed", {})
     if found is None:
         return None, ""
     hint_id, fields = found
@@ -395,9 +427,7 @@ def _dtype(e: Evidence) -> tuple[str, dict] | None:
 def _static(e: Evidence) -> tuple[str, dict]:
     old, new = e.old, e.new
     if old is not None and new is not None and old.kind != new.kind:
-        return (
-            "kind.static_to_array" if old.kind == LeafKind.STATIC else "kind.array_to_static"
-        ), {}
+        return _kind_change(e.path, old, new)
     assert new is not None
     if new.by_identity:
         found = _named_identity(old, new)
@@ -413,6 +443,48 @@ def _static(e: Evidence) -> tuple[str, dict]:
             else ("identity.instance", {"kind": _short(new.type_name)})
         )
     return "static.value", {"mechanism": _MECHANISM.get(new.origin, "")}
+
+
+_NUMBERS = frozenset(("int", "float", "complex", "bool"))
+
+
+def _kind_change(path: str, old: Leaf, new: Leaf) -> tuple[str, dict] | None:
+    """A Python number on one side and an array on the other: the array that matches is made with
+    its dtype, or without one where it is weakly typed (as the number would be). Any other static
+    value cannot be made that array: explained, not instructed."""
+    static, array = (old, new) if old.kind == LeafKind.STATIC else (new, old)
+    token = array.token
+    if static.type_name not in _NUMBERS or getattr(token, "shape", None) != ():
+        return None
+    dtype = "" if token.weak else f", jnp.{token.dtype}"
+    hint_id = "kind.static_to_array" if old is static else "kind.array_to_static"
+    return hint_id, {"convert": f"jnp.asarray({path}{dtype})"}
+
+
+def _stacks_to_array(change: Change, new: Signature, old: Signature | None) -> bool:
+    """Whether `jnp.asarray` of the container side of `change` (a list or tuple) gives the array
+    side's abstract value: its items are scalar arrays of the array's dtype, one per element of a
+    strongly typed vector. The items are read from the container side's signature."""
+    if change.old is None or change.new is None or old is None:
+        return False
+    array, node, sig = (
+        (change.old, change.new, new)
+        if change.old.kind == LeafKind.ARRAY
+        else (change.new, change.old, old)
+    )
+    token = array.token
+    if node.kind != LeafKind.NODE or node.type_name not in ("list", "tuple") or token.weak:
+        return False
+    if len(token.shape) != 1:
+        return False
+    items = [sig.leaves.get(f"{change.path}[{i}]") for i in range(token.shape[0])]
+    return sig.leaves.get(f"{change.path}[{len(items)}]") is None and all(
+        item is not None
+        and item.kind == LeafKind.ARRAY
+        and getattr(item.token, "shape", None) == ()
+        and item.type_name == array.type_name
+        for item in items
+    )
 
 
 def _named_identity(old: Leaf | None, new: Leaf) -> tuple[str, dict] | None:

@@ -103,6 +103,8 @@ def graph_stats(
         return None
     n = len(eqns)
     found = find_unrolled([eqn.primitive.name for eqn in eqns]) if n >= 2 * MIN_REPEATS else None
+    if found is not None:
+        found = _aligned(eqns, found)
     line, users = (
         _loop_line(eqns[found.start : found.start + found.period]) if found else (None, False)
     )
@@ -211,6 +213,26 @@ def _jaxpr_params(eqn: Any) -> tuple:
     return names
 
 
+def _aligned(eqns: Sequence[Any], found: Unrolled) -> Unrolled:
+    """`found` starting at its first equation that came from the same lines as the one a block
+    later. A run of repeated primitive names can begin with equations before the loop that
+    happen to repeat the body's last ones (``x * s + n`` before a loop whose body ends in a
+    multiply and an add); their lines are not the loop's."""
+    for shift in range(min(found.period, len(eqns) - found.start - found.period)):
+        at = found.start + shift
+        if _lines(eqns[at]) == _lines(eqns[at + found.period]):
+            return found._replace(start=at) if shift else found
+    return found
+
+
+def _lines(eqn: Any) -> list[tuple[str, int]]:
+    """(file, line) of each user frame an equation came from, innermost first."""
+    from .._jax._internals import user_frames
+
+    frames = user_frames(getattr(eqn.source_info, "traceback", None))
+    return [(f.file_name, f.start_line) for f in itertools.islice(frames, 64)]
+
+
 def _loop_line(body: Sequence[Any]) -> tuple[tuple[str, int] | None, bool]:
     """(file, line) of the statement that every equation of an unrolled loop's body came from,
     and whether the loop is the user's own.
@@ -220,13 +242,7 @@ def _loop_line(body: Sequence[Any]) -> tuple[tuple[str, int] | None, bool]:
     where the innermost of those shared frames that lies inside a loop (`_loops.in_loop`) is in a
     file of no installed distribution (`_installed`): a loop in Optax's or Diffrax's code, or one
     whose frames JAX leaves out of its tracebacks (Equinox's), is not."""
-    from .._jax._internals import user_frames
-
-    stacks = []
-    for eqn in body:
-        frames = user_frames(getattr(eqn.source_info, "traceback", None))
-        stacks.append([(f.file_name, f.start_line) for f in itertools.islice(frames, 64)])
-    stacks = [stack for stack in stacks if stack]
+    stacks = [stack for stack in map(_lines, body) if stack]
     if not stacks:
         return None, False
     shared = set(stacks[0]).intersection(*stacks[1:])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from typing import Callable, NamedTuple
 
-from .._core._vocabulary import LeafKind
+from .._core._vocabulary import JitKind, LeafKind
 from .._core._witness import Witness, values_equal
 from .._diagnosis._diagnose import (
     NOT_DIAGNOSED,
@@ -26,7 +26,7 @@ from .._diagnosis._diagnose import (
 from .._diagnosis._hints import hint_for_row, loop_hint_holds
 from .._diagnosis._hints import text as hint_text
 from .._keys._key_index import HeldKeys
-from .._keys._records import GraphStats, Stage
+from .._keys._records import FunctionIdentity, GraphStats, Stage
 from .._keys._signature import Leaf, Signature
 from .._log._events import Event
 from ._lineprof import profile_text
@@ -128,19 +128,22 @@ def _checked(trace: Trace, d: Diagnosis, pending: PendingDiagnosis | None) -> Di
     passed_as_default = None
     if d.hint_id == "structure.not_passed" and pending is not None:
         passed_as_default = _passed_as_default(d.leaf, pending)
-    return hint_checked(d, trace.record.identity.internal, passed_as_default)
+    return hint_checked(d, trace.record.identity, passed_as_default)
 
 
-def hint_checked(d: Diagnosis, internal: bool, passed_as_default: bool | None = None) -> Diagnosis:
+def hint_checked(
+    d: Diagnosis, identity: FunctionIdentity, passed_as_default: bool | None = None
+) -> Diagnosis:
     """`d` with the hint its preconditions leave it (`_hints.hint_for_row`): the same, another
     that explains, or none."""
     if not d.hint_id:
         return d
     kept = hint_for_row(
         d.hint_id,
-        internal=internal,
+        internal=identity.internal,
         passed_as_default=passed_as_default,
         placements=(d.before, d.after),
+        writes_back=identity.jit_kind == JitKind.NNX,
     )
     if kept == d.hint_id:
         return d

@@ -533,8 +533,7 @@ class Lifecycle:
             signature = user_names(state, record.signature)
             previous = list(state.lowerings)
             diagnosis = hint_checked(
-                diagnose_compile(signature, previous, traced=state.traces > 0),
-                state.identity.internal,
+                diagnose_compile(signature, previous, traced=state.traces > 0), state.identity
             )
             state.lowerings = keep(state.lowerings, kept_lowering(signature, previous))
         event = self._event(
