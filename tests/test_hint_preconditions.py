@@ -409,3 +409,30 @@ def test_kind_change_of_a_value_no_array_can_be_is_explained(jt):
         step(jnp.ones(3), jnp.asarray(1.0))
     row = watch.events[watch.events["function"].str.endswith("step")].iloc[-1]
     assert (row["cause"], row["hint_ids"]) == ("static", None), (row["cause"], row["hint_ids"])
+
+
+def test_list_of_numbers_is_converted_only_to_the_dtype_x64_gives(jt):
+    """Through `eqx.filter_jit` a list of Python floats is static; `jnp.asarray` of it is float64
+    under `jax_enable_x64`: against a float32 array that conversion would trace again, so it is
+    explained; against a float64 one it is told, and following it stops the retrace."""
+
+    def make():
+        @eqx.filter_jit
+        def step(b):
+            return jnp.sum(jnp.asarray(b))
+
+        return step
+
+    with jax.enable_x64(True):
+        for dtype, told in ((jnp.float32, "structure.changed"), (jnp.float64, None)):
+            step = make()
+            with jt.watch() as watch:
+                step(jnp.full(3, 0.5, dtype))
+                step([0.5] * 3)
+            row = watch.events[watch.events["function"].str.endswith("step")].iloc[-1]
+            assert _ids(row) == [told or "structure.container_kind"], row["hint_ids"]
+        step = make()
+        with jt.watch() as watch:
+            step(jnp.full(3, 0.5, jnp.float64))
+            step(jnp.asarray([0.5] * 3))
+        assert len(watch.events[watch.events["function"].str.endswith("step")]) == 1

@@ -570,9 +570,6 @@ EXPECTED_ON = {
     ("equinox", "number_value"): "static.filter_jit_number",
     ("equinox", "array_then_number"): "kind.array_to_static",
     ("equinox", "by_keyword"): None,
-    # The list's items are static Python numbers there: what `jnp.asarray` makes of them depends
-    # on `jax_enable_x64`, so no conversion is promised.
-    ("equinox", "container_kind"): "structure.changed",
     # `nnx.jit` writes its outputs back into the module: the module is placed too.
     ("flax_nnx", "committed"): "sharding.nnx",
     (

@@ -853,6 +853,9 @@ def _nnx_placement_proof(jt, hint_id: str, placement, state_placement) -> None:
         lambda: program([jax.device_put(x, placement), jax.device_put(2 * x, placement)], True),
     )
     _assert_same(original, fixed)
+    if hint_id == "sharding.nnx":  # its other way: commit nothing
+        fixed, _ = _once(jt, lambda: program([x, 2 * x], False))
+        _assert_same(original, fixed)
 
 
 @_proves("sharding.nnx")

@@ -463,8 +463,9 @@ def _kind_change(path: str, old: Leaf, new: Leaf) -> tuple[str, dict] | None:
 
 def _stacks_to_array(change: Change, new: Signature, old: Signature | None) -> bool:
     """Whether `jnp.asarray` of the container side of `change` (a list or tuple) gives the array
-    side's abstract value: its items are scalar arrays of the array's dtype, one per element of a
-    strongly typed vector. The items are read from the container side's signature."""
+    side's abstract value: its items are scalars of the array's dtype (scalar arrays, or Python
+    numbers as `jax_enable_x64` widens them), one per element of a strongly typed vector. The
+    items are read from the container side's signature."""
     if change.old is None or change.new is None or old is None:
         return False
     array, node, sig = (
@@ -477,14 +478,31 @@ def _stacks_to_array(change: Change, new: Signature, old: Signature | None) -> b
         return False
     if len(token.shape) != 1:
         return False
+    x64 = {"True": 1, "False": 0}.get(dict(sig.context).get("jax_enable_x64", ""))
+    if x64 is None and array.type_name in ("float64", "int64"):
+        x64 = 1  # no 64-bit abstract value exists without it (JAX 0.8.0 keeps it off the context)
     items = [sig.leaves.get(f"{change.path}[{i}]") for i in range(token.shape[0])]
     return sig.leaves.get(f"{change.path}[{len(items)}]") is None and all(
-        item is not None
-        and item.kind == LeafKind.ARRAY
-        and getattr(item.token, "shape", None) == ()
-        and item.type_name == array.type_name
-        for item in items
+        item is not None and _scalar_dtype(item, x64) == array.type_name for item in items
     )
+
+
+# A Python number's dtype in an array `jnp.asarray` makes, without and with `jax_enable_x64`.
+_PYTHON_DTYPES = {
+    "bool": ("bool", "bool"),
+    "int": ("int32", "int64"),
+    "float": ("float32", "float64"),
+}
+
+
+def _scalar_dtype(item: Leaf, x64: int | None) -> str | None:
+    """The dtype `item` has in an array `jnp.asarray` makes of a list of such items; None where it
+    is no scalar, or where that depends on `jax_enable_x64` and the trace context does not say."""
+    if item.kind == LeafKind.ARRAY:
+        return item.type_name if getattr(item.token, "shape", None) == () else None
+    if item.kind == LeafKind.STATIC and x64 is not None and item.type_name in _PYTHON_DTYPES:
+        return _PYTHON_DTYPES[item.type_name][x64]
+    return None
 
 
 def _named_identity(old: Leaf | None, new: Leaf) -> tuple[str, dict] | None:
