@@ -48,6 +48,7 @@ with warnings.catch_warnings():
 from _support import describe, step_rows
 
 from jaxtrace_nb._diagnosis._hints import HINTS
+from jaxtrace_nb._jax._internals import trace_context_function, trace_context_names
 
 WIDTH = 3
 ROWS = 4
@@ -532,6 +533,13 @@ FIXES: dict[str, Callable[[Program, Told], Program]] = {
     "unrolled_loop": _fix_roll_loop,
 }
 
+
+def _x64_named() -> bool:
+    """Whether this JAX names `jax_enable_x64` in the trace context jaxtrace_nb reads."""
+    context = trace_context_function()()
+    return "jax_enable_x64" in trace_context_names(len(context))
+
+
 # What each variation is told, on every library unless `EXPECTED_ON` says otherwise: the hint ids
 # of the event after the first trace (None: JAX did not trace or compile again).
 EXPECTED = {
@@ -564,20 +572,23 @@ EXPECTED = {
     "scale_value": "structure.not_passed",
     "act_value": "identity.other",
 }
-# `eqx.filter_jit` keeps a Python number static: its kind and its value are the key.
 EXPECTED_ON = {
+    # `eqx.filter_jit` keeps a Python number static: its kind and its value are the key.
     ("equinox", "weak_scale"): "kind.static_to_array",
     ("equinox", "number_value"): "static.filter_jit_number",
     ("equinox", "array_then_number"): "kind.array_to_static",
-    ("equinox", "by_keyword"): None,
-    # `nnx.jit` writes its outputs back into the module: the module is placed too.
-    ("flax_nnx", "committed"): "sharding.nnx",
-    (
-        "flax_nnx",
-        "mesh",
-    ): "sharding.mesh_nnx",  # `eqx.filter_jit` binds its arguments to the signature
     ("equinox", "weak_inner"): "kind.static_to_array",
     ("equinox", "scale_value"): "structure.not_passed_value",
+    # It binds its arguments to the signature: by position or by keyword is one call.
+    ("equinox", "by_keyword"): None,
+    # Its list of Python floats is static: `jnp.asarray` makes float32 of it only without x64,
+    # which the trace context names from JAX 0.10.2 on (before: explained, not told).
+    ("equinox", "container_kind"): (
+        "structure.container_kind" if _x64_named() else "structure.changed"
+    ),
+    # `nnx.jit` writes its outputs back into the module: the module is placed too.
+    ("flax_nnx", "committed"): "sharding.nnx",
+    ("flax_nnx", "mesh"): "sharding.mesh_nnx",
 }
 # Explanations that stand in for an instruction whose precondition failed, by variation: the hint
 # id told, and the instruction withheld. Applied anyway, that instruction leaves the retrace
