@@ -14,9 +14,12 @@ each a real model or optimizer from the library, jitted the way its users jit (`
   outputs equal the original's (padded rows sliced off), except the calls whose inputs the fix
   changed in value (a cast of float64 to float32).
 
-Where a precondition of every instruction fails (a value change that passing it always cannot
-remove, a library's own static, a library's own loop), the event gives no instruction.
-`EXPECTED` pins what each pair is told, so a change in the advice is a reviewed change here.
+Where every instruction's precondition fails (a value change that passing it always cannot
+remove, a conversion that makes another abstract value, another static object, a library's own
+loop), the event gives no instruction, and `WITHHELD` checks the instruction it stands in for:
+applied anyway, it still retraces. Nested, ``step`` called inside another jitted function: its
+rows carry no hint and the outer function's fix stops both. `EXPECTED` pins what each pair is
+told, so a change in the advice is a reviewed change here.
 """
 
 from __future__ import annotations
