@@ -424,7 +424,7 @@ def _dtype(e: Evidence) -> tuple[str, dict] | None:
     return "dtype.cast", {"where": where}
 
 
-def _static(e: Evidence) -> tuple[str, dict]:
+def _static(e: Evidence) -> tuple[str, dict] | None:
     old, new = e.old, e.new
     if old is not None and new is not None and old.kind != new.kind:
         return _kind_change(e.path, old, new)
@@ -474,17 +474,18 @@ def _stacks_to_array(change: Change, new: Signature, old: Signature | None) -> b
         else (change.new, change.old, old)
     )
     token = array.token
-    if node.kind != LeafKind.NODE or node.type_name not in ("list", "tuple") or token.weak:
+    if token.weak or len(token.shape) != 1:
         return False
-    if len(token.shape) != 1:
+    if node.kind != LeafKind.NODE or node.token.node not in (
+        ("list", token.shape[0]),
+        ("tuple", token.shape[0]),
+    ):  # a list or tuple with one item per element
         return False
     x64 = {"True": 1, "False": 0}.get(dict(sig.context).get("jax_enable_x64", ""))
     if x64 is None and array.type_name in ("float64", "int64"):
         x64 = 1  # no 64-bit abstract value exists without it (JAX 0.8.0 keeps it off the context)
     items = [sig.leaves.get(f"{change.path}[{i}]") for i in range(token.shape[0])]
-    return sig.leaves.get(f"{change.path}[{len(items)}]") is None and all(
-        item is not None and _scalar_dtype(item, x64) == array.type_name for item in items
-    )
+    return all(item is not None and _scalar_dtype(item, x64) == array.type_name for item in items)
 
 
 # A Python number's dtype in an array `jnp.asarray` makes, without and with `jax_enable_x64`.
