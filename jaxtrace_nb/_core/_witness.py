@@ -20,15 +20,23 @@ value as it was when JAX compared it (at the trace), never a hash standing for e
   *incomparable*: its hash is kept as evidence of a difference only (JAX's ``==`` implies equal
   hashes). Two incomparable values with equal hashes are not named as a change, and
   `certain` tells the diagnosis that it cannot say they are equal: it says so in JAX's terms.
+
+A value kept by reference (weakly, or through JAX's own key: `holder`) and a dataclass that is
+not frozen can change after JAX compared it. Such a value is compared when JAX compares it: at
+its trace, right after JAX's lookup missed, `LookupVerdicts` asks JAX's question (its hash, then
+``==`` of the live objects) of each earlier value at the same place of the same function, and
+the answers (`Witness.verdicts`) decide later, whatever the objects became.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import weakref
-from typing import Any
+from collections import OrderedDict
+from typing import Any, Callable
 
-from ._values import Local
+from ._values import Local, summarize_static
 
 _HELD_SCALARS = (int, float, bool, complex, type(None), type(Ellipsis))
 _MAX_HELD_CHARS = 256
@@ -215,18 +223,26 @@ class Witness:
         "held",
         "ref",
         "object_ref",
+        "holder",
         "type_ref",
         "typed",
         "by_identity",
         "nan",
         "hash",
         "fields",
+        "serial",
+        "verdicts",
+        "then",
+        "__weakref__",
     )
 
-    def __init__(self, obj: Any, typed: bool = False):
+    def __init__(self, obj: Any, typed: bool = False, holder: Callable[[], Any] | None = None):
         self.typed = typed  # compared as JAX's ``Static``: the same type, then ``==``
         t = type(obj)
-        self.held, self.ref, self.object_ref = _MISSING, None, None
+        self.held, self.ref, self.object_ref, self.holder = _MISSING, None, None, None
+        self.serial = next(_SERIALS)  # (which of two witnesses was made first)
+        self.verdicts: dict[int, bool] | None = None  # earlier serial -> JAX's ``==`` at the lookup
+        self.then: dict[int, str] | None = None  # earlier serial -> its text then, if changed since
         try:
             self.type_ref = weakref.ref(t)
         except TypeError:  # (every class takes weak references; a defensive default)
@@ -255,7 +271,9 @@ class Witness:
             try:
                 self.ref = weakref.ref(obj)
             except TypeError:
-                pass
+                # JAX's key holds the object: reach it there while JAX holds the entry (a weak
+                # handle on JAX's structure, never the object)
+                self.holder = holder
 
     def value(self) -> Any:
         """The object (or its plain form), or `_MISSING` when it is gone or was never kept."""
@@ -264,11 +282,46 @@ class Witness:
         obj = self.ref() if self.ref is not None else None
         return _MISSING if obj is None else obj
 
+    def live(self) -> Any:
+        """The object itself while it lives (weakly kept, or held by JAX's key), else `_MISSING`."""
+        for ref in (self.object_ref, self.ref):
+            if ref is not None:
+                obj = ref()
+                return _MISSING if obj is None else obj
+        if self.holder is not None:
+            try:
+                return self.holder()
+            except Exception:  # (JAX's structure changed shape: not reached)
+                return _MISSING
+        return _MISSING
+
+    def compared_live(self) -> bool:
+        """Whether the value is compared as a live object, which can change after JAX compared it
+        (not a builtin or a plain form of a frozen value; not compared by identity)."""
+        return not self.by_identity and (
+            self.object_ref is not None or self.ref is not None or self.holder is not None
+        )
+
+    def verdict(self, other: Witness) -> bool | None:
+        """JAX's ``==`` of the two values taken when it compared them (`LookupVerdicts`), or None
+        where none was taken."""
+        later, earlier = (self, other) if self.serial > other.serial else (other, self)
+        found = later.verdicts
+        return None if found is None else found.get(earlier.serial)
+
+    def as_compared(self, earlier: Witness) -> str | None:
+        """The text of `earlier`'s object as JAX compared it with this one, where it was changed in
+        place after its own trace (its kept text is the one from then); else None."""
+        return None if self.then is None else self.then.get(earlier.serial)
+
     def equals(self, other: Witness) -> bool:
         """Whether JAX's comparison finds the two values equal (identity, then ``==``); two
         incomparable values, by their hashes (`certain` says which)."""
         if self is other:
             return True
+        taken = self.verdict(other)
+        if taken is not None:
+            return taken
         if self._same_object(other):
             # One object at both traces (one weak reference while it lives): JAX's lookup finds it
             # equal (its key holds the object), though a plain form taken at each trace differs
@@ -317,6 +370,8 @@ class Witness:
     def certain(self, other: Witness) -> bool:
         """Whether `equals` compared the values themselves (not only their hashes; not one object
         whose hash changed between its traces, which JAX releases tell apart differently)."""
+        if self.verdict(other) is not None:
+            return True
         if self._same_object(other):
             return self.hash == other.hash
         if self.by_identity or other.by_identity:
@@ -332,6 +387,96 @@ class Witness:
     def __repr__(self) -> str:
         kept = "held" if self.held is not _MISSING else "weak" if self.ref is not None else "none"
         return f"Witness({kept}, typed={self.typed})"
+
+
+_SERIALS = itertools.count()
+_MAX_PLACES = 8192  # (function, path) places whose values are kept for comparison
+_MAX_PER_PLACE = 256  # earlier values compared at one place (the most recent)
+
+
+class LookupVerdicts:
+    """JAX's comparison of each value compared live (`Witness.compared_live`) with the earlier
+    values at the same place of the same function, taken at the trace: right after JAX's lookup
+    compared them, before the program can change them.
+
+    As JAX's lookup: values of other hashes differ without ``==`` being called (a dict's key with
+    another hash is another key), a ``static_argnums`` value of another type differs, and ``==``
+    decides the rest. An earlier value no longer reachable (gone, or its JAX entry dropped) is
+    not compared: JAX no longer holds it either. Bounded: `_MAX_PLACES` places, the
+    `_MAX_PER_PLACE` most recent values at each; beyond them a pair is compared at the read.
+    """
+
+    def __init__(self):
+        self._places: OrderedDict[tuple, list] = OrderedDict()
+
+    def record(self, scope: Any, leaves: dict) -> None:
+        """Compare each live-compared witness among `leaves` (path -> leaf) of a trace of the
+        function `scope` with the earlier ones at its path."""
+        for path, leaf in leaves.items():
+            witness = leaf.witness
+            if type(witness) is Witness and witness.compared_live():
+                self._compare(scope, path, witness)
+
+    def clear(self) -> None:
+        self._places.clear()
+
+    def _compare(self, scope: Any, path: str, new: Witness) -> None:
+        place = (scope, path)
+        refs = self._places.get(place)
+        if refs is None:
+            refs = self._places[place] = []
+            if len(self._places) > _MAX_PLACES:
+                self._places.popitem(last=False)
+        else:
+            self._places.move_to_end(place)
+        obj = new.live()
+        if obj is _MISSING:
+            return
+        verdicts, kept = {}, []
+        for ref in refs:
+            old = ref()
+            if old is None:
+                continue
+            kept.append(ref)
+            verdict = _lookup_equal(old, new, obj)
+            if verdict is not None:
+                verdicts[old.serial] = verdict
+                if not verdict:
+                    _note_changed_in_place(old, new)
+        kept.append(weakref.ref(new))
+        refs[:] = kept[-_MAX_PER_PLACE:]
+        if verdicts:
+            new.verdicts = verdicts
+
+
+def _note_changed_in_place(old: Witness, new: Witness) -> None:
+    """Keep the text of `old`'s object as JAX just compared it, where its plain form (taken at its
+    trace) no longer matches it: the program changed it in place since."""
+    if old.held is _MISSING or old.object_ref is None:
+        return
+    other = old.live()
+    if other is _MISSING or canonical(other) == old.held:
+        return
+    if new.then is None:
+        new.then = {}
+    new.then[old.serial] = summarize_static(other).text
+
+
+def _lookup_equal(old: Witness, new: Witness, obj: Any) -> bool | None:
+    """JAX's lookup comparing `new` (whose object is `obj`) with `old`; None where `old`'s object
+    is no longer reachable, or is `obj` itself (one object: `Witness.equals` says how JAX
+    releases compare it once its hash changed)."""
+    other = old.live()
+    if other is _MISSING or other is obj:
+        return None
+    if old.hash is None or old.hash != new.hash:
+        return False
+    if (old.typed or new.typed) and (old.type_ref is None or old.type_ref() is not type(obj)):
+        return False
+    try:
+        return bool(obj == other)
+    except Exception:  # (JAX's own lookup would have raised: no entry could be equal)
+        return False
 
 
 class _Missing:

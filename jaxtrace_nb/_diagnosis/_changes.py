@@ -80,7 +80,12 @@ def describe(change: Change, cause: Cause) -> tuple[str, str]:
 def alike_told_apart(old: Leaf, new: Leaf, before: str, after: str) -> tuple[str, str]:
     """`before` and `after` of two leaves JAX's comparison finds different, never reading alike:
     a NaN says so (no NaN equals another NaN object), then the values' qualified types, then a
-    plain word that the texts only look alike."""
+    plain word that the texts only look alike. An earlier object changed in place after its trace
+    reads as JAX compared it."""
+    if type(old.witness) is Witness and type(new.witness) is Witness:
+        now = new.witness.as_compared(old.witness)
+        if now is not None:
+            before = f"{clip(now)} (changed in place after its trace)"
     if before != after:
         return before, after
     if getattr(new.witness, "nan", False) or getattr(old.witness, "nan", False):

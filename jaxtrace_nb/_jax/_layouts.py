@@ -26,6 +26,7 @@ dict, raising and clearing a ``KeyError`` for every local not bound yet.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, NamedTuple
 
 
@@ -37,6 +38,7 @@ class ArgPart(NamedTuple):
     tree: Any  # the argument's treedef (dynamic arguments only)
     start: int  # index of its first leaf in `TraceStart.vals`
     size: int  # number of leaves
+    holder: Any = None  # a static value's `HeldStatic`: reaches it in JAX's key (or None)
 
 
 class TraceStart(NamedTuple):
@@ -69,8 +71,27 @@ def _dynamic(tree: Any, start: int) -> ArgPart:
     return ArgPart(static=False, value=None, tree=tree, start=start, size=tree.num_leaves)
 
 
-def _static(value: Any) -> ArgPart:
-    return ArgPart(static=True, value=value, tree=None, start=0, size=0)
+def _static(value: Any, holder: Any = None) -> ArgPart:
+    return ArgPart(static=True, value=value, tree=None, start=0, size=0, holder=holder)
+
+
+class HeldStatic:
+    """Reaches the static value JAX's tracing-cache key holds at one argument position, through a
+    weak reference to the key's argument structure (alive while JAX holds the entry): for a value
+    that takes no weak reference of its own, compared as JAX compares it (`Witness.holder`)."""
+
+    __slots__ = ("_owner", "_index")
+
+    def __init__(self, owner: weakref.ref, index: int):
+        self._owner, self._index = owner, index
+
+    def __call__(self) -> Any:
+        owner = self._owner()
+        if owner is None:
+            raise LookupError("JAX no longer holds the entry")
+        args_td, kwargs_td = owner.tree.children()
+        child = (*args_td.children(), *kwargs_td.children())[self._index]
+        return child.node_data()[1].val
 
 
 class TraceLayout:
@@ -173,10 +194,14 @@ class FlatTreeLayout(TraceLayout):
         arg_children = args_td.children()
         n_pos = len(arg_children)
         names = [None] * n_pos + list(kw_node[1] if kw_node else ())
-        for child in (*arg_children, *kwargs_td.children()):
+        owner = _NOT_YET
+        for index, child in enumerate((*arg_children, *kwargs_td.children())):
             node = child.node_data()
             if node is not None and node[0] is self.static_type:
-                parts.append(_static(node[1].val))
+                if owner is _NOT_YET:
+                    owner = _weak(in_avals)
+                holder = None if owner is None else HeldStatic(owner, index)
+                parts.append(_static(node[1].val, holder))
             else:
                 parts.append(_dynamic(child, start))
                 start += child.num_leaves
@@ -192,6 +217,16 @@ class FlatTreeLayout(TraceLayout):
             token=id(debug_info),
             in_avals=in_avals,
         )
+
+
+_NOT_YET = object()
+
+
+def _weak(obj: Any) -> weakref.ref | None:
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return None
 
 
 KEY_PARTS = ("function", "inputs", "debug info")  # what JAX's tracing-cache key is made of

@@ -25,9 +25,10 @@ class StaticArg(NamedTuple):
 
     value: Any
     origin: str
+    holder: Any = None  # `HeldStatic`: the value in JAX's key, for one without a weak reference
 
     def emit(self, walker: Walker, path: str) -> None:
-        walker.static(path, self.value, self.origin)
+        walker.static(path, self.value, self.origin, self.holder)
 
 
 class TreeArg(NamedTuple):
@@ -116,5 +117,5 @@ def src_from_debug(debug_info: Any) -> tuple[str, int]:
 def argument(part, vals: list, origin: str):
     """A `StaticArg` or a `TreeArg` for one argument (a layout's `ArgPart`) of a traced call."""
     if part.static:
-        return StaticArg(part.value, origin)
+        return StaticArg(part.value, origin, part.holder)
     return TreeArg(part.tree, vals, part.start)

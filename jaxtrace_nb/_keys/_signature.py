@@ -109,10 +109,17 @@ def array_leaf(
     )
 
 
-def static_leaf(info: StaticInfo, origin: str = "", value: object = _NO_VALUE) -> Leaf:
+def static_leaf(
+    info: StaticInfo, origin: str = "", value: object = _NO_VALUE, holder: object = None
+) -> Leaf:
     """A static value's leaf; with `value` (the object itself), a `Witness` of it: JAX's ``==``
-    decides whether it changed (with the same type too for a ``static_argnums`` value)."""
-    witness = None if value is _NO_VALUE else Witness(value, typed=origin == Origin.STATIC_ARGNUMS)
+    decides whether it changed (with the same type too for a ``static_argnums`` value); `holder`
+    reaches the value in JAX's key (`Witness.holder`)."""
+    witness = (
+        None
+        if value is _NO_VALUE
+        else Witness(value, typed=origin == Origin.STATIC_ARGNUMS, holder=holder)
+    )
     return Leaf(
         _STATIC,
         info.text,

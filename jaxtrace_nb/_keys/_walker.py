@@ -57,9 +57,10 @@ class Walker:
         else:
             self.walk(path, item)
 
-    def static(self, path: str, value: Any, origin: str) -> None:
-        """`value`, a value in JAX's key, as a static leaf (JAX's ``==`` decides its changes)."""
-        self.leaves[path] = static_leaf(summarize_static(value), origin, value)
+    def static(self, path: str, value: Any, origin: str, holder: Any = None) -> None:
+        """`value`, a value in JAX's key, as a static leaf (JAX's ``==`` decides its changes);
+        `holder` reaches it in JAX's key (`Witness.holder`)."""
+        self.leaves[path] = static_leaf(summarize_static(value), origin, value, holder)
 
     def static_fields(self, prefix: str, obj: Any, names, origin: str) -> None:
         """Attributes `names` of `obj` as static leaves (read without running user code)."""

@@ -22,6 +22,7 @@ from .. import _adapters
 from .._core._bounded import Bounded
 from .._core._values import clip, printable, summarize_static
 from .._core._vocabulary import JitKind, Origin
+from .._core._witness import LookupVerdicts
 from .._jax._internals import (
     Internals,
     all_abstract,
@@ -134,6 +135,7 @@ class Decoder(CallSites):
         self._bound = Bounded(
             _MAX_KEPT
         )  # id(function) -> weak reference: its binding was looked for
+        self.verdicts = LookupVerdicts()  # static values compared when JAX compares them
         self._context = TraceContext((), ())  # JAX's last trace-context values, and their texts
         self._trace_context = (
             trace_context_function()
@@ -163,6 +165,11 @@ class Decoder(CallSites):
                 arg_names = _arg_names(start.debug_info, flat_paths)
         except Exception as e:  # the trace is still recorded, by name, without a cause
             on_fault("signature", e)
+        if type(signature) is Signature:
+            try:  # (now: JAX's lookup has just compared these values)
+                self.verdicts.record(identity.key, signature.leaves)
+            except Exception as e:
+                on_fault("signature", e)
         ref = None
         if call.user_fun is not None:
             try:
