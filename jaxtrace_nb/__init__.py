@@ -361,7 +361,9 @@ def export(path, *, events=None, internal: bool = False) -> str:
     return write_trace_events(path, _events(events, internal), internal=True)
 
 
-def precompile(fn, *example_args, log=None, workers: int | None = None, **example_kwargs):
+def precompile(
+    fn, *example_args, log=None, workers: int | None = None, buckets: bool = False, **example_kwargs
+):
     """Compile, in background threads, every signature of `fn` a log recorded that JAX does not
     hold yet, so that the program's later call at that signature does not wait for XLA.
 
@@ -371,7 +373,10 @@ def precompile(fn, *example_args, log=None, workers: int | None = None, **exampl
     a plain Python static (int, float, bool, str, None, tuples of these). A signature that still
     differs from the rebuilt call is skipped, its reason naming the argument. `log` is this
     session's log (None), a persisted log's path, a list of them, or a DataFrame (``jt.load(...)``).
-    `workers` is the number of threads (default: the cores less one). The programs also go to
+    `workers` is the number of threads (default: the cores less one). With `buckets=True`, each
+    leaf for which ``jt.shape_census`` (on the same log) suggests a padding scheme is compiled at
+    its buckets instead: the signatures a program that pads as suggested will call. The programs
+    also go to
     JAX's persistent compilation cache: yours as configured, else one set up for the process (said
     once on stderr). Returns a handle: ``handle.table()`` so far, ``handle.wait(timeout=None)``
     when done; a DataFrame with columns `signature`, `status` (``compiled`` | ``held``: JAX had
@@ -386,4 +391,4 @@ def precompile(fn, *example_args, log=None, workers: int | None = None, **exampl
     """
     from ._integrations._precompile import precompile as run
 
-    return run(fn, example_args, example_kwargs, log=log, workers=workers)
+    return run(fn, example_args, example_kwargs, log=log, workers=workers, buckets=buckets)

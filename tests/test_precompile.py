@@ -66,16 +66,17 @@ def _main_thread_traces(jt, first_seq: int) -> list:
     ]
 
 
-def test_jit_signatures_compiled_and_later_calls_do_not_trace(jt):
+def test_jit_signatures_compiled_and_later_calls_do_not_trace(jt, tmp_path):
     recorded = jax.jit(_make_body())
     sizes = (2, 3, 5)
     expected = [np.asarray(recorded(jnp.ones((n, 3)), 2.0)) for n in sizes]
     fresh = jax.jit(_make_body())  # JAX holds none of its keys
     handle = jt.precompile(fresh, jnp.ones((2, 3)), 2.0)
     table = handle.wait(120)
-    assert list(table.columns) == ["signature", "status", "reason", "compile_s"]
+    assert list(table.columns) == ["signature", "status", "reason", "compile_s", "saved_s"]
     assert list(table["status"]) == ["compiled"] * 3, table
     assert all(table["compile_s"] > 0)
+    assert all(table["saved_s"] > table["compile_s"])  # and the worker's trace
     assert json.loads(table["signature"][1]) == {"x": "f32[3,3]", "y": "f32[] (weak)"}
     first = int(jt.log()["seq"].max()) + 1
     got = [np.asarray(fresh(jnp.ones((n, 3)), 2.0)) for n in sizes]
@@ -85,6 +86,13 @@ def test_jit_signatures_compiled_and_later_calls_do_not_trace(jt):
     log = jt.log(internal=False)
     assert log["precompiled"].sum() == 3  # the workers' traces, marked
     assert not log[log["precompiled"] == False]["thread"].isna().any()  # noqa: E712
+    # the summary and every view's headline: the seconds done ahead, as JAX reported them
+    worker = log[log["precompiled"] == True]  # noqa: E712
+    done_ahead = worker[["trace_s", "lower_s", "compile_s"]].sum().sum()
+    row = jt.summary().set_index("function").loc[worker["function"].iloc[0]]
+    assert row["precompiled_s"] == pytest.approx(done_ahead) and done_ahead > 0
+    report = pathlib.Path(jt.report(tmp_path / "report.txt")).read_text()
+    assert "jt.precompile: 3 compile(s) done ahead" in report
 
 
 def test_a_signature_jax_holds_is_held(jt):
@@ -489,3 +497,60 @@ def test_a_retrace_guard_counts_the_programs_traces_not_the_workers(jt):
             fresh(jnp.ones((n, 3)), 2.0)
     assert list(table["status"]) == ["held", "compiled", "compiled"], table
     assert list(w.events["precompiled"]) == [False, True, True]
+
+
+def _make_counted(traces: list):
+    def counted(x, y):
+        traces[0] += 1
+        return _make_body()(x, y)
+
+    return counted
+
+
+def _census_pad(jt, leaf: str):
+    """The padding `jt.shape_census` suggests for `leaf` (its ``code``: one line of Python)."""
+    census = jt.shape_census()
+    row = census[(census["leaf"] == leaf) & census["suggested"]].iloc[0]
+    scope: dict = {}
+    exec(f"def pad(n):\n    {row['code']}\n    return n", scope)  # pasted as a user would
+    return scope["pad"], row
+
+
+@pytest.mark.parametrize("jit", ["jax.jit", "eqx.filter_jit"])
+def test_buckets_compile_what_the_padded_program_calls(jt, jit):
+    """Seven batch sizes recorded; `buckets=True` compiles the census's buckets, not the sizes
+    seen, and the program that then pads as suggested never traces (JAX's counter), with the
+    results of the unpadded calls in its first rows."""
+    wrap = jax.jit if jit == "jax.jit" else eqx.filter_jit
+    sizes = (3, 5, 9, 17, 18, 30, 33)
+    recorded = wrap(_make_counted([0]))
+    for n in sizes:
+        recorded(jnp.ones((n, 3)), jnp.float32(2.0))
+    pad, suggestion = _census_pad(jt, "x")
+    buckets = sorted({pad(n) for n in sizes})
+    assert len(buckets) < len(sizes)
+    traces = [0]
+    fresh = wrap(_make_counted(traces))  # one function in the log, of which JAX holds no key
+    handle = jt.precompile(fresh, jnp.ones((3, 3)), jnp.float32(2.0), buckets=True)
+    table = handle.wait(180)
+    shapes = sorted(json.loads(s)["x"] for s in table["signature"])
+    assert shapes == sorted(f"f32[{b},3]" for b in buckets), (suggestion["scheme"], table)
+    assert set(table["status"]) == {"compiled"}, table
+    worker_traces = traces[0]
+    assert worker_traces == len(buckets) + 1  # and the example, traced to learn its signature
+    for n in sizes:
+        x = jnp.arange(n * 3, dtype=jnp.float32).reshape(n, 3) / 100
+        padded = jnp.zeros((pad(n), 3), jnp.float32).at[:n].set(x)
+        got = np.asarray(fresh(padded, jnp.float32(2.0)))[:n]
+        np.testing.assert_allclose(got, np.asarray(recorded(x, jnp.float32(2.0))), rtol=1e-6)
+    assert traces[0] == worker_traces  # JAX's verdict: the padded calls found them all
+
+
+def test_a_live_logs_dataframe_has_no_signatures_and_says_so(jt):
+    """`jt.log()` keeps no signatures (a persisted log does): precompile says so, never an empty
+    table that looks like nothing was recorded."""
+    f = jax.jit(_make_body())
+    f(jnp.ones((2, 3)), 2.0)
+    f(jnp.ones((4, 3)), 2.0)
+    with pytest.raises(ValueError, match="kept no signatures"):
+        jt.precompile(f, jnp.ones((2, 3)), 2.0, log=jt.log())

@@ -48,7 +48,7 @@ class Status(StrEnum):
     RUNNING = "running"
 
 
-TABLE_COLUMNS = ("signature", "status", "reason", "compile_s")
+TABLE_COLUMNS = ("signature", "status", "reason", "compile_s", "saved_s")
 
 
 @dataclasses.dataclass
@@ -60,7 +60,16 @@ class Row:
     status: Status = Status.QUEUED
     reason: str | None = None
     compile_s: float | None = None
+    trace_s: float | None = None  # the worker's trace of the rebuilt call
     leaves: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    @property
+    def saved_s(self) -> float | None:
+        """A `compiled` row's trace + lower + compile seconds, done by a worker: what the program's
+        call at this signature no longer waits for."""
+        if self.status is not Status.COMPILED or self.compile_s is None:
+            return None
+        return (self.trace_s or 0.0) + self.compile_s
 
 
 class Precompile:
@@ -79,7 +88,9 @@ class Precompile:
         import pandas as pd
 
         with self._lock:
-            rows = [(r.signature, str(r.status), r.reason, r.compile_s) for r in self._rows]
+            rows = [
+                (r.signature, str(r.status), r.reason, r.compile_s, r.saved_s) for r in self._rows
+            ]
         return pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
 
     def wait(self, timeout: float | None = None):
@@ -156,6 +167,11 @@ def _logged(log) -> list[tuple[str | None, str | None, dict | None]]:
         if not all(c in log.columns for c in cols):
             raise ValueError("the DataFrame has no `signature` column: it is not a log")
         rows = [tuple(r) for r in log[list(cols)].itertuples(index=False)]
+        if len(rows) and not any(isinstance(r[2], str) for r in rows):
+            raise ValueError(
+                "the DataFrame's log kept no signatures (only a persisted log does: "
+                "jt.start(persist=...)); pass log=None for this session's, or jt.load(path)"
+            )
     else:
         from .._log._persist import load_events
 
@@ -179,6 +195,40 @@ def _recorded(log, session, name: str, location: str | None) -> list[dict]:
     return list(distinct.values())
 
 
+def _bucketed(log, session, name: str, signatures: list[dict]) -> list[dict]:
+    """The signatures the program calls once it pads as `jt.shape_census` suggests for `name`
+    (its ``suggested`` scheme per leaf, from the same log): each such leaf's varying dimensions
+    padded to the scheme's buckets; a leaf with no suggestion keeps its recorded shape."""
+    from .._views._census import census, parse_shape
+    from .._views._standalone import events_from
+
+    events = session.log.events() if log is None else events_from(log)
+    pads = {
+        found.leaf: (found.varying, [found.pick.pad(i) for i in range(len(found.varying))])
+        for found in census(events, internal=True)
+        if found.function == name and found.pick is not None
+    }
+    out: dict[frozenset, dict] = {}
+    for sig in signatures:
+        padded = dict(sig)
+        for path, (varying, pad) in pads.items():
+            parsed = parse_shape(sig.get(path))
+            if parsed is None or max(varying) >= len(parsed[1]):
+                continue
+            dims = list(parsed[1])
+            for d, p in zip(varying, pad):
+                dims[d] = p(dims[d])
+            padded[path] = _with_dims(sig[path], dims)
+        out.setdefault(frozenset(padded.items()), padded)
+    return list(out.values())
+
+
+def _with_dims(text: str, dims: list[int]) -> str:
+    """An array leaf's text (``f32[37,3] (weak)``) with other dimensions."""
+    head, _, rest = text.partition("[")
+    return f"{head}[{','.join(map(str, dims))}]{rest.partition(']')[2]}"
+
+
 # ------------------------------------------------------------------ the persistent cache
 _CACHE_LOCK = threading.Lock()
 _CACHE_SAID = False
@@ -197,7 +247,7 @@ def ensure_cache() -> str | None:
             return path or None
         path = tempfile.mkdtemp(prefix="jaxtrace_nb-precompile-")
         jax.config.update("jax_compilation_cache_dir", path)
-        atexit.register(shutil.rmtree, path, True)
+        atexit.register(_remove_cache, path)
         if not _CACHE_SAID:
             _CACHE_SAID = True
             print(
@@ -206,6 +256,15 @@ def ensure_cache() -> str | None:
                 file=sys.stderr,
             )
         return path
+
+
+def _remove_cache(path: str) -> None:
+    """At exit: the index beside the cache written first (its own exit flush comes after this
+    one, registered earlier), then the directory removed."""
+    from .._cache._cache_explainer import _flush_all
+
+    _flush_all()
+    shutil.rmtree(path, True)
 
 
 # ------------------------------------------------------------------ the workers
@@ -294,6 +353,7 @@ class _Job:
     _own_known: bool = False
     _own_trusted: bool = False  # traced here, or recorded by this session: a key JAX held
     _own_staged: Any = None  # the example's call, where this precompile traced it to learn `_own`
+    _own_trace_s: float | None = None  # the seconds of that trace
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
     def __call__(self, row: Row) -> None:
@@ -309,10 +369,13 @@ class _Job:
                 done(row, Status.SKIPPED, differences(row.leaves, own, differ))
                 return
         args, kwargs = self.example.call(plan)
+        start = time.perf_counter()
         staged, traced = self._trace(args, kwargs)
+        row.trace_s = time.perf_counter() - start
         if traced is None:
             example = self._take_own_staged() if row.leaves == own else None
             if example is not None:  # this precompile traced the example to learn its signature
+                row.trace_s = self._own_trace_s
                 self._compile(row, example)
             elif not self._own_trusted:
                 done(row, Status.SKIPPED, _UNTOLD)
@@ -347,7 +410,9 @@ class _Job:
             return self._own
 
     def _find_own(self) -> dict | None:
+        start = time.perf_counter()
         staged, traced = self._trace(*self.example.call({}))
+        self._own_trace_s = time.perf_counter() - start
         if traced:
             self._own_staged = staged  # compiled as the row of that signature
             self._own_trusted = True
@@ -379,7 +444,9 @@ _UNTOLD = (
 )
 
 
-def precompile(fn, args: tuple, kwargs: dict, *, log=None, workers: int | None = None):
+def precompile(
+    fn, args: tuple, kwargs: dict, *, log=None, workers: int | None = None, buckets: bool = False
+):
     """See `jaxtrace_nb.precompile`."""
     from .._recording._session import get_session
 
@@ -387,7 +454,9 @@ def precompile(fn, args: tuple, kwargs: dict, *, log=None, workers: int | None =
     example = Example.of(jit, function, args, kwargs, variable_value if jit == Jit.NNX else None)
     session = get_session()
     name, location = _where(function, session)
-    rows = [Row(signature_column(s), leaves=s) for s in _recorded(log, session, name, location)]
+    recorded = _recorded(log, session, name, location)
+    signatures = _bucketed(log, session, name, recorded) if buckets else recorded
+    rows = [Row(signature_column(s), leaves=s) for s in signatures]
     handle = Precompile(rows)
     if handle.done:
         return handle
@@ -402,8 +471,8 @@ def precompile(fn, args: tuple, kwargs: dict, *, log=None, workers: int | None =
         return handle
     ensure_cache()
     recorded_here = _recorded(None, session, name, location) if log is not None else []
-    known = [r.leaves for r in rows] + recorded_here
-    session_known = [r.leaves for r in rows] if log is None else recorded_here
+    known = [r.leaves for r in rows] + (recorded if buckets else []) + recorded_here
+    session_known = recorded if log is None else recorded_here
     job = _Job(handle, fn, example, name, known, session_known)
     n = workers if workers is not None else max(1, (os.cpu_count() or 2) - 1)
     queued = sum(r.status is Status.QUEUED for r in rows)

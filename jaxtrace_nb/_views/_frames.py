@@ -68,6 +68,7 @@ SUMMARY_FRAME_COLUMNS = (
     "loop_repeats",
     "cache_hits",
     "cache_saved_s",
+    "precompiled_s",
     "last_cause",
     "last_leaf",
     "cells",
@@ -105,6 +106,8 @@ def function_row(events: list[Event]) -> dict:
         "loop_repeats": None,
         "cache_hits": 0,
         "cache_saved_s": 0.0,
+        "precompiled_s": 0.0,
+        "precompiles": 0,
         "last_cause": None,
         "last_leaf": None,
         "cells": "",
@@ -129,6 +132,12 @@ def function_row(events: list[Event]) -> dict:
         for col in ("trace_s", "lower_s", "compile_s"):
             row[col] = _add(row[col], getattr(e, col))
         row["cache_saved_s"] = _add(row["cache_saved_s"], e.cache_saved_s)
+        if (
+            e.precompiled is True
+        ):  # done by `jt.precompile`'s workers, not waited for by the program
+            row["precompiles"] += e.kind == compile_ or e.compile_s is not None
+            for col in ("trace_s", "lower_s", "compile_s"):
+                row["precompiled_s"] = _add(row["precompiled_s"], getattr(e, col))
         for col in ("eqns", "eqns_total", "loop_repeats"):
             value = number(getattr(e, col))
             if value is not None and (row[col] is None or value > row[col]):
@@ -176,7 +185,7 @@ def summary_frame(events: Iterable[Event]):
         df[col] = df[col].astype("int64")
     for col in ("eqns", "eqns_total", "loop_repeats"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("Int64")
-    for col in ("trace_s", "lower_s", "compile_s", "total_s", "cache_saved_s"):
+    for col in ("trace_s", "lower_s", "compile_s", "total_s", "cache_saved_s", "precompiled_s"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
     for col in ("internal", "nested"):
         df[col] = df[col].astype(bool)

@@ -326,6 +326,8 @@ class Counts(NamedTuple):
     # persistent compilation cache: hits, misses, compiles not cached, misses that are a name's
     # first compile
     cache: tuple = (0, 0, 0, 0)
+    # `jt.precompile`'s workers: their compiles, and their trace + lower + compile seconds
+    precompiled: tuple = (0, 0.0)
 
     @property
     def total_s(self) -> float:
@@ -488,6 +490,10 @@ class Report:
             hidden_events=self.n_events - shown_events,
             dropped=self.dropped,
             cache=cache,
+            precompiled=(
+                sum(f["precompiles"] for f in rows),
+                sum(f["precompiled_s"] or 0.0 for f in rows),
+            ),
         )
 
     def headline(self, internal: bool | None = None) -> str:
@@ -530,5 +536,10 @@ def headline(title: str, c: Counts) -> str:
             f"; persistent cache: {hits} hit(s), {misses} miss(es)"
             + (f" ({firsts} of them a first compile with this cache)" if firsts else "")
             + (f", {not_cached} not cached" if not_cached else "")
+        )
+    if c.precompiled[0]:
+        text += (
+            f"; jt.precompile: {c.precompiled[0]} compile(s) done ahead, "
+            f"{c.precompiled[1]:.3f} s the program's calls at them did not wait for"
         )
     return text
