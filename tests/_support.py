@@ -415,6 +415,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def run_command(*args, env: dict | None = None) -> subprocess.Popen:
+    """``python -m jaxtrace_nb run ARGS...`` started from the repository on JAX's CPU backend,
+    its output piped (as text)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "jaxtrace_nb", "run", *map(str, args)],
+        cwd=REPO,
+        env=env if env is not None else dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def report_command(logs, timeout: float = 120) -> subprocess.CompletedProcess:
     """``python -m jaxtrace_nb report LOG...`` run from the repository, its output captured."""
     return subprocess.run(

@@ -13,7 +13,7 @@ import sys
 import types
 
 import pytest
-from _support import free_port, report_command
+from _support import free_port, report_command, run_command
 
 import jaxtrace_nb as jt
 from jaxtrace_nb._diagnosis._processes import (
@@ -35,29 +35,9 @@ HAS_SIGNATURE = "signature" in COLUMNS
 
 def _run_processes(tmp_path, n: int, timeout: float = 150) -> list[pathlib.Path]:
     port = free_port()
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
     logs = [tmp_path / f"p{i}.jsonl" for i in range(n)]
     procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "jaxtrace_nb",
-                "run",
-                "--persist",
-                str(logs[i]),
-                str(PROGRAMS / "dist_step.py"),
-                str(i),
-                str(n),
-                str(port),
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(n)
+        run_command("--persist", logs[i], PROGRAMS / "dist_step.py", i, n, port) for i in range(n)
     ]
     outputs = []
     try:

@@ -25,6 +25,7 @@ _RUN_OPTIONS = {
     "--max-retraces": "max_retraces",
     "--divergence": "divergence",
     "--divergence-grace": "divergence_grace_s",
+    "--warm": "warm",
 }
 
 _DESCRIPTION = (
@@ -92,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         usage="python -m jaxtrace_nb run [-h] [--persist PATH] [--max-traces N] "
         "[--max-retraces N]\n"
-        "                              [--divergence {warn,raise,off}]\n"
+        "                              [--divergence {warn,raise,off}] [--warm LOG]\n"
         "                              (script.py | -m module) [args ...]",
     )
     run.add_argument(
@@ -128,6 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         type=float,
         help="how long a process waits for the other processes' key of a trace (default 60)",
+    )
+    run.add_argument(
+        "--warm",
+        metavar="LOG",
+        action="append",
+        help="a log of an earlier run (`--persist`; repeat for several, e.g. one per process): "
+        "at each jax.jit function's first trace, its other signatures recorded there compile "
+        "in background threads (jaxtrace_nb.precompile)",
     )
     run.add_argument(
         "-m",
@@ -185,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             max_retraces=ns.max_retraces,
             divergence=ns.divergence,
             divergence_grace_s=ns.divergence_grace_s,
+            warm=ns.warm,
         )
     ns = parser.parse_args(argv)
     if ns.command == "report":

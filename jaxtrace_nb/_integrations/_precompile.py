@@ -34,6 +34,7 @@ from .._adapters.flax_nnx import is_nnx_jit_wrapper, variable_value
 from .._core._vocabulary import StrEnum
 from .._diagnosis._processes import _MORE_KEY, parse_signature_column, signature_column
 from .._keys._rebuild import Example, Jit, differences, not_rebuilt, staged_by_trace
+from .._log._events import Event
 from .._recording._precompiling import mark_precompiling, noted_traces
 
 EXIT_WAIT_S = 30.0  # at exit: how long to wait for compiles under way (queued ones are dropped)
@@ -162,7 +163,9 @@ def _held_keys(session, name: str, location: str | None) -> list[tuple[str | Non
 def _logged(log) -> list[tuple[str | None, str | None, dict | None]]:
     """(function, location, signature) of each row of a persisted log (a path or a list of them)
     or of a log's DataFrame; the signature None where the row has none or it cannot be read."""
-    if hasattr(log, "columns"):
+    if isinstance(log, list) and all(isinstance(e, Event) for e in log):  # (`run --warm`'s)
+        rows = [(e.function, e.location, e.signature) for e in log]
+    elif hasattr(log, "columns"):
         cols = ("function", "location", "signature")
         if not all(c in log.columns for c in cols):
             raise ValueError("the DataFrame has no `signature` column: it is not a log")
@@ -445,9 +448,17 @@ _UNTOLD = (
 
 
 def precompile(
-    fn, args: tuple, kwargs: dict, *, log=None, workers: int | None = None, buckets: bool = False
+    fn,
+    args: tuple,
+    kwargs: dict,
+    *,
+    log=None,
+    workers: int | None = None,
+    buckets: bool = False,
+    own: dict | None = None,
 ):
-    """See `jaxtrace_nb.precompile`."""
+    """See `jaxtrace_nb.precompile`. `own`: the example's own signature where the caller knows
+    it (`run --warm`: the trace under way, which JAX will hold; its row is `held`, not traced)."""
     from .._recording._session import get_session
 
     jit, function = _identity(fn)
@@ -474,6 +485,14 @@ def precompile(
     known = [r.leaves for r in rows] + (recorded if buckets else []) + recorded_here
     session_known = recorded if log is None else recorded_here
     job = _Job(handle, fn, example, name, known, session_known)
+    if own is not None:
+        job._own, job._own_known, job._own_trusted = own, True, True
+        for row in rows:
+            if row.leaves == own:
+                handle._set(row, Status.HELD, "the call that started this precompile")
+        if handle.done:
+            session.release()
+            return handle
     n = workers if workers is not None else max(1, (os.cpu_count() or 2) - 1)
     queued = sum(r.status is Status.QUEUED for r in rows)
     _Workers(handle, job, max(1, min(int(n), queued)), session.release)

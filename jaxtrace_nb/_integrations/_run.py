@@ -86,8 +86,10 @@ class _Recording:
         max_retraces: int | None,
         divergence: str | None = None,
         divergence_grace_s: float | None = None,
+        warm: list[str] | None = None,
     ):
         self.persist = persist
+        self.warm = warm
         self.divergence = divergence
         self.divergence_grace_s = divergence_grace_s
         self.max_traces = max_traces
@@ -112,6 +114,11 @@ class _Recording:
             watch.__enter__()
             self.watch = watch
             self.started = True
+            if self.warm:
+                from ._warm import Warm
+
+                session = jt.get_session()
+                session.probe.warm = Warm(self.warm, session)
         except Exception as e:  # never let our start break the program's `import jax`
             self.error = f"{type(e).__name__}: {e}"
             print(
@@ -146,8 +153,11 @@ def run(
     title: str | None = None,
     divergence: str | None = None,
     divergence_grace_s: float | None = None,
+    warm: list[str] | None = None,
 ) -> int:
     """Run `script` (or `module`) as python would, recording; the report goes to stderr at exit.
+    With `warm` (persisted logs), each ``jax.jit`` function's signatures recorded there are
+    precompiled from its first call (`_warm`).
 
     Returns the exit status for an uncaught exception (1, after printing its traceback as
     python does) or a normal end (0); the program's own ``SystemExit`` propagates unchanged.
@@ -163,7 +173,13 @@ def run(
                 file=sys.stderr,
             )
             return 2
-    recording = _Recording(persist, max_traces, max_retraces, divergence, divergence_grace_s)
+    for path in warm or ():
+        if not os.path.isfile(path):
+            print(f"jaxtrace_nb run: no log {path!r} to warm from", file=sys.stderr)
+            return 2
+    recording = _Recording(
+        persist, max_traces, max_retraces, divergence, divergence_grace_s, warm=warm
+    )
     status = {"interrupted": False, "pid": os.getpid()}
     title = title or f"jaxtrace_nb run {target}"
     runner = _runner(script, module, args)

@@ -23,7 +23,7 @@ import sys
 import weakref
 from typing import Any, Callable, NamedTuple, Sequence
 
-from ._layouts import TraceLayout, detect_layout
+from ._layouts import JitCall, TraceLayout, detect_layout
 
 SUPPORTED_JAX = ((0, 8, 0), (0, 11, 0))  # [min, max) of versions the full probe is tested on
 
@@ -200,6 +200,19 @@ class Holders:
             self.refs.add(weakref.ref(fun))
         except Exception:
             pass
+
+
+def remade_jit(call: JitCall) -> Any:
+    """The jitted function of `call`, made again from its function and JAX's own record of the
+    ``jax.jit`` parameters (``pjit._cpp_pjit(fun, jit_info)``, what ``jax.jit`` itself returns):
+    its traces and compiles are the ones the user's jitted function looks up. None where this JAX
+    has no such maker."""
+    from jax._src import pjit
+
+    make = getattr(pjit, "_cpp_pjit", None)
+    if not callable(make):
+        return None
+    return make(call.fun, call.info)
 
 
 def trace_end_locals(layout: TraceLayout, walk: bool = False) -> dict | None:

@@ -54,6 +54,24 @@ class TraceStart(NamedTuple):
     in_avals: Any = None  # the layout's own argument structure, for adapters that need more
 
 
+class JitCall(NamedTuple):
+    """A ``jax.jit`` call as JAX's jit machinery holds it while it traces (`TraceLayout.jit_call`):
+    enough to make the same jitted function again (`_internals.remade_jit`) and call it alike."""
+
+    fun: Any  # the user's function
+    info: Any  # JAX's ``PjitInfo``: every parameter of the ``jax.jit`` call
+    args: tuple  # the call's positional arguments, as the user passed them
+    kwargs: dict  # and its keyword arguments
+
+    @property
+    def static_argnums(self) -> tuple:
+        return tuple(getattr(self.info, "static_argnums", ()) or ())
+
+    @property
+    def static_argnames(self) -> tuple:
+        return tuple(getattr(self.info, "static_argnames", ()) or ())
+
+
 class PlainCall(NamedTuple):
     """A trace's call read without splitting its arguments (`TraceLayout.plain_call`)."""
 
@@ -128,6 +146,11 @@ class TraceLayout:
         locals (`begin`); else None. It is the object `fun` reads."""
         return None
 
+    def jit_call(self, frame) -> JitCall | None:
+        """The ``jax.jit`` call a top-level trace announced at `frame` is for: its function, its
+        jit parameters and the call's own arguments; None where this JAX range is not read."""
+        return None
+
     # The files of JAX's jit machinery between a jitted object's caller and the announcing frame
     # (whoever called the jitted object is the frame above them).
     machinery = (
@@ -156,15 +179,21 @@ class FlatTreeLayout(TraceLayout):
 
     def jitted(self, frame) -> Any:
         # From JAX 0.9.2, ``pjit._infer_params(fun, ...)`` hands its `fun` to ``_trace_for_jit``,
-        # which
-        # hands it to the announcing frame; its locals are fewer and mostly bound (a cheaper read).
-        caller = frame.f_back
-        if caller is None or caller.f_code.co_name != "_trace_for_jit":
+        # which hands it to the announcing frame; its locals are fewer and mostly bound (a cheaper
+        # read).
+        caller = _infer_params_frame(frame)
+        return None if caller is None else caller.f_locals.get("fun")
+
+    def jit_call(self, frame) -> JitCall | None:
+        caller = _infer_params_frame(frame)
+        if caller is None:
             return None
-        caller = caller.f_back
-        if caller is None or caller.f_code.co_name != "_infer_params":
+        local = caller.f_locals
+        fun, info = local.get("fun"), local.get("ji")
+        args, kwargs = local.get("args"), local.get("kwargs")
+        if fun is None or info is None or type(args) is not tuple or type(kwargs) is not dict:
             return None
-        return caller.f_locals.get("fun")
+        return JitCall(fun, info, args, kwargs)
 
     def plain_call(self, local: dict) -> PlainCall | None:
         fun, in_avals, debug_info = local.get("fun"), local.get("in_avals"), local.get("debug_info")
@@ -217,6 +246,18 @@ class FlatTreeLayout(TraceLayout):
             token=id(debug_info),
             in_avals=in_avals,
         )
+
+
+def _infer_params_frame(frame) -> Any:
+    """``pjit._infer_params(fun, ji, args, kwargs)``, two frames above the announcing one through
+    ``_trace_for_jit`` (JAX 0.9.2 on); None elsewhere."""
+    caller = frame.f_back
+    if caller is None or caller.f_code.co_name != "_trace_for_jit":
+        return None
+    caller = caller.f_back
+    if caller is None or caller.f_code.co_name != "_infer_params":
+        return None
+    return caller
 
 
 _NOT_YET = object()

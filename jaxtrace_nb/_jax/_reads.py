@@ -79,6 +79,16 @@ READS: tuple[Read, ...] = (
         ("0.10", "0.11"),
         ("fun",),
     ),
+    # -- `run --warm`: the jit call of a function's first trace, and its jitted function again
+    Read(
+        _PJIT,
+        "_infer_params",
+        ReadKind.FRAME,
+        "_layouts.FlatTreeLayout.jit_call",
+        ("0.10", "0.11"),
+        ("fun", "ji", "args", "kwargs"),
+    ),
+    Read(_PJIT, "_cpp_pjit", ReadKind.NAME, "_internals.remade_jit", _ALL),
     Read("jax._src.util", "test_event", ReadKind.REBOUND, "_layouts.detect_layout", ("0.8",)),
     Read(
         _PJIT, "_create_pjit_jaxpr", ReadKind.FRAME, "_layouts.PjitLayout.read", ("0.8",), ("fun",)

@@ -88,6 +88,7 @@ class Probe:
         self.listeners = Listeners(self, sink, self.measurer)
         self.keys = self.listeners.keys  # the persistent cache's keys, read while the cache is on
         self.peers = None  # the comparison with the other processes of a run (`_peers.Peers`)
+        self.warm = None  # `run --warm`: told each top-level trace of the user's (`_warm.Warm`)
 
     capture_cost = _measurers(
         "capture_cost", "Equation counts, unrolled loops, FLOPs and bytes of each compile."
@@ -268,6 +269,12 @@ class Probe:
                 except DivergenceError:  # by design: the trace stops before its program is made
                     self._sink.on_trace_failed(trace)
                     raise
+            warm = self.warm
+            if warm is not None and not trace.record.identity.internal:
+                try:
+                    warm.on_trace(trace.record, frame)
+                except Exception as e:
+                    self._sink.fault("warm", e)
             traces.append(trace)
 
     def _fail_gone(self, traces: list[Trace], frame) -> None:

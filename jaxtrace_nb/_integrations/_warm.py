@@ -1,0 +1,135 @@
+"""``python -m jaxtrace_nb run --warm LOG…``: each function's recorded signatures compiled ahead.
+
+At the first trace of a ``jax.jit`` function in the run, the signatures that the logs recorded for
+it are handed to `jt.precompile`, with that call as the example: the jitted function is made
+again from JAX's own record of its parameters (`_internals.remade_jit`: the same traces and
+compiles the user's jitted function looks up), and the call's arguments are kept as their
+abstract values (an array as a ``jax.ShapeDtypeStruct``, read now: a donated array is gone once
+the call returns) and its static values as they are. The call's own signature is the trace under
+way (`held`); the others compile on the workers while the program goes on. Every process of a
+``jax.distributed`` run given the same logs precompiles the same set.
+
+Only what the probe sees at a trace is read there; the rest runs on one daemon thread, so that
+the trace itself only pays for reading its arguments' shapes. Functions jitted with
+``eqx.filter_jit`` or ``nnx.jit`` are not warmed (their wrappers' calls are not read at the
+trace): said once on stderr.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+from typing import Any
+
+from .._core._vocabulary import JitKind
+from .._jax._internals import remade_jit
+
+_SAID: set[str] = set()
+
+
+class Warm:
+    """What `run --warm` holds: the logs' events (read once, on the warm thread), the functions
+    already warmed, and the handles of their precompiles."""
+
+    def __init__(self, logs: list[str], session):
+        self.logs = list(logs)
+        self.session = session
+        self.handles: list[tuple[str, Any]] = []  # (function, Precompile)
+        self._seen: set[str] = set()
+        self._events: list | None = None
+        self._todo: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    # -------------------------------------------------------------- at a trace (the probe)
+    def on_trace(self, record, frame) -> None:
+        """A top-level trace of a function of the user's: the first of its function starts its
+        precompile (read now, done on the warm thread)."""
+        identity = record.identity
+        if identity is None or identity.internal or identity.key in self._seen:
+            return
+        self._seen.add(identity.key)
+        if identity.jit_kind != JitKind.JIT:
+            _say_once(
+                identity.jit_kind,
+                f"jaxtrace_nb run --warm: functions jitted with {identity.jit_kind} are not "
+                "warmed (only jax.jit's)",
+            )
+            return
+        layout = self.session.probe.internals.layout
+        call = layout.jit_call(frame) if layout is not None else None
+        if call is None:
+            _say_once(
+                "reads", "jaxtrace_nb run --warm: this JAX's jit calls are not read; not warmed"
+            )
+            return
+        args, kwargs = _abstract_call(call)
+        self._todo.put((record, call.fun, call.info, args, kwargs))
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="jaxtrace_nb-warm", daemon=True)
+            self._thread.start()
+
+    # -------------------------------------------------------------- on the warm thread
+    def _run(self) -> None:
+        while True:
+            record, fun, info, args, kwargs = self._todo.get()
+            try:
+                self._start(record, fun, info, args, kwargs)
+            except Exception as e:  # a failure here is ours: counted, never the program's
+                self.session.fault("warm", e)
+
+    def _start(self, record, fun, info, args, kwargs) -> None:
+        from .._jax._layouts import JitCall
+        from ._precompile import precompile
+
+        if self._events is None:
+            from .._log._persist import load_events
+
+            self._events = [e for path in self.logs for e in load_events(path)]
+        jitted = remade_jit(JitCall(fun, info, args, kwargs))
+        if jitted is None:
+            _say_once(
+                "maker", "jaxtrace_nb run --warm: this JAX cannot make a jit again; not warmed"
+            )
+            return
+        own = None
+        signature = getattr(record, "signature", None)
+        if signature is not None:
+            own = {path: leaf.text for path, leaf in signature.get().leaves.items()}
+        handle = precompile(jitted, args, kwargs, log=self._events, own=own)
+        self.handles.append((record.identity.name, handle))
+
+
+def _abstract_call(call) -> tuple[tuple, dict]:
+    """The call's arguments with every array of a traced argument as its abstract value (read
+    now), static arguments and Python values as they are."""
+    import jax
+
+    static_nums = set(call.static_argnums)
+    static_names = set(call.static_argnames)
+    args = tuple(
+        value if i in static_nums else jax.tree_util.tree_map(_abstract, value)
+        for i, value in enumerate(call.args)
+    )
+    kwargs = {
+        name: value if name in static_names else jax.tree_util.tree_map(_abstract, value)
+        for name, value in call.kwargs.items()
+    }
+    return args, kwargs
+
+
+def _abstract(leaf: Any) -> Any:
+    shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+    if shape is None or dtype is None or isinstance(leaf, (int, float, complex, bool)):
+        return leaf
+    import jax
+
+    return jax.ShapeDtypeStruct(
+        tuple(shape), dtype, weak_type=bool(getattr(leaf, "weak_type", False))
+    )
+
+
+def _say_once(what: str, text: str) -> None:
+    if what not in _SAID:
+        _SAID.add(what)
+        print(text, file=sys.stderr)

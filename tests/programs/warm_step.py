@@ -1,0 +1,52 @@
+"""A loop that meets 5 batch sizes (tests/test_warm.py), alone or as one process of a
+`jax.distributed` run on CPU.
+
+    python -m jaxtrace_nb run [--persist LOG] [--warm LOG ...] warm_step.py WAIT_S [ID N PORT]
+
+After the first call it waits WAIT_S seconds (other work: the warm run's workers compile
+meanwhile). It prints its results, the traces made on its own thread (JAX's count: the traced
+body runs once per trace, on the thread that traces) and each call's seconds.
+"""
+
+import sys
+import threading
+import time
+
+import jax
+
+wait_s = float(sys.argv[1])
+if len(sys.argv) > 2:
+    process_id, num_processes, port = map(int, sys.argv[2:5])
+    jax.distributed.initialize(
+        coordinator_address=f"127.0.0.1:{port}",
+        num_processes=num_processes,
+        process_id=process_id,
+        initialization_timeout=60,
+    )
+
+import jax.numpy as jnp  # noqa: E402
+
+own_traces = [0]
+
+
+def step(x, scale):
+    if threading.current_thread() is threading.main_thread():
+        own_traces[0] += 1
+    for _ in range(4):
+        x = jnp.tanh(x @ jnp.ones((x.shape[1], x.shape[1]))) * scale
+    return x.sum()
+
+
+f = jax.jit(step, static_argnums=1)
+results, seconds = [], []
+for i, n in enumerate((2, 3, 4, 5, 6)):
+    start = time.perf_counter()
+    results.append(float(f(jnp.ones((n, 8)), 2)))
+    seconds.append(time.perf_counter() - start)
+    if i == 0:
+        time.sleep(wait_s)
+print("RESULTS", results, flush=True)
+print("OWN_TRACES", own_traces[0], flush=True)
+print("SECONDS", seconds, flush=True)
+if len(sys.argv) > 2:
+    jax.distributed.shutdown()
