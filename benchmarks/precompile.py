@@ -1,4 +1,4 @@
-"""Stalls at new batch sizes, cold against warm (`jt.precompile` from the last run's log).
+"""Stalls at new batch sizes, cold against warm (`jt.precompile` or `run --warm` from a log).
 
 A loop meets 6 batch sizes, with 1.5 s of other work between them (a sleep: data loading, I/O,
 logging; it holds no core). It is recorded once (`jt.start(persist=...)`), then run fresh twice
@@ -6,9 +6,12 @@ per repeat, each in a new process: cold (recording, nothing precompiled) and war
 size's call, ``jt.precompile(step, *that_call, log=the_recorded_log)``). A stall is the wall time
 of one call at a new size, through `block_until_ready`. Two steps: a 60-layer `jax.jit` MLP step
 with its gradient, and an `eqx.filter_jit` Equinox MLP step. The ratio (warm total / cold total)
-is measured within one repeat, on the same machine at the same time.
+is measured within one repeat, on the same machine at the same time. Warm runs go once per
+`--workers` count (``all``: the cores), and, for the `jax.jit` step, once more under
+``python -m jaxtrace_nb run --warm LOG`` (no precompile call in the program: its first trace
+starts it, default workers; Equinox's steps are not warmed there).
 
-    python benchmarks/precompile.py [--repeats 2] [--out benchmarks/results]
+    python benchmarks/precompile.py [--repeats 2] [--workers 1,all] [--out benchmarks/results]
 """
 
 from __future__ import annotations
@@ -68,8 +71,8 @@ def _eqx_step():
     return step, model, 32
 
 
-def child(program: str, mode: str, log: str) -> dict:
-    """One run of the loop in this (fresh) process."""
+def child(program: str, mode: str, log: str, workers: str = "0") -> dict:
+    """One run of the loop in this (fresh) process; `workers` 0: precompile's default."""
     import jax
     import jax.numpy as jnp
 
@@ -86,7 +89,7 @@ def child(program: str, mode: str, log: str) -> dict:
         stalls.append(time.perf_counter() - start)
         values.append(float(value))
         if i == 0 and mode == "warm":
-            handle = jt.precompile(step, params, x, log=log)
+            handle = jt.precompile(step, params, x, log=log, workers=int(workers) or None)
         time.sleep(OTHER_WORK_S)
     if handle is not None:
         t = handle.wait(600)
@@ -108,10 +111,15 @@ def child(program: str, mode: str, log: str) -> dict:
     }
 
 
-def _run(program: str, mode: str, log: str) -> dict:
+def _run(program: str, mode: str, log: str, workers: int = 0) -> dict:
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.path.dirname(HERE))
+    runner = (
+        [sys.executable, "-m", "jaxtrace_nb", "run", "--warm", log]
+        if mode == "runwarm"
+        else [sys.executable]
+    )
     out = subprocess.run(
-        [sys.executable, __file__, "--child", program, mode, log],
+        [*runner, __file__, "--child", program, mode, log, str(workers)],
         capture_output=True,
         text=True,
         env=env,
@@ -127,10 +135,13 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--workers", default="1,all", help="worker counts of the warm runs")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args()
     import jax
 
+    cores = os.cpu_count() or 1
+    counts = [cores if w == "all" else int(w) for w in args.workers.split(",")]
     started, load_before, measured = time.perf_counter(), load(), commit()
     runs = []
     lines = []
@@ -139,25 +150,36 @@ def main() -> None:
             log = os.path.join(tmp, "run.jsonl")
             _run(program, "record", log)
             for r in range(args.repeats):
-                cold, warm = _run(program, "cold", log), _run(program, "warm", log)
-                runs += [cold, warm]
-                same = cold["values"] == warm["values"]
-                ratio = sum(warm["stalls_s"]) / sum(cold["stalls_s"])
-                lines.append(
-                    f"{program:>4} #{r + 1}: cold total {sum(cold['stalls_s']):6.2f} s, warm "
-                    f"{sum(warm['stalls_s']):6.2f} s, warm/cold {ratio:.3f}; first new size "
-                    f"cold {cold['stalls_s'][1]:.3f} s, warm {warm['stalls_s'][1]:.3f} s; "
-                    f"results identical: {same}; rows {warm['table']['status']}; "
-                    f"precompiled in the warm log: {warm['precompiled']}; user traces "
-                    f"cold {cold['user_traces']}, warm {warm['user_traces']}"
-                )
+                cold = _run(program, "cold", log)
+                runs.append(cold)
+                warms = [
+                    (f"precompile, {w} worker(s)", _run(program, "warm", log, w)) for w in counts
+                ]
+                if program == "jit":
+                    warms.append(("run --warm", _run(program, "runwarm", log)))
+                for how, warm in warms:
+                    runs.append(dict(warm, how=how))
+                    same = cold["values"] == warm["values"]
+                    ratio = sum(warm["stalls_s"]) / sum(cold["stalls_s"])
+                    rows = warm["table"]["status"] if warm["table"] else "-"
+                    cold_s, warm_s = sum(cold["stalls_s"]), sum(warm["stalls_s"])
+                    first = (cold["stalls_s"][1], warm["stalls_s"][1])
+                    lines.append(
+                        f"{program:>4} #{r + 1} {how:>24}: cold total {cold_s:6.2f} s, "
+                        f"warm {warm_s:6.2f} s, warm/cold {ratio:.3f}; first new size "
+                        f"cold {first[0]:.3f} s, warm {first[1]:.3f} s; results identical: "
+                        f"{same}; rows {rows}; precompiled in the warm log: "
+                        f"{warm['precompiled']}; user traces cold {cold['user_traces']}, "
+                        f"warm {warm['user_traces']}"
+                    )
     text = "\n".join(
         [
             f"jt.precompile: stalls at {len(SIZES)} batch sizes {SIZES}, {OTHER_WORK_S} s of "
             "other work (sleep) between; cold = fresh process, nothing precompiled; warm = fresh "
             "process, precompile from the recorded log after the first call",
             machine_line(jax.__version__, measured, load_before, started)
-            + f"; command: python benchmarks/precompile.py --repeats {args.repeats}",
+            + f"; command: python benchmarks/precompile.py --repeats {args.repeats} "
+            f"--workers {args.workers}",
             "",
             *lines,
             "",
@@ -168,6 +190,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        print(json.dumps(child(*sys.argv[2:5])))
+        print(json.dumps(child(*sys.argv[2:6])))
     else:
         main()
