@@ -219,3 +219,50 @@ def test_a_lowering_never_compiled_takes_no_other_compile():
         ("double", "trace", "first"),
         ("double", "compile", "sharding"),
     ]
+
+
+def _compile_rows(jt, name):
+    df = jt.log(internal=False)
+    return df[(df["kind"] == "compile") & df["function"].str.endswith(name)].to_dict("records")
+
+
+def test_a_program_traced_on_another_thread_is_compiled_here_and_said_so(jt):
+    """Another thread traced the program (`f.trace`: no lowering) or traced and lowered it
+    (`.lower()`: no compile); this thread's call finds the trace in JAX's caches and no compiled
+    program, and makes it. JAX's verdict: one trace (its counter), and a backend compile on this
+    thread. Before, the first read "another program JAX derived from this function (e.g. batched
+    by `jax.vmap`) for arguments of other types", which it was not."""
+    import threading
+
+    import jax
+    import jax.numpy as jnp
+    import pandas as pd
+
+    traces = [0]
+
+    def traced(x):
+        traces[0] += 1
+        return jnp.sin(x) * 2
+
+    def lowered(x):
+        return jnp.cos(x) + 1
+
+    f, g = jax.jit(traced), jax.jit(lowered)
+    for stage in (lambda: f.trace(jnp.ones(3)), lambda: g.trace(jnp.ones(4)).lower()):
+        worker = threading.Thread(target=stage)
+        worker.start()
+        worker.join()
+    f(jnp.ones(3))
+    g(jnp.ones(4))
+    assert traces[0] == 1
+    (f_row,) = _compile_rows(jt, "traced")  # JAX's compile, reported on this thread
+    (g_row,) = _compile_rows(jt, "lowered")
+    assert f_row["thread"] == g_row["thread"] == threading.get_ident()
+    assert f_row["explanation"].startswith(
+        "Lowered and compiled on this thread the program of trace #1, which another thread made"
+    )
+    assert g_row["explanation"].startswith(
+        "Compiled on this thread the program of trace #1, which another thread made"
+    )
+    assert pd.isna(f_row["cause"]) and pd.isna(g_row["cause"])
+    assert jt.faults() == {}

@@ -141,6 +141,18 @@ EXPECTED = {
             for a, b in zip(*(lambda n: (n, n[1:]))([34, 136, 58, 250, 96]))
         ),
     ],
+    "12_precompile": [
+        row("make_step.<locals>.step", "first"),
+        *(
+            row("make_step.<locals>.step", "shape", "x", f"f32[{a},64]", f"f32[{b},64]")
+            for a, b in ((8, 12), (12, 16), (16, 24), (24, 32))
+        ),
+        row("make_step.<locals>.step", "new_function"),
+        *(  # the worker's traces, each from the size before (the keys the new object holds)
+            row("make_step.<locals>.step", "shape", "x", f"f32[{a},64]", f"f32[{b},64]")
+            for a, b in ((8, 12), (12, 16), (16, 24), (24, 32))
+        ),
+    ],
     "09_flax_nnx": [
         row("train_step", "first"),
         row("train_step", "static", "model.calls", "0", "1"),

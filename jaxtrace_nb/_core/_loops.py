@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import linecache
+import threading
 
 from ._bounded import Bounded
 
@@ -23,6 +24,8 @@ _LOOPS = (
     ast.DictComp,
     ast.GeneratorExp,
 )
+_PARSE_ATTEMPTS = 3
+_PARSING = threading.Lock()  # (one parse at a time: see `_loop_ranges`)
 _ranges: Bounded = Bounded(_MAX_FILES)  # file name -> ((first line, last line), ...) of its loops
 
 
@@ -44,9 +47,23 @@ def in_loop(filename: str, line: int) -> bool:
 
 
 def _loop_ranges(filename: str) -> tuple:
-    try:
-        tree = ast.parse("".join(linecache.getlines(filename)))
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
+    source = "".join(linecache.getlines(filename))
+    for attempt in range(_PARSE_ATTEMPTS):
+        try:
+            with _PARSING:
+                tree = ast.parse(source)
+            break
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            return ()
+        except SystemError:
+            # CPython 3.11 keeps the AST conversion's recursion depth per interpreter: a parse on
+            # another thread meanwhile can fail ours with "AST constructor recursion depth
+            # mismatch" (seen on 3.11.7 with a precompile worker tracing; reported in
+            # python/cpython#106905 and pytest-dev/pytest#10763). Our own parses are serialized;
+            # one that met another thread's is parsed again.
+            if attempt == _PARSE_ATTEMPTS - 1:
+                raise
+    else:
         return ()
     return tuple(
         (node.lineno, node.end_lineno or node.lineno)

@@ -651,6 +651,27 @@ def _other_program(new: Signature, previous: Sequence[Signature], traced: bool) 
     )
 
 
+def compiled_here_too(number: int | None, precompiled: bool, lowered: bool) -> Diagnosis:
+    """A compile, on this thread, of the program that trace `number` made on another thread
+    (`precompiled`: one of `jt.precompile`'s workers), when no compile of it had ended: JAX's
+    caches held the trace but no program for it, and JAX does not wait for another thread's
+    compile. `lowered`: this call lowered it too (else it only compiled the module lowered
+    there)."""
+    who = "`jt.precompile`'s worker" if precompiled else "another thread"
+    trace = f"trace #{number}" if number is not None else "a trace"
+    return Diagnosis(
+        cause=None,
+        leaf=None,
+        before=None,
+        after=None,
+        explanation=f"{'Lowered and compiled' if lowered else 'Compiled'} on this thread the "
+        f"program of {trace}, which {who} made: no compile of it had ended when this one began, "
+        "so JAX's caches held its trace but no compiled program for this call (JAX does not wait "
+        "for a compile under way on another thread). Not a change of the arguments.",
+        hint="",
+    )
+
+
 def diagnose_devices(previous: Sequence[tuple], devices: tuple, options: tuple = ()) -> Diagnosis:
     """Explain a compile with no lowering of its own: JAX compiled a module it lowered before for
     `devices` with XLA compiler `options` (its compile cache keys on the module, the devices in

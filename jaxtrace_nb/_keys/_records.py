@@ -101,6 +101,7 @@ class LoweringRecord(NamedTuple):
     identity: FunctionIdentity | None  # the function as JAX's debug info names it
     # the module it made, weakly: JAX compiles it again for other devices without lowering again
     module_ref: weakref.ref | None = None
+    started: float | None = None  # `time.monotonic()` when the lowering began
 
 
 class CompileRecord(NamedTuple):
@@ -111,6 +112,7 @@ class CompileRecord(NamedTuple):
     devices: tuple  # ("cpu:0", ...), in JAX's order
     thread: int
     options: tuple = ()  # the XLA compiler options given: ((name, value), ...)
+    started: float | None = None  # `time.monotonic()` when the compile began (its end less its s)
 
 
 class XlaCost(NamedTuple):

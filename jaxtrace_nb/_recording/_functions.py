@@ -13,9 +13,12 @@ key is identical to one JAX dropped, and are the first to go when the session's 
 from __future__ import annotations
 
 import collections
+import time
 import weakref
 from typing import NamedTuple
 
+from .._core._bounded import Bounded
+from .._core._vocabulary import LeafKind
 from .._core._witness import Witness
 from .._keys._records import Binding, FunctionIdentity, TraceRecord
 from .._keys._signature import Signature, compared_by_equality
@@ -30,6 +33,7 @@ LEAF_BUDGET_PER_FUNCTION = 200_000  # leaves kept across a function's lowerings
 MAX_KEPT_LEAVES = 1_000_000
 _MAX_REFS = 100_000  # live function objects remembered per function key
 _MAX_INTERNED = 4096  # devices-and-options tuples shared between compiles
+_MAX_COMPILE_ENDS = 1024  # traces per function whose compile's end is kept
 
 
 EVICTED = -1  # the generation of a key JAX dropped alone (`FunctionState.evict`)
@@ -43,6 +47,8 @@ class KeptKey(NamedTuple):
     ref: weakref.ref | None
     generation: int
     trace_number: int
+    thread: int | None = None  # the thread that traced it
+    precompiled: bool = False  # traced by one of `jt.precompile`'s workers
 
 
 class Held(NamedTuple):
@@ -86,6 +92,7 @@ class FunctionState:
         "arg_names",
         "failed",
         "_held",
+        "compile_ends",
     )
 
     def __init__(self, identity: FunctionIdentity | None):
@@ -98,6 +105,8 @@ class FunctionState:
         self.lowerings: collections.deque[Signature] = collections.deque(
             maxlen=SIGNATURES_PER_FUNCTION
         )
+        # trace number -> `time.monotonic()` when its compile ended (the most recent ones)
+        self.compile_ends = Bounded(_MAX_COMPILE_ENDS)
         self.refs: dict[
             int, weakref.ref
         ] = {}  # the function objects traced under this key, by id(ref)
@@ -249,7 +258,7 @@ class LoweredModules:
         self._pruned = 0
         self._interned: dict[tuple, tuple] = {}  # one tuple per devices-and-options seen
 
-    def lowered(self, ref: weakref.ref, key: str) -> None:
+    def lowered(self, ref: weakref.ref, key: str, origin: ModuleOrigin | None = None) -> None:
         modules = self._modules
         if len(modules) >= max(256, 2 * self._pruned):  # (dead modules go, amortized)
             live = {i: v for i, v in modules.items() if v[0]() is not None}
@@ -261,7 +270,7 @@ class LoweredModules:
                 self._interned = {}
         found = modules.get(id(ref))
         if found is None or found[0] is not ref:
-            modules[id(ref)] = [ref, key, []]
+            modules[id(ref)] = [ref, key, [], origin, []]
 
     def _entry(self, ref: weakref.ref | None) -> list | None:
         found = self._modules.get(id(ref)) if ref is not None else None
@@ -284,7 +293,48 @@ class LoweredModules:
         what = self._interned.setdefault(what, what)
         found[2].append(what)
         del found[2][:-SIGNATURES_PER_FUNCTION]
+        found[4].append(time.monotonic())
+        del found[4][:-SIGNATURES_PER_FUNCTION]
         return before
+
+    def compiled_elsewhere_first(self, ref: weakref.ref | None, thread: int, started):
+        """The `ModuleOrigin` of the module of `ref` where another thread than `thread` lowered
+        it and no compile of it had ended when this one began (`started`): JAX's compile cache held
+        no program of it for this call. None otherwise."""
+        found = self._entry(ref)
+        if found is None or found[3] is None or found[3].thread == thread or started is None:
+            return None
+        if any(ended <= started for ended in found[4]):
+            return None
+        return found[3]
+
+
+class ModuleOrigin(NamedTuple):
+    """The trace whose lowering made a module: its thread, number, and whether one of
+    `jt.precompile`'s workers made it."""
+
+    thread: int
+    trace_number: int | None
+    precompiled: bool
+
+
+def traced_elsewhere(state: FunctionState, lowering: Signature, thread: int, started):
+    """The newest kept key of `state` traced on another thread than `thread` whose arguments have
+    the types `lowering` (a lowering signature) lowers, and whose own compile had not ended when
+    that lowering began (`started`): the program of that trace, lowered here because JAX's caches
+    held its trace and no compiled program yet. None where there is none."""
+    texts = [leaf.text for leaf in lowering.leaves.values()]
+    for kept in reversed(state.keys):
+        if kept.thread is None or kept.thread == thread:
+            continue
+        ended = state.compile_ends.get(kept.trace_number)
+        if ended is not None and (started is None or ended <= started):
+            continue
+        signature = kept.signature.get()
+        arrays = [leaf.text for leaf in signature.leaves.values() if leaf.kind == LeafKind.ARRAY]
+        if arrays == texts:
+            return kept
+    return None
 
 
 class KeyBudget:

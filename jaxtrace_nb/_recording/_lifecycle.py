@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import itertools
 import threading
+import time
 from typing import Callable
 
 from .._core._vocabulary import EventKind
@@ -30,6 +31,7 @@ from .._diagnosis._diagnose import (
     REDUCED,
     REDUCED_COMPILE,
     Diagnosis,
+    compiled_here_too,
     diagnose_compile,
     diagnose_devices,
     first_after_failures,
@@ -61,12 +63,14 @@ from ._functions import (
     KeptKey,
     KeyBudget,
     LoweredModules,
+    ModuleOrigin,
     keep,
     new_object,
+    traced_elsewhere,
     user_names,
 )
 from ._lineprof import profile_text
-from ._precompiling import note_trace, precompiling
+from ._precompiling import PRECOMPILE_SITE, note_trace, precompiling
 from ._trace import Trace
 
 MAX_FUNCTIONS = 20_000
@@ -213,6 +217,8 @@ class Lifecycle:
             if precompiling():
                 trace.precompiled = True
                 note_trace(trace.record)
+                # (the worker's own frames: the program's call at this signature is yet to come)
+                trace.record = trace.record._replace(call_site=PRECOMPILE_SITE)
             self._opened(trace)
             with self.lock:
                 trace.start = next(self._ticks)
@@ -348,6 +354,8 @@ class Lifecycle:
                     ref=state.jax_same_object(record.function_ref, record.signature),
                     generation=record.cache_generation,
                     trace_number=state.traces + 1,
+                    thread=record.thread,
+                    precompiled=trace.precompiled,
                 )
             )
             self._key_budget.added(added, self.functions, record.cache_generation)
@@ -462,7 +470,10 @@ class Lifecycle:
                 else:
                     event = self._compile_event(record)
                 if event is not None and record.module_ref is not None:
-                    self._modules.lowered(record.module_ref, event.key)
+                    origin = ModuleOrigin(
+                        record.thread, event.trace_number, bool(event.precompiled)
+                    )
+                    self._modules.lowered(record.module_ref, event.key, origin)
                 return event
         except Exception as e:
             self.fault("diagnosis", e)
@@ -484,8 +495,14 @@ class Lifecycle:
                 if state is None or state.identity is None:
                     identity = _unknown_identity(record.jax_name, "")
                     state = self.state(identity.key, identity)
+                origin = self._modules.compiled_elsewhere_first(
+                    record.module_ref, record.thread, record.started
+                )
                 before = self._modules.compiled(record.module_ref, record.devices, record.options)
-                diagnosis = diagnose_devices(before, record.devices, record.options)
+                if origin is not None:
+                    diagnosis = compiled_here_too(origin.trace_number, origin.precompiled, False)
+                else:
+                    diagnosis = diagnose_devices(before, record.devices, record.options)
                 event = self._event(
                     state.identity, EventKind.COMPILE, diagnosis, state.traces, record.thread
                 )
@@ -532,9 +549,13 @@ class Lifecycle:
         else:
             signature = user_names(state, record.signature)
             previous = list(state.lowerings)
-            diagnosis = hint_checked(
-                diagnose_compile(signature, previous, traced=state.traces > 0), state.identity
-            )
+            elsewhere = traced_elsewhere(state, signature, record.thread, record.started)
+            if elsewhere is not None:
+                diagnosis = compiled_here_too(elsewhere.trace_number, elsewhere.precompiled, True)
+            else:
+                diagnosis = hint_checked(
+                    diagnose_compile(signature, previous, traced=state.traces > 0), state.identity
+                )
             state.lowerings = keep(state.lowerings, kept_lowering(signature, previous))
         event = self._event(
             state.identity, EventKind.COMPILE, diagnosis, state.traces, record.thread
@@ -565,6 +586,8 @@ class Lifecycle:
             state = self.functions.get(event.key)
             if state is not None:
                 state.compiles += 1
+                if event.kind == EventKind.TRACE and event.trace_number is not None:
+                    state.compile_ends.put(event.trace_number, time.monotonic())
             if event.eqns_total:
                 event.compile_s_per_keqn = float(seconds) / (event.eqns_total / 1000.0)
         self.log.updated(event)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 
 from .._jax import _internals as jaxi
 from .._jax._cache_key import REQUEST_EVENT, KeyReader
@@ -111,6 +112,8 @@ class Listeners:
                 if self.full
                 else _public_lowering(name)
             )
+            if record is not None:
+                record = record._replace(started=time.monotonic() - duration)
             handle = self._sink.on_lowering(trace, record)
             tls.compiling, tls.compiled = handle, trace
             tls.lowered = getattr(record, "module_ref", None)
@@ -125,6 +128,8 @@ class Listeners:
                 if stage is not None and stage.raised:
                     stage = None
                 compiled = self._compile_record(stage, fun_name)
+                if compiled is not None:
+                    compiled = compiled._replace(started=time.monotonic() - duration)
                 hit, tls.cache_hit = tls.cache_hit, None
                 if (
                     compiled is not None

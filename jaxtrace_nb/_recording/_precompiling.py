@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 _LOCAL = threading.local()
+PRECOMPILE_SITE = "jt.precompile's worker"  # the call site of a worker's trace
 
 
 def precompiling() -> bool:
