@@ -252,7 +252,7 @@ def test_verdicts_are_taken_once_and_bounded():
     boxes = [Box(1), Box(2), Box(1)]
     leaves = [leaf(b) for b in boxes]
     for lf in leaves:
-        verdicts.record("f", {"c": lf})
+        verdicts.record("f", {"c": lf}, ["c"])
     w = [lf.witness for lf in leaves]
     assert w[2].verdicts == {w[0].serial: True, w[1].serial: False}
     boxes[1].a = 1  # changed after the lookup: the verdict stands

@@ -409,11 +409,12 @@ class LookupVerdicts:
     def __init__(self):
         self._places: OrderedDict[tuple, list] = OrderedDict()
 
-    def record(self, scope: Any, leaves: dict) -> None:
-        """Compare each live-compared witness among `leaves` (path -> leaf) of a trace of the
-        function `scope` with the earlier ones at its path."""
-        for path, leaf in leaves.items():
-            witness = leaf.witness
+    def record(self, scope: Any, leaves: dict, paths) -> None:
+        """Compare the witness of each of `paths` (those compared live, `Witness.compared_live`)
+        among `leaves` (path -> leaf) of a trace of the function `scope` with the earlier ones at
+        its path."""
+        for path in paths:
+            witness = leaves[path].witness
             if type(witness) is Witness and witness.compared_live():
                 self._compare(scope, path, witness)
 

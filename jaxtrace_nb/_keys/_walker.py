@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._core._values import summarize_static
+from .._core._witness import Witness
 from ._leaves import (
     BUILTIN_CONTAINERS,
     Placeholder,
@@ -43,6 +44,7 @@ class Walker:
         self.leaves: dict[str, Leaf] = {}
         self.owners: dict[str, str] = {}
         self.flat_paths: dict[int, str] = {}
+        self.live: list[str] = []  # paths of static values compared live (`Witness.compared_live`)
         self._adapters = adapters
 
     # ------------------------------------------------------ for adapters
@@ -50,6 +52,7 @@ class Walker:
         """`item`, part of a skeleton (a `Placeholder`, None or a node), at `path`."""
         if type(item) is Placeholder:
             self.leaves[path] = item.leaf
+            self._note_live(path, item.leaf)
             if item.index >= 0:
                 self.flat_paths[item.index] = path
         elif item is None:
@@ -60,7 +63,8 @@ class Walker:
     def static(self, path: str, value: Any, origin: str, holder: Any = None) -> None:
         """`value`, a value in JAX's key, as a static leaf (JAX's ``==`` decides its changes);
         `holder` reaches it in JAX's key (`Witness.holder`)."""
-        self.leaves[path] = static_leaf(summarize_static(value), origin, value, holder)
+        self.leaves[path] = leaf = static_leaf(summarize_static(value), origin, value, holder)
+        self._note_live(path, leaf)
 
     def static_fields(self, prefix: str, obj: Any, names, origin: str) -> None:
         """Attributes `names` of `obj` as static leaves (read without running user code)."""
@@ -74,6 +78,12 @@ class Walker:
     def set(self, path: str, leaf: Leaf) -> None:
         """`leaf` is the leaf at `path` (made by the caller, e.g. an adapter's own origin)."""
         self.leaves[path] = leaf
+        self._note_live(path, leaf)
+
+    def _note_live(self, path: str, leaf: Leaf) -> None:
+        witness = leaf.witness
+        if type(witness) is Witness and witness.compared_live():
+            self.live.append(path)
 
     def node(self, path: str, leaf: Leaf) -> None:
         """`leaf`, a node leaf (`node_leaf`), is what the node at `path` is."""

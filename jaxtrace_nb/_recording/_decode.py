@@ -156,18 +156,18 @@ class Decoder(CallSites):
         adapters = _adapters.active()
         call = self.decode_call(start, adapters)
         identity = self._called_by(self.identity(start, call, frame), call, frame)
-        signature, arg_names = None, None
+        signature, arg_names, live = None, None, ()
         try:
-            signature, flat_paths = self._signature(start, call, adapters)
+            signature, flat_paths, live = self._signature(start, call, adapters)
             if type(signature) is Signature and self.is_library(identity.filename):
                 signature = signature._replace(library=True)
             if call.jit_kind != JitKind.JIT:
                 arg_names = _arg_names(start.debug_info, flat_paths)
         except Exception as e:  # the trace is still recorded, by name, without a cause
             on_fault("signature", e)
-        if type(signature) is Signature:
+        if live:
             try:  # (now: JAX's lookup has just compared these values)
-                self.verdicts.record(identity.key, signature.leaves)
+                self.verdicts.record(identity.key, signature.leaves, live)
             except Exception as e:
                 on_fault("signature", e)
         ref = None
@@ -427,7 +427,7 @@ class Decoder(CallSites):
     ) -> tuple[Signature, dict]:
         deferred = self._deferred_signature(start, call)
         if deferred is not None:
-            return deferred, {}
+            return deferred, {}, ()
         walker = Walker(adapters)
         function_path = None
         if call.function_leaf is not None:
@@ -436,18 +436,22 @@ class Decoder(CallSites):
         for name, part in call.arguments:
             part.emit(walker, name)
         values, texts = self._trace_context_now()
-        return Signature(
-            function_token=function_token(call.user_fun, call.jit_kind in _COMPARED),
-            context=texts,
-            leaves=walker.leaves,
-            function_path=function_path,
-            jit_kind=call.jit_kind,
-            call=call.call,
-            owners=walker.owners or None,
-            key_parts=key_parts(start.key),
-            context_values=values,
-            tree_ref=tree_handle(start.in_avals),
-        ), walker.flat_paths
+        return (
+            Signature(
+                function_token=function_token(call.user_fun, call.jit_kind in _COMPARED),
+                context=texts,
+                leaves=walker.leaves,
+                function_path=function_path,
+                jit_kind=call.jit_kind,
+                call=call.call,
+                owners=walker.owners or None,
+                key_parts=key_parts(start.key),
+                context_values=values,
+                tree_ref=tree_handle(start.in_avals),
+            ),
+            walker.flat_paths,
+            walker.live,
+        )
 
     def _deferred_signature(self, start: TraceStart, call: DecodedCall) -> DeferredSignature | None:
         """A plain ``jax.jit`` call whose every argument is a tree of dicts with string keys, lists,
