@@ -6,7 +6,8 @@ again from JAX's own record of its parameters (`_internals.remade_jit`: the same
 compiles the user's jitted function looks up), and the call's arguments are kept as their
 abstract values (an array as a ``jax.ShapeDtypeStruct``, read now: a donated array is gone once
 the call returns) and its static values as they are. The call's own signature is the trace under
-way (`held`); the others compile on the workers while the program goes on. Every process of a
+way (`held`); the others compile on the workers while the program goes on, once the program's
+own compile of that call has ended (not to compete with it). Every process of a
 ``jax.distributed`` run given the same logs precompiles the same set.
 
 Only what the probe sees at a trace is read there; the rest runs on one daemon thread, so that
@@ -20,12 +21,14 @@ from __future__ import annotations
 import queue
 import sys
 import threading
+import time
 from typing import Any
 
 from .._core._vocabulary import JitKind
 from .._jax._internals import remade_jit
 
 _SAID: set[str] = set()
+WAIT_S = 60.0  # the longest a function's warm-up waits for the program's own first compile
 
 
 class Warm:
@@ -92,12 +95,23 @@ class Warm:
                 "maker", "jaxtrace_nb run --warm: this JAX cannot make a jit again; not warmed"
             )
             return
+        self._after_its_compile(record.identity.key)
         own = None
         signature = getattr(record, "signature", None)
         if signature is not None:
             own = {path: leaf.text for path, leaf in signature.get().leaves.items()}
         handle = precompile(jitted, args, kwargs, log=self._events, own=own)
         self.handles.append((record.identity.name, handle))
+
+    def _after_its_compile(self, key: str) -> None:
+        """Wait (at most `WAIT_S`) until a compile of the function's trace has ended: the workers'
+        traces and compiles would otherwise compete with the program's own first one."""
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            state = self.session.lifecycle.functions.get(key)
+            if state is not None and len(state.compile_ends):
+                return
+            time.sleep(0.01)
 
 
 def _abstract_call(call) -> tuple[tuple, dict]:
