@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import threading
 import weakref
 from collections import OrderedDict
 from typing import Any, Callable
@@ -305,9 +306,13 @@ class Witness:
     def verdict(self, other: Witness) -> bool | None:
         """JAX's ``==`` of the two values taken when it compared them (`LookupVerdicts`), or None
         where none was taken."""
-        later, earlier = (self, other) if self.serial > other.serial else (other, self)
-        found = later.verdicts
-        return None if found is None else found.get(earlier.serial)
+        for taker, taken in ((self, other), (other, self)):  # (whichever recorded it)
+            found = taker.verdicts
+            if found is not None:
+                verdict = found.get(taken.serial)
+                if verdict is not None:
+                    return verdict
+        return None
 
     def as_compared(self, earlier: Witness) -> str | None:
         """The text of `earlier`'s object as JAX compared it with this one, where it was changed in
@@ -322,6 +327,8 @@ class Witness:
         taken = self.verdict(other)
         if taken is not None:
             return taken
+        if self._other_keys(other):
+            return False
         if self._same_object(other):
             # One object at both traces (one weak reference while it lives): JAX's lookup finds it
             # equal (its key holds the object), though a plain form taken at each trace differs
@@ -367,10 +374,20 @@ class Witness:
         mine = self.object_ref
         return mine is not None and mine is other.object_ref
 
+    def _other_keys(self, other: Witness) -> bool:
+        """Two values compared live, of other hashes, not one object: another key to JAX's lookup
+        (its dict compares hashes first)."""
+        if not (self.compared_live() and other.compared_live()):
+            return False
+        if self.hash is None or other.hash is None or self.hash == other.hash:
+            return False
+        a, b = self.live(), other.live()
+        return a is _MISSING or b is _MISSING or a is not b
+
     def certain(self, other: Witness) -> bool:
         """Whether `equals` compared the values themselves (not only their hashes; not one object
         whose hash changed between its traces, which JAX releases tell apart differently)."""
-        if self.verdict(other) is not None:
+        if self.verdict(other) is not None or self._other_keys(other):
             return True
         if self._same_object(other):
             return self.hash == other.hash
@@ -408,6 +425,7 @@ class LookupVerdicts:
 
     def __init__(self):
         self._places: OrderedDict[tuple, list] = OrderedDict()
+        self._lock = threading.Lock()  # (traces of several threads)
 
     def record(self, scope: Any, leaves: dict, paths) -> None:
         """Compare the witness of each of `paths` (those compared live, `Witness.compared_live`)
@@ -416,7 +434,8 @@ class LookupVerdicts:
         for path in paths:
             witness = leaves[path].witness
             if type(witness) is Witness and witness.compared_live():
-                self._compare(scope, path, witness)
+                with self._lock:
+                    self._compare(scope, path, witness)
 
     def clear(self) -> None:
         self._places.clear()
@@ -439,6 +458,8 @@ class LookupVerdicts:
             if old is None:
                 continue
             kept.append(ref)
+            if old.hash != new.hash:
+                continue  # (another key to JAX's lookup: `equals` says so without a verdict)
             verdict = _lookup_equal(old, new, obj)
             if verdict is not None:
                 verdicts[old.serial] = verdict
@@ -475,7 +496,7 @@ def _lookup_equal(old: Witness, new: Witness, obj: Any) -> bool | None:
     if (old.typed or new.typed) and (old.type_ref is None or old.type_ref() is not type(obj)):
         return False
     try:
-        return bool(obj == other)
+        return bool(other == obj)  # (as a dict lookup: the key it holds, then the new one)
     except Exception:  # (JAX's own lookup would have raised: no entry could be equal)
         return False
 

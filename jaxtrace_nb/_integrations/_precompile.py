@@ -262,11 +262,16 @@ def ensure_cache() -> str | None:
 
 
 def _remove_cache(path: str) -> None:
-    """At exit: the index beside the cache written first (its own exit flush comes after this
-    one, registered earlier), then the directory removed."""
-    from .._cache._cache_explainer import _flush_all
+    """At exit: the workers stopped (their compiles would write into the directory), the index
+    beside the cache written (its own exit flush comes after this one, registered earlier), then
+    the directory removed."""
+    _close_all()
+    try:
+        from .._cache._cache_explainer import _flush_all
 
-    _flush_all()
+        _flush_all()
+    except Exception:
+        pass
     shutil.rmtree(path, True)
 
 
@@ -286,6 +291,11 @@ class _Workers:
         for row in handle._rows:
             if row.status is Status.QUEUED:
                 self.todo.put(row)
+        if _EXITING.is_set():  # (the exit began meanwhile: no thread starts)
+            self._drop("the program exited first")
+            _OPEN.discard(self)
+            on_done()
+            return
         for i in range(n):
             t = threading.Thread(target=self._run, name=f"jaxtrace_nb-precompile-{i}", daemon=True)
             self.threads.append(t)
@@ -331,9 +341,16 @@ class _Workers:
 
 
 _OPEN: set[_Workers] = set()
+_EXITING = threading.Event()  # the program is exiting: no precompile starts
+
+
+def exiting() -> bool:
+    """Whether the program has begun to exit (`jt.precompile` then starts nothing)."""
+    return _EXITING.is_set()
 
 
 def _close_all() -> None:
+    _EXITING.set()
     for workers in list(_OPEN):
         workers.close(EXIT_WAIT_S)
 
@@ -468,6 +485,9 @@ def precompile(
     recorded = _recorded(log, session, name, location)
     signatures = _bucketed(log, session, name, recorded) if buckets else recorded
     rows = [Row(signature_column(s), leaves=s) for s in signatures]
+    if _EXITING.is_set():
+        for row in rows:
+            row.status, row.reason = Status.SKIPPED, "the program exited first"
     handle = Precompile(rows)
     if handle.done:
         return handle

@@ -36,6 +36,10 @@ class Warm:
     already warmed, and the handles of their precompiles."""
 
     def __init__(self, logs: list[str], session):
+        from . import _precompile  # (now: its exit hook runs before the program's end)
+
+        self._exiting = _precompile.exiting
+        self._lock = threading.Lock()
         self.logs = list(logs)
         self.session = session
         self.handles: list[tuple[str, Any]] = []  # (function, Precompile)
@@ -49,9 +53,12 @@ class Warm:
         """A top-level trace of a function of the user's: the first of its function starts its
         precompile (read now, done on the warm thread)."""
         identity = record.identity
-        if identity is None or identity.internal or identity.key in self._seen:
+        if identity is None or identity.internal:
             return
-        self._seen.add(identity.key)
+        with self._lock:
+            if identity.key in self._seen:
+                return
+            self._seen.add(identity.key)
         if identity.jit_kind != JitKind.JIT:
             _say_once(
                 identity.jit_kind,
@@ -68,13 +75,16 @@ class Warm:
             return
         args, kwargs = _abstract_call(call)
         self._todo.put((record, call.fun, call.info, args, kwargs))
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="jaxtrace_nb-warm", daemon=True)
-            self._thread.start()
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="jaxtrace_nb-warm", daemon=True
+                )
+                self._thread.start()
 
     # -------------------------------------------------------------- on the warm thread
     def _run(self) -> None:
-        while True:
+        while not self._exiting():
             record, fun, info, args, kwargs = self._todo.get()
             try:
                 self._start(record, fun, info, args, kwargs)
@@ -107,7 +117,7 @@ class Warm:
         """Wait (at most `WAIT_S`) until a compile of the function's trace has ended: the workers'
         traces and compiles would otherwise compete with the program's own first one."""
         deadline = time.monotonic() + WAIT_S
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self._exiting():
             state = self.session.lifecycle.functions.get(key)
             if state is not None and len(state.compile_ends):
                 return

@@ -17,7 +17,6 @@ import time
 import weakref
 from typing import NamedTuple
 
-from .._core._bounded import Bounded
 from .._core._vocabulary import LeafKind
 from .._core._witness import Witness
 from .._keys._records import Binding, FunctionIdentity, TraceRecord
@@ -105,8 +104,9 @@ class FunctionState:
         self.lowerings: collections.deque[Signature] = collections.deque(
             maxlen=SIGNATURES_PER_FUNCTION
         )
-        # trace number -> `time.monotonic()` when its compile ended (the most recent ones)
-        self.compile_ends = Bounded(_MAX_COMPILE_ENDS)
+        # trace number -> `time.monotonic()` when its compile ended (the most recent ones; a
+        # trace older than them is not taken for one whose compile has not ended)
+        self.compile_ends: collections.OrderedDict[int, float] = collections.OrderedDict()
         self.refs: dict[
             int, weakref.ref
         ] = {}  # the function objects traced under this key, by id(ref)
@@ -318,16 +318,31 @@ class ModuleOrigin(NamedTuple):
     precompiled: bool
 
 
+def compile_ended(state: FunctionState, trace_number: int) -> None:
+    """A compile of `state`'s trace `trace_number` has just ended."""
+    ends = state.compile_ends
+    ends[trace_number] = time.monotonic()
+    ends.move_to_end(trace_number)
+    while len(ends) > _MAX_COMPILE_ENDS:
+        ends.popitem(last=False)
+
+
 def traced_elsewhere(state: FunctionState, lowering: Signature, thread: int, started):
     """The newest kept key of `state` traced on another thread than `thread` whose arguments have
     the types `lowering` (a lowering signature) lowers, and whose own compile had not ended when
     that lowering began (`started`): the program of that trace, lowered here because JAX's caches
     held its trace and no compiled program yet. None where there is none."""
     texts = [leaf.text for leaf in lowering.leaves.values()]
+    ends = state.compile_ends
+    oldest_end = next(iter(ends), None) if len(ends) >= _MAX_COMPILE_ENDS else None
     for kept in reversed(state.keys):
         if kept.thread is None or kept.thread == thread:
             continue
-        ended = state.compile_ends.get(kept.trace_number)
+        if kept.generation != state.cache_generation:
+            continue  # (JAX's caches were cleared since: it holds no trace of it)
+        if oldest_end is not None and kept.trace_number < oldest_end:
+            break  # (its compile's end, if any, is no longer kept)
+        ended = ends.get(kept.trace_number)
         if ended is not None and (started is None or ended <= started):
             continue
         signature = kept.signature.get()

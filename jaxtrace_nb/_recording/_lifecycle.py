@@ -21,7 +21,6 @@ from __future__ import annotations
 import collections
 import itertools
 import threading
-import time
 from typing import Callable
 
 from .._core._vocabulary import EventKind
@@ -64,6 +63,7 @@ from ._functions import (
     KeyBudget,
     LoweredModules,
     ModuleOrigin,
+    compile_ended,
     keep,
     new_object,
     traced_elsewhere,
@@ -470,8 +470,10 @@ class Lifecycle:
                 else:
                     event = self._compile_event(record)
                 if event is not None and record.module_ref is not None:
-                    origin = ModuleOrigin(
-                        record.thread, event.trace_number, bool(event.precompiled)
+                    origin = (  # (a lowering of no trace of its own: its trace is not known)
+                        ModuleOrigin(record.thread, event.trace_number, bool(event.precompiled))
+                        if trace is not None
+                        else None
                     )
                     self._modules.lowered(record.module_ref, event.key, origin)
                 return event
@@ -587,7 +589,7 @@ class Lifecycle:
             if state is not None:
                 state.compiles += 1
                 if event.kind == EventKind.TRACE and event.trace_number is not None:
-                    state.compile_ends.put(event.trace_number, time.monotonic())
+                    compile_ended(state, event.trace_number)
             if event.eqns_total:
                 event.compile_s_per_keqn = float(seconds) / (event.eqns_total / 1000.0)
         self.log.updated(event)
