@@ -136,13 +136,7 @@ def connect(path: str, *, create: bool = True) -> sqlite3.Connection:
     try:
         con.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
         if create:
-            con.execute(
-                "PRAGMA journal_mode=WAL"
-            )  # kept in the file: every later connection uses it
-            con.execute("PRAGMA synchronous=NORMAL")
-            con.executescript(
-                _DDL
-            )  # each statement on its own (IF NOT EXISTS: any process may come first)
+            _while_locked(lambda: _set_up(con))
         schema = con.execute("SELECT value FROM meta WHERE name='schema'").fetchone()
         if create and schema is None:
             with _transaction(con):
@@ -155,6 +149,32 @@ def connect(path: str, *, create: bool = True) -> sqlite3.Connection:
         con.close()
         raise
     return con
+
+
+def _set_up(con: sqlite3.Connection) -> None:
+    if con.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        con.execute("PRAGMA journal_mode=WAL")  # kept in the file: every later connection uses it
+    con.execute("PRAGMA synchronous=NORMAL")
+    con.executescript(_DDL)  # each statement on its own (IF NOT EXISTS: any process may come first)
+
+
+def _while_locked(step: Callable[[], None]) -> None:
+    """Runs `step` again while SQLite says "database is locked", for up to `BUSY_TIMEOUT_S`.
+
+    SQLite returns SQLITE_BUSY at once, without its busy handler, where waiting could deadlock:
+    switching a new file to WAL while another process makes the same file is such a case (a CI run
+    of `test_several_processes_write_at_once` met it, 2026-11-29)."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    pause = 0.005
+    while True:
+        try:
+            step()
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
 
 
 class _transaction:
