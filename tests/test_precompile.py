@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -353,6 +354,75 @@ def test_a_persisted_log_in_a_fresh_process_uses_the_users_cache_as_is(tmp_path)
     assert events[events.index("jit(step)") - 1] == "/jax/compilation_cache/cache_hits"
 
 
+_PLACED = """
+    import os, sys, threading
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    import jax, jax.numpy as jnp
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    import jaxtrace_nb as jt
+
+    mode, log = sys.argv[1], sys.argv[2]
+    jt.start(persist=log if mode == "record" else None)
+    traces, compiles = [], []
+    jax.monitoring.register_event_duration_secs_listener(
+        lambda e, s, fun_name=None, **k: compiles.append(fun_name)
+        if e.endswith("backend_compile_duration")
+        and threading.current_thread() is threading.main_thread() else None)
+
+    @jax.jit
+    def f(x, y):
+        traces.append(1)
+        return (x * 2.0).sum() + y.sum()
+
+    # the program's mesh, made as jax.make_mesh makes it (Auto axes: the sharding is not in the
+    # arrays' types, only in their placement)
+    mesh = jax.make_mesh((2,), ("d",), axis_types=(jax.sharding.AxisType.Auto,))
+    x, y = jnp.arange(32.0).reshape(8, 4), jnp.arange(4.0)
+    placed = [
+        (jax.device_put(x, NamedSharding(mesh, P("d"))), y),
+        (jax.device_put(x, NamedSharding(mesh, P(None, "d"))), y),
+        (jax.device_put(x, jax.devices()[1]), jax.device_put(y, jax.devices()[1])),
+    ]
+    results = [float(f(x, y))]
+    if mode == "warm":
+        table = jt.precompile(f, x, y, log=log).wait(240)
+        print(json.dumps([list(table["signature"]), list(table["status"])]))
+    before = (len(traces), len([c for c in compiles if c == "jit(f)"]))
+    results += [float(f(*args)) for args in placed]
+    after = (len(traces), len([c for c in compiles if c == "jit(f)"]))
+    print(json.dumps([results, after[0] - before[0], after[1] - before[1]]))
+"""
+
+
+def test_placements_recorded_are_rebuilt_and_their_calls_do_not_compile(tmp_path):
+    """A log that recorded `f` sharded two ways and committed to a device: a fresh process
+    precompiles each placement from an uncommitted example, and the program's calls at them then
+    neither trace nor compile (JAX's own compile events on the program's thread)."""
+    program = _script(tmp_path, "placed.py", "import json\n" + textwrap.dedent(_PLACED))
+    log = tmp_path / "placed.jsonl"
+    cold = _python(program, "record", log)
+    assert cold.returncode == 0, cold.stderr
+    cold_results, cold_traces, cold_compiles = json.loads(cold.stdout.splitlines()[-1])
+    assert (cold_traces, cold_compiles) == (
+        1,
+        3,
+    )  # the mesh retraced once; every placement compiled
+    warm = _python(program, "warm", log)
+    assert warm.returncode == 0, warm.stderr
+    (signatures, statuses), (results, traces, compiles) = map(
+        json.loads, warm.stdout.splitlines()[-2:]
+    )
+    assert statuses == ["held", "compiled", "compiled", "compiled"]
+    spelled = [re.search(r"sharded (P|PartitionSpec)(\(.*?\))\)", s) for s in signatures]
+    assert [m.group(2) for m in spelled if m] == [
+        "('d',)",
+        "(None, 'd')",
+    ]  # (JAX 0.8: PartitionSpec)
+    assert any("committed to cpu:1" in s for s in signatures)
+    assert results == cold_results
+    assert (traces, compiles) == (0, 0)
+
+
 def test_without_a_cache_one_is_set_up_and_said_once(tmp_path):
     _script(tmp_path, "prog.py", _PROGRAM)
     script = _script(
@@ -483,6 +553,53 @@ def test_what_a_recorded_leaf_text_rebuilds_into():
     assert array_type("'relu'") is None
     assert plain_value("'relu'") == "relu" and plain_value("(1, None, 2.5)") == (1, None, 2.5)
     assert plain_value("<function h>") is NOT_PLAIN and plain_value("[1, 2]") is NOT_PLAIN
+
+
+def test_what_a_recorded_placement_rebuilds_into(jt):
+    """A device by its name here; a PartitionSpec's text (either spelling) on a mesh of the
+    example's arrays, else one the type names (Auto axes); anything else skipped, naming the
+    argument and why."""
+    from jaxtrace_nb._keys._rebuild import Example, Jit, _spec, placed_array_type
+
+    assert _spec("P('d',)") == ("d",) and _spec("PartitionSpec(None, ('a', 'b'))") == (
+        None,
+        ("a", "b"),
+    )
+    assert _spec("P()") == () and _spec("P('d', unreduced={'x'})") is None
+    assert _spec("P('d', No…") is None  # clipped text
+    assert placed_array_type("f32[8@d,3]") == ((8, 3), "float32", False)
+    assert placed_array_type("f32[8,3] {mesh d=1}") == ((8, 3), "float32", False)
+
+    def f(x, y):
+        return x
+
+    mesh = jax.make_mesh((1,), ("e",), axis_types=(jax.sharding.AxisType.Explicit,))
+    on_mesh = jax.device_put(jnp.ones((4, 2)), jax.sharding.NamedSharding(mesh, jax.P("e")))
+    example = Example.of(Jit.JAX, f, (jnp.ones((4, 2)), on_mesh), {})
+    recorded = {"x": "f32[4,2] {mesh e=1}", "y": "f32[4@e,2]"}
+    plan = example.plan(recorded, {"x": "sharded P('e',)", "y": "sharded P('e',)"})
+    assert example.place(plan, {"x": "sharded P('e',)"}, recorded) is None
+    assert plan["x"].sharding.mesh is mesh  # the example's own mesh, where it has the axes
+    recorded = {"x": "f32[4,2] {mesh q=1}", "y": "f32[4,2]"}
+    plan = example.plan(recorded, {"x": "sharded P('q',)"})
+    assert example.place(plan, {"x": "sharded P('q',)"}, recorded) is None
+    assert plan["x"].sharding.mesh.axis_names == ("q",)  # made from the type's axes and sizes
+    assert plan["x"].sharding.mesh.axis_types == (jax.sharding.AxisType.Auto,)
+    plan = example.plan({"x": "f32[4,2]"}, {"x": "committed to cpu:0"})
+    assert example.place(plan, {"x": "committed to cpu:0"}, {"x": "f32[4,2]"}) is None
+    assert plan["x"].sharding == jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    for placement, reason in [
+        ("committed to tpu:7", "`x`: no device tpu:7 here"),
+        ("sharded P('z',)", "`x`: no mesh with axes ['z']"),
+        ("sharded P('d', unreduced={'x'})", "`x`: placement sharded P('d', unreduced={'x'}) not"),
+    ]:
+        plan = example.plan({"x": "f32[4,2]"}, {"x": placement})
+        assert example.place(plan, {"x": placement}, {"x": "f32[4,2]"}).startswith(reason)
+    eqx_example = Example.of(Jit.EQUINOX, f, (jnp.ones((4, 2)), on_mesh), {})
+    plan = eqx_example.plan({"x": "f32[4,2]"}, {"x": "committed to cpu:0"})
+    assert "only rebuilt for jax.jit" in eqx_example.place(
+        plan, {"x": "committed to cpu:0"}, {"x": "f32[4,2]"}
+    )
 
 
 def test_a_retrace_guard_counts_the_programs_traces_not_the_workers(jt):

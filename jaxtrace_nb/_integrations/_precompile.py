@@ -31,11 +31,12 @@ from typing import Any
 
 from .._adapters.equinox import is_filter_jit_wrapper
 from .._adapters.flax_nnx import is_nnx_jit_wrapper, variable_value
-from .._core._vocabulary import StrEnum
+from .._core._vocabulary import EventKind, StrEnum
 from .._diagnosis._processes import _MORE_KEY, parse_signature_column, signature_column
 from .._keys._rebuild import Example, Jit, differences, not_rebuilt, staged_by_trace
+from .._keys._rebuild import placed as placed_text
 from .._log._events import Event
-from .._recording._precompiling import mark_precompiling, noted_traces
+from .._recording._precompiling import mark_precompiling, noted_lowerings, noted_traces
 
 EXIT_WAIT_S = 30.0  # at exit: how long to wait for compiles under way (queued ones are dropped)
 
@@ -63,6 +64,7 @@ class Row:
     compile_s: float | None = None
     trace_s: float | None = None  # the worker's trace of the rebuilt call
     leaves: dict = dataclasses.field(default_factory=dict, repr=False)
+    placements: dict = dataclasses.field(default_factory=dict, repr=False)  # {path: placement}
 
     @property
     def saved_s(self) -> float | None:
@@ -114,6 +116,17 @@ class Precompile:
 
 
 # ------------------------------------------------------------------ what the log recorded
+def _written(leaves: dict, placements: dict) -> str:
+    """A row's `signature`: the log's text of the leaves, a committed leaf's placement after its
+    type (``"x": "f32[8,4] (sharded P('d',))"``)."""
+    return signature_column(
+        {
+            path: f"{text} ({placements[path]})" if placed_text(placements.get(path)) else text
+            for path, text in leaves.items()
+        }
+    )
+
+
 def _identity(fn) -> tuple[str, Any]:
     """(jit kind, the user's function) of a jitted `fn`; TypeError for anything else."""
     kind = type(fn)
@@ -160,17 +173,26 @@ def _held_keys(session, name: str, location: str | None) -> list[tuple[str | Non
     return out
 
 
-def _logged(log) -> list[tuple[str | None, str | None, dict | None]]:
-    """(function, location, signature) of each row of a persisted log (a path or a list of them)
-    or of a log's DataFrame; the signature None where the row has none or it cannot be read."""
+_LOGGED = ("function", "location", "signature", "kind", "placements")
+
+
+def _logged(log) -> list[tuple[str | None, str | None, dict, dict]]:
+    """(function, location, signature, placements) of each signature a persisted log (a path or a
+    list of them) or a log's DataFrame recorded: a trace's, with its compile's placements; and a
+    compile's placements where they are new, with the signature of the latest earlier trace of
+    that function whose arrays the compile's arguments are (in the same log)."""
     if isinstance(log, list) and all(isinstance(e, Event) for e in log):  # (`run --warm`'s)
-        rows = [(e.function, e.location, e.signature) for e in log]
+        logs = [[tuple(getattr(e, c) for c in _LOGGED) for e in log]]
     elif hasattr(log, "columns"):
-        cols = ("function", "location", "signature")
-        if not all(c in log.columns for c in cols):
+        if not all(c in log.columns for c in _LOGGED[:3]):
             raise ValueError("the DataFrame has no `signature` column: it is not a log")
-        rows = [tuple(r) for r in log[list(cols)].itertuples(index=False)]
-        if len(rows) and not any(isinstance(r[2], str) for r in rows):
+        cols = [c if c in log.columns else None for c in _LOGGED]
+        logs = [
+            [tuple(r[c] if c else None for c in cols) for r in log.to_dict("records")]
+            if len(log)
+            else []
+        ]
+        if logs[0] and not any(isinstance(r[2], str) for r in logs[0]):
             raise ValueError(
                 "the DataFrame's log kept no signatures (only a persisted log does: "
                 "jt.start(persist=...)); pass log=None for this session's, or jt.load(path)"
@@ -179,26 +201,50 @@ def _logged(log) -> list[tuple[str | None, str | None, dict | None]]:
         from .._log._persist import load_events
 
         paths = [log] if isinstance(log, (str, os.PathLike)) else list(log)
-        events = [e for p in paths for e in load_events(os.fspath(p))]
-        rows = [(e.function, e.location, e.signature) for e in events]
-    return [(f, loc, parse_signature_column(sig)) for f, loc, sig in rows if isinstance(sig, str)]
+        logs = [
+            [tuple(getattr(e, c) for c in _LOGGED) for e in load_events(os.fspath(p))]
+            for p in paths
+        ]
+    out = []
+    for rows in logs:
+        traced: dict[tuple, list[dict]] = {}
+        for function, location, sig, kind, placements in rows:
+            leaves = parse_signature_column(sig)
+            if leaves is None:
+                continue
+            placed = parse_signature_column(placements) or {}
+            if str(kind) == EventKind.COMPILE:
+                earlier = traced.get((function, location), [])
+                leaves = next((t for t in reversed(earlier) if leaves.items() <= t.items()), None)
+                if leaves is None:
+                    continue
+            else:
+                traced.setdefault((function, location), []).append(leaves)
+            out.append((function, location, leaves, placed))
+    return out
 
 
-def _recorded(log, session, name: str, location: str | None) -> list[dict]:
-    """The distinct signatures recorded for the function, in order: this session's keys (`log`
-    None) or a log's rows; those at `location` where there are any, else every one of `name`."""
+def _recorded(log, session, name: str, location: str | None) -> list[tuple[dict, dict]]:
+    """The distinct (signature, placements) recorded for the function, in order: this session's
+    keys (`log` None; no placements) or a log's rows; those at `location` where there are any,
+    else every one of `name`."""
     if log is None:
-        found = _held_keys(session, name, location)
+        found = [(loc, sig, {}) for loc, sig in _held_keys(session, name, location)]
     else:
-        found = [(loc, sig) for f, loc, sig in _logged(log) if f == name and sig is not None]
-    here = [sig for loc, sig in found if loc == location] or [sig for _, sig in found]
-    distinct: dict[frozenset, dict] = {}
-    for sig in here:
-        distinct.setdefault(frozenset(sig.items()), sig)
+        found = [
+            (loc, sig, placed)
+            for f, loc, sig, placed in _logged(log)
+            if f == name and sig is not None
+        ]
+    here = [(s, p) for loc, s, p in found if loc == location] or [(s, p) for _, s, p in found]
+    distinct: dict[tuple, tuple[dict, dict]] = {}
+    for sig, placed in here:
+        committed = {k: v for k, v in placed.items() if placed_text(v)}
+        distinct.setdefault((frozenset(sig.items()), frozenset(committed.items())), (sig, placed))
     return list(distinct.values())
 
 
-def _bucketed(log, session, name: str, signatures: list[dict]) -> list[dict]:
+def _bucketed(log, session, name: str, signatures: list[tuple[dict, dict]]) -> list[tuple]:
     """The signatures the program calls once it pads as `jt.shape_census` suggests for `name`
     (its ``suggested`` scheme per leaf, from the same log): each such leaf's varying dimensions
     padded to the scheme's buckets; a leaf with no suggestion keeps its recorded shape."""
@@ -211,8 +257,8 @@ def _bucketed(log, session, name: str, signatures: list[dict]) -> list[dict]:
         for found in census(events, internal=True)
         if found.function == name and found.pick is not None
     }
-    out: dict[frozenset, dict] = {}
-    for sig in signatures:
+    out: dict[tuple, tuple[dict, dict]] = {}
+    for sig, placements in signatures:
         padded = dict(sig)
         for path, (varying, pad) in pads.items():
             parsed = parse_shape(sig.get(path))
@@ -222,7 +268,9 @@ def _bucketed(log, session, name: str, signatures: list[dict]) -> list[dict]:
             for d, p in zip(varying, pad):
                 dims[d] = p(dims[d])
             padded[path] = _with_dims(sig[path], dims)
-        out.setdefault(frozenset(padded.items()), padded)
+        out.setdefault(
+            (frozenset(padded.items()), frozenset(placements.items())), (padded, placements)
+        )
     return list(out.values())
 
 
@@ -381,7 +429,13 @@ class _Job:
         if _MORE_KEY in row.leaves:
             done(row, Status.SKIPPED, "the log kept only part of this signature")
             return
-        plan = self.example.plan(row.leaves)
+        plan = self.example.plan(row.leaves, row.placements)
+        committed = _committed(row.placements)
+        if committed:
+            reason = self.example.place(plan, committed, row.leaves)
+            if reason is not None:
+                done(row, Status.SKIPPED, f"placement not rebuilt at {reason}")
+                return
         own = self.own()
         if own is not None:
             differ = not_rebuilt(row.leaves, plan, own)
@@ -393,12 +447,14 @@ class _Job:
         staged, traced = self._trace(args, kwargs)
         row.trace_s = time.perf_counter() - start
         if traced is None:
-            example = self._take_own_staged() if row.leaves == own else None
+            example = self._take_own_staged() if row.leaves == own and not committed else None
             if example is not None:  # this precompile traced the example to learn its signature
                 row.trace_s = self._own_trace_s
                 self._compile(row, example)
             elif not self._own_trusted:
                 done(row, Status.SKIPPED, _UNTOLD)
+            elif committed:  # JAX held the trace; this placement's compile is another key
+                self._compile(row, staged)
             else:
                 done(row, Status.HELD, "JAX already held this trace")
             return
@@ -410,8 +466,25 @@ class _Job:
         self._compile(row, staged)
 
     def _compile(self, row: Row, staged) -> None:
+        noted_lowerings()
         start = time.perf_counter()
-        (staged.lower() if staged_by_trace(self.example.jit) else staged).compile()
+        lowered = staged.lower() if staged_by_trace(self.example.jit) else staged
+        committed = _committed(row.placements)
+        if committed:  # JAX's lowering says which placements it compiles for
+            lowerings = noted_lowerings()
+            if not lowerings:
+                self.handle._set(row, Status.HELD, "JAX already held this compile")
+                return
+            got = lowerings[-1] or {}
+            differ = [p for p in row.placements if p in got and got[p] != row.placements[p]]
+            if differ:
+                self.handle._set(
+                    row,
+                    Status.SKIPPED,
+                    differences(row.placements, got, differ, "rebuilt call's placement"),
+                )
+                return
+        lowered.compile()
         self.handle._set(row, Status.COMPILED, None, time.perf_counter() - start)
 
     def _take_own_staged(self):
@@ -458,6 +531,11 @@ class _Job:
         return staged, None
 
 
+def _committed(placements: dict) -> dict:
+    """The placements that commit their argument (a device, a sharding)."""
+    return {path: text for path, text in placements.items() if placed_text(text)}
+
+
 _UNTOLD = (
     "JAX already holds the rebuilt call's key, and the log has no record of the example's own "
     "call to tell whether it is this signature"
@@ -484,7 +562,7 @@ def precompile(
     name, location = _where(function, session)
     recorded = _recorded(log, session, name, location)
     signatures = _bucketed(log, session, name, recorded) if buckets else recorded
-    rows = [Row(signature_column(s), leaves=s) for s in signatures]
+    rows = [Row(_written(s, p), leaves=s, placements=p) for s, p in signatures]
     if _EXITING.is_set():
         for row in rows:
             row.status, row.reason = Status.SKIPPED, "the program exited first"
@@ -502,8 +580,9 @@ def precompile(
         return handle
     ensure_cache()
     recorded_here = _recorded(None, session, name, location) if log is not None else []
-    known = [r.leaves for r in rows] + (recorded if buckets else []) + recorded_here
-    session_known = recorded if log is None else recorded_here
+    known = [r.leaves for r in rows] + [s for s, _ in (recorded if buckets else [])]
+    known += [s for s, _ in recorded_here]
+    session_known = [s for s, _ in (recorded if log is None else recorded_here)]
     job = _Job(handle, fn, example, name, known, session_known)
     if own is not None:
         job._own, job._own_known, job._own_trusted = own, True, True

@@ -57,11 +57,14 @@ def _at(items: list, i: int) -> Any:
     return items[i] if i < len(items) else None
 
 
+UNCOMMITTED = "uncommitted"
+
+
 def placement(sharding: Any, layout: Any, donated: bool) -> str:
     """An argument's placement at a compile, as text: device, sharding, layout, donation."""
     kind = type(sharding).__name__
     if sharding is None or kind == "UnspecifiedValue":
-        text = "uncommitted"
+        text = UNCOMMITTED
     elif kind == "SingleDeviceSharding":
         device = next(iter(getattr(sharding, "device_set", ()) or ()), None)
         text = (

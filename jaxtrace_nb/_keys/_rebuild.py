@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from .._core._values import summarize_static
 from ._leaves import aval_leaf, keystr
+from ._lowering import UNCOMMITTED
 from ._signature import _DTYPE_SHORT
 
 _AVAL = re.compile(r"^([a-z0-9]+)\[([0-9,]*)\]( \(weak\))?$")
@@ -53,6 +54,31 @@ def array_type(text: str) -> tuple[tuple[int, ...], str, bool] | None:
         return None
     shape = tuple(int(d) for d in m.group(2).split(",") if d)
     return shape, _DTYPE_LONG.get(m.group(1), m.group(1)), bool(m.group(3))
+
+
+_PLACED_AVAL = re.compile(r"^([a-z0-9]+)\[([0-9a-zA-Z_@+,]*)\]( \(weak\))?( \{mesh [^{}]*\})?$")
+
+
+def placed_array_type(text: str) -> tuple[tuple[int, ...], str, bool] | None:
+    """(shape, dtype, weak) of an array leaf's text that may carry mesh axes (``f32[8@d,3]``,
+    ``f32[8,3] {mesh d=2}``); the sharding itself comes from the recorded placement.
+
+    >>> placed_array_type("f32[8@d,3]"), placed_array_type("f32[8,3] {mesh d=2}")
+    (((8, 3), 'float32', False), ((8, 3), 'float32', False))
+    """
+    m = _PLACED_AVAL.match(text)
+    if m is None:
+        return None
+    try:
+        shape = tuple(int(d.partition("@")[0]) for d in m.group(2).split(",") if d)
+    except ValueError:
+        return None
+    return shape, _DTYPE_LONG.get(m.group(1), m.group(1)), bool(m.group(3))
+
+
+def placed(text: str | None) -> bool:
+    """Whether a recorded placement commits the argument (to a device, or sharded)."""
+    return text is not None and text.split(", ")[0] != UNCOMMITTED
 
 
 def plain_value(text: str) -> Any:
@@ -129,21 +155,25 @@ class Example:
         except Exception:
             return None
 
-    def plan(self, recorded: dict[str, str]) -> dict[str, Any]:
+    def plan(self, recorded: dict[str, str], placements: dict[str, str] | None = None):
         """The rebuilt leaves for a recorded signature: path -> `jax.ShapeDtypeStruct` (for
         `jax.jit`), a zero-stride NumPy view of one element (for `eqx.filter_jit`, whose partition
         keeps only arrays dynamic; not for a weak-typed leaf, which NumPy cannot write) or a plain
         value. The paths not in it stay the example's; each rebuilt leaf is written as recorded,
-        so a rebuilt call JAX already holds is the recorded one where the rest agrees."""
+        so a rebuilt call JAX already holds is the recorded one where the rest agrees. A leaf
+        with a committed placement (`placements`) is planned without one: `place` gives it."""
         import jax
         import numpy as np
 
+        placements = placements or {}
         out: dict[str, Any] = {}
         for path, text in recorded.items():
             if path not in self.leaves or path in self.held:
                 continue
             value = self.leaves[path]
             found = array_type(text)
+            if found is None and placed(placements.get(path)) and self.jit == Jit.JAX:
+                found = placed_array_type(text)
             if found is not None and _dynamic(self.jit, value):
                 shape, dtype, weak = found
                 if staged_by_trace(self.jit):
@@ -155,6 +185,84 @@ class Example:
                 if plain is not _NOT_PLAIN:
                     out[path] = plain
         return out
+
+    def place(
+        self, plan: dict[str, Any], placements: dict[str, str], recorded: dict[str, str]
+    ) -> str | None:
+        """Gives each planned array leaf its recorded placement (in place): a device (``committed
+        to cpu:1``, the device of that name here), or a `PartitionSpec` on a mesh (`_mesh`) that
+        has its axes. Returns why a placement cannot be rebuilt, naming the argument, else
+        None."""
+        import jax
+
+        for path, text in placements.items():
+            if not placed(text):
+                continue
+            if self.jit != Jit.JAX:  # (the others' arguments reach JAX under their own names)
+                return f"`{path}`: placement {text} (only rebuilt for jax.jit)"
+            where = text.removesuffix(", donated")  # donation is the jitted function's own
+            planned = plan.get(path)
+            if not isinstance(planned, jax.ShapeDtypeStruct):
+                if path in self.leaves and self.text(path, "f32[]") is not None:
+                    continue  # the example's own array, with its own placement: compared later
+                return f"`{path}`: placement {text} of a leaf not rebuilt"
+            sharding = self._sharding(where, recorded.get(path, ""))
+            if isinstance(sharding, str):
+                return f"`{path}`: {sharding}"
+            plan[path] = jax.ShapeDtypeStruct(
+                planned.shape, planned.dtype, weak_type=planned.weak_type, sharding=sharding
+            )
+        return None
+
+    def _sharding(self, where: str, leaf: str) -> Any:
+        """The sharding a placement's text writes (`leaf`: the recorded type's text, which may
+        name the mesh's axes and sizes), else why not (text)."""
+        import jax
+
+        device_text = where.removeprefix("committed to ")
+        if device_text != where:
+            for device in jax.devices():
+                if summarize_static(device).text == device_text:
+                    return jax.sharding.SingleDeviceSharding(device)
+            return f"no device {device_text} here"
+        spec = _spec(where.removeprefix("sharded "))
+        if where.startswith("sharded ") and spec is not None:
+            axes = {a for part in spec if part is not None for a in _names(part)}
+            mesh = self._mesh(axes, leaf)
+            if mesh is None:
+                return f"no mesh with axes {sorted(axes)} among the example's arguments or set"
+            return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
+        return f"placement {where} not rebuilt (only a device or a PartitionSpec is)"
+
+    def _mesh(self, axes: set[str], leaf: str) -> Any:
+        """A concrete mesh with `axes`: one the example's arrays are placed on, else the one set
+        with `jax.set_mesh` (JAX 0.7 on), else where the recorded type names the mesh's axes and
+        sizes (``{mesh d=2}``), ``jax.make_mesh`` of them (its device order: a mesh the program
+        made otherwise compiles again)."""
+        import jax
+
+        meshes = [getattr(getattr(v, "sharding", None), "mesh", None) for v in self.leaves.values()]
+        get_mesh = getattr(jax.sharding, "get_mesh", None)
+        if get_mesh is not None:
+            try:
+                meshes.append(get_mesh())
+            except Exception:
+                pass
+        for mesh in meshes:
+            names = getattr(mesh, "axis_names", None)
+            if names and axes <= set(names) and getattr(mesh, "devices", None) is not None:
+                return mesh
+        sizes = _mesh_sizes(leaf)
+        if sizes and axes <= set(sizes):
+            # Axes that carry no dimension's sharding in the type: JAX's Auto axes (an
+            # Explicit one is written in the dimension, ``8@d``)
+            auto = getattr(getattr(jax.sharding, "AxisType", None), "Auto", None)
+            more = {"axis_types": (auto,) * len(sizes)} if auto is not None else {}
+            try:
+                return jax.make_mesh(tuple(sizes.values()), tuple(sizes), **more)
+            except Exception:
+                return None
+        return None
 
     def call(self, plan: dict[str, Any]) -> tuple[tuple, dict]:
         """(args, kwargs) of the example with the planned leaves in place."""
@@ -173,6 +281,47 @@ class Example:
             path in recorded and self.text(path, recorded[path]) == recorded[path]
             for path in self.leaves
         )
+
+
+_MESH = re.compile(r" \{mesh ([^{}]*)\}$")
+
+
+def _mesh_sizes(leaf: str) -> dict[str, int]:
+    """The mesh axes and sizes a type's text names (``f32[8,4] {mesh d=2,e=4}``), else {}."""
+    m = _MESH.search(leaf)
+    if m is None:
+        return {}
+    sizes = {}
+    for part in m.group(1).split(","):
+        name, _, size = part.partition("=")
+        if not size.isdigit():
+            return {}
+        sizes[name] = int(size)
+    return sizes
+
+
+def _spec(text: str) -> tuple | None:
+    """The parts of a `PartitionSpec`'s text (``P('d',)``, ``PartitionSpec(None, ('a', 'b'))``),
+    else None (``unreduced=``, clipped text)."""
+    for head in ("P(", "PartitionSpec("):
+        if text.startswith(head) and text.endswith(")"):
+            try:
+                parts = ast.literal_eval("[" + text[len(head) : -1] + "]")
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                return None
+            if isinstance(parts, list) and all(
+                p is None or isinstance(p, str) or _all_str(p) for p in parts
+            ):
+                return tuple(parts)
+    return None
+
+
+def _all_str(part: Any) -> bool:
+    return isinstance(part, tuple) and all(isinstance(a, str) for a in part)
+
+
+def _names(part: Any) -> tuple:
+    return (part,) if isinstance(part, str) else tuple(part)
 
 
 def not_rebuilt(recorded: dict[str, str], plan: dict, own: dict[str, str]) -> list[str]:

@@ -58,6 +58,7 @@ COLUMN_TYPES = (
     ("host", _TEXT),
     ("process", _INT),
     ("signature", _TEXT),
+    ("placements", _TEXT),  # a persisted lowering's {path: placement}, where one is committed
     ("hint_ids", _TEXT),
     ("persistent_cache", _TEXT),
     ("line_profile", _TEXT),

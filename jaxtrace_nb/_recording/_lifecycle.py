@@ -40,6 +40,7 @@ from .._diagnosis._diagnose import (
 )
 from .._diagnosis._processes import PERSISTED_SIGNATURE_MAX_CHARS, signature_column
 from .._jax._cache_key import CacheKeyRecord
+from .._keys._lowering import UNCOMMITTED
 from .._keys._records import (
     CompileRecord,
     FunctionIdentity,
@@ -48,6 +49,7 @@ from .._keys._records import (
     Stage,
     XlaCost,
 )
+from .._keys._signature import Signature
 from .._log._events import Event, EventLog, now, when
 from ._drafts import (
     PendingDiagnosis,
@@ -70,7 +72,7 @@ from ._functions import (
     user_names,
 )
 from ._lineprof import profile_text
-from ._precompiling import PRECOMPILE_SITE, note_trace, precompiling
+from ._precompiling import PRECOMPILE_SITE, note_lowering, note_trace, precompiling
 from ._trace import Trace
 
 MAX_FUNCTIONS = 20_000
@@ -453,6 +455,7 @@ class Lifecycle:
 
     # ------------------------------------------------------------- compiles
     def on_lowering(self, trace: Trace | None, record: LoweringRecord) -> Event | None:
+        note_lowering(None)  # (a precompiling thread: JAX lowered; `_placed` says how, if it can)
         try:
             with self.lock:
                 if trace is not None:  # the compile of a trace just recorded: its event now
@@ -466,7 +469,9 @@ class Lifecycle:
                 if event is not None:
                     state = self.functions.get(event.key)
                     if state is not None and record.signature is not None:
-                        state.lowerings = keep(state.lowerings, user_names(state, record.signature))
+                        named = user_names(state, record.signature)
+                        state.lowerings = keep(state.lowerings, named)
+                        self._placed(event, named)
                 else:
                     event = self._compile_event(record)
                 if event is not None and record.module_ref is not None:
@@ -562,8 +567,30 @@ class Lifecycle:
         event = self._event(
             state.identity, EventKind.COMPILE, diagnosis, state.traces, record.thread
         )
+        if record.signature is not None:
+            self._placed(event, signature)
         event.precompiled = precompiling()
         return event if self._hand_event(event, record.jax_name) is not None else None
+
+    def _placed(self, event: Event, lowering: Signature) -> None:
+        """A lowering's argument placements, under the user's paths: handed to a precompiling
+        thread, and kept in a persisted log for `jt.precompile` to rebuild: a trace's where one is
+        not ``uncommitted``, a compile's always (its `signature` then has its arguments' types)."""
+        keep = self.keep_signatures and not event.internal
+        if not keep and not precompiling():
+            return
+        placements = {path: leaf.detail for path, leaf in lowering.leaves.items() if leaf.detail}
+        note_lowering(placements)
+        if not keep:
+            return
+        if event.kind != EventKind.COMPILE and all(p == UNCOMMITTED for p in placements.values()):
+            return  # (a trace's compile: uncommitted is what a rebuilt call gets)
+        event.placements = signature_column(placements, PERSISTED_SIGNATURE_MAX_CHARS)
+        if event.kind == EventKind.COMPILE:
+            event.signature = signature_column(
+                {path: leaf.text for path, leaf in lowering.leaves.items()},
+                PERSISTED_SIGNATURE_MAX_CHARS,
+            )
 
     def on_public_trace(self, jax_name: str, seconds: float, thread: int) -> Trace | None:
         """A trace seen only through jax.monitoring (reduced mode: JAX outside the range)."""

@@ -18,21 +18,42 @@ def precompiling() -> bool:
 
 
 def mark_precompiling(on: bool) -> None:
-    """Mark (or unmark) the running thread as one of `jt.precompile`'s; either forgets the traces
-    noted so far (an unmarked thread keeps none)."""
+    """Mark (or unmark) the running thread as one of `jt.precompile`'s; either forgets what was
+    noted so far (an unmarked thread keeps nothing)."""
     _LOCAL.on = on
     _LOCAL.traces = [] if on else None
+    _LOCAL.lowerings = [] if on else None
+
+
+def _note(what: str, item: Any) -> None:
+    noted = getattr(_LOCAL, what, None)
+    if noted is not None:
+        noted.append(item)
+
+
+def _noted(what: str) -> list:
+    noted = getattr(_LOCAL, what, None) or []
+    if noted:
+        setattr(_LOCAL, what, [])
+    return noted
 
 
 def note_trace(record: Any) -> None:
     """On a precompiling thread: a trace began (its `TraceRecord`)."""
-    traces = getattr(_LOCAL, "traces", None)
-    if traces is not None:
-        traces.append(record)
+    _note("traces", record)
 
 
 def noted_traces() -> list:
     """The records of the traces this thread began since the last call (then forgotten)."""
-    traces = getattr(_LOCAL, "traces", None) or []
-    _LOCAL.traces = []
-    return traces
+    return _noted("traces")
+
+
+def note_lowering(placements: dict[str, str] | None) -> None:
+    """On a precompiling thread: JAX lowered a program (``{path: placement}`` of its arguments,
+    as the log writes them; None where they were not read)."""
+    _note("lowerings", placements)
+
+
+def noted_lowerings() -> list:
+    """The placements of the lowerings this thread made since the last call (then forgotten)."""
+    return _noted("lowerings")
