@@ -28,8 +28,8 @@ def _warm_read() -> bool:
         jt.stop()
 
 
-def _run(*options, wait_s: float = 0.0, extra=()):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
+def _run(*options, wait_s: float = 0.0, extra=(), jit: str = "jax"):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO), WARM_STEP_JIT=jit)
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
     return run_command(*options, PROGRAM, wait_s, *extra, env=env)
 
@@ -45,9 +45,9 @@ def _outcome(proc, timeout: float = 240) -> tuple[dict, str]:
     return found, err
 
 
-def _worker_rows(log: pathlib.Path) -> list[dict]:
+def _worker_rows(log: pathlib.Path, function: str = "step") -> list[dict]:
     df = jt.load(str(log))
-    df = df[(df["kind"] == "trace") & ~df["internal"] & (df["function"] == "step")]
+    df = df[(df["kind"] == "trace") & ~df["internal"] & (df["function"] == function)]
     return df[df["precompiled"] == True].to_dict("records")  # noqa: E712
 
 
@@ -66,6 +66,22 @@ def test_a_warm_run_traces_once_with_the_same_results(tmp_path):
         f"f32[{n},8]" for n in (3, 4, 5, 6)
     ]
     assert "jt.precompile: 4 compile(s) done ahead" in err
+
+
+def test_an_eqx_filter_jit_step_is_warmed_through_its_own_wrapper(tmp_path):
+    """An `eqx.filter_jit` step of a module: warmed from the call Equinox made (its wrapper, the
+    call's arrays made anew), the program traces once, results as cold."""
+    cold_log, warm_log = tmp_path / "cold.jsonl", tmp_path / "warm.jsonl"
+    cold, _ = _outcome(_run("--persist", cold_log, jit="equinox"))
+    assert cold["OWN_TRACES"] == 5
+    warm, err = _outcome(_run("--warm", cold_log, "--persist", warm_log, wait_s=5.0, jit="equinox"))
+    assert warm["RESULTS"] == cold["RESULTS"]
+    assert warm["OWN_TRACES"] == 1, err[-3000:]
+    rows = _worker_rows(warm_log, "eqx_step")
+    assert sorted(json.loads(r["signature"])["x"] for r in rows) == [
+        f"f32[{n},8]" for n in (3, 4, 5, 6)
+    ]
+    assert "jt.precompile: 4 compile(s) done ahead" in err and "not warmed" not in err
 
 
 def test_a_missing_warm_log_stops_before_the_program(tmp_path):

@@ -121,13 +121,39 @@ def is_filter_jit_wrapper(obj: Any) -> bool:
     return kind.__name__ == "_JitWrapper" and (kind.__module__ or "").startswith("equinox")
 
 
+_CALL_FRAMES = 60  # how far above a trace's frame Equinox's `_call` is looked for
+
+
+def filter_jit_call(frame: Any) -> tuple[Any, tuple, dict] | None:
+    """(the ``eqx.filter_jit`` wrapper, the call's args, kwargs) of the call that led to the trace
+    announced at `frame`: the locals of Equinox's ``_call(jit_wrapper, is_lower, args, kwargs)``
+    (``equinox/_jit.py``, 0.13) above it; None where there is no such frame, or for ``.lower``."""
+    for _ in range(_CALL_FRAMES):
+        if frame is None:
+            return None
+        if _jit_code(frame.f_code, "_call"):
+            local = frame.f_locals
+            wrapper, args, kwargs = (local.get(n) for n in ("jit_wrapper", "args", "kwargs"))
+            if (
+                local.get("is_lower") is False
+                and is_filter_jit_wrapper(wrapper)
+                and type(args) is tuple
+                and type(kwargs) is dict
+            ):
+                return wrapper, args, kwargs
+            return None
+        frame = frame.f_back
+    return None
+
+
 def _is_filter_jit(fun: Any) -> bool:
     code = getattr(fun, "__code__", None)
-    return (
-        code is not None
-        and code.co_name == "fun_wrapped"
-        and code.co_filename.replace("\\", "/").endswith("equinox/_jit.py")
-    )
+    return code is not None and _jit_code(code, "fun_wrapped")
+
+
+def _jit_code(code: Any, name: str) -> bool:
+    """Whether `code` is `name`'s in ``equinox/_jit.py``."""
+    return code.co_name == name and code.co_filename.replace("\\", "/").endswith("equinox/_jit.py")
 
 
 def filter_jit_function(start) -> Any:

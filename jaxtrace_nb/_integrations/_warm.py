@@ -11,9 +11,10 @@ own compile of that call has ended (not to compete with it). Every process of a
 ``jax.distributed`` run given the same logs precompiles the same set.
 
 Only what the probe sees at a trace is read there; the rest runs on one daemon thread, so that
-the trace itself only pays for reading its arguments' shapes. Functions jitted with
-``eqx.filter_jit`` or ``nnx.jit`` are not warmed (their wrappers' calls are not read at the
-trace): said once on stderr.
+the trace itself only pays for reading its arguments' shapes. An ``eqx.filter_jit`` function is
+warmed through the user's own wrapper (read from Equinox's ``_call`` frame above the trace), with
+the call's arrays made anew as NumPy views of one zero (`_filter_jit_example`). Functions jitted
+with ``nnx.jit`` are not warmed (its calls are not read at the trace): said once on stderr.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import threading
 import time
 from typing import Any
 
+from .._adapters.equinox import filter_jit_call
 from .._core._vocabulary import JitKind
 from .._jax._internals import remade_jit
 
@@ -59,22 +61,34 @@ class Warm:
             if identity.key in self._seen:
                 return
             self._seen.add(identity.key)
-        if identity.jit_kind != JitKind.JIT:
+        if identity.jit_kind == JitKind.EQUINOX:
+            found = filter_jit_call(frame)
+            example = _filter_jit_example(*found[1:]) if found is not None else None
+            if example is None:
+                _say_once(
+                    "equinox",
+                    "jaxtrace_nb run --warm: an eqx.filter_jit call not read (this Equinox, or "
+                    "a weak-typed array argument that is not a scalar); not warmed",
+                )
+                return
+            self._todo.put((record, found[0], None, *example))
+        elif identity.jit_kind == JitKind.JIT:
+            layout = self.session.probe.internals.layout
+            call = layout.jit_call(frame) if layout is not None else None
+            if call is None:
+                _say_once(
+                    "reads", "jaxtrace_nb run --warm: this JAX's jit calls are not read; not warmed"
+                )
+                return
+            args, kwargs = _abstract_call(call)
+            self._todo.put((record, call.fun, call.info, args, kwargs))
+        else:
             _say_once(
                 identity.jit_kind,
                 f"jaxtrace_nb run --warm: functions jitted with {identity.jit_kind} are not "
-                "warmed (only jax.jit's)",
+                "warmed (only jax.jit's and eqx.filter_jit's)",
             )
             return
-        layout = self.session.probe.internals.layout
-        call = layout.jit_call(frame) if layout is not None else None
-        if call is None:
-            _say_once(
-                "reads", "jaxtrace_nb run --warm: this JAX's jit calls are not read; not warmed"
-            )
-            return
-        args, kwargs = _abstract_call(call)
-        self._todo.put((record, call.fun, call.info, args, kwargs))
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -99,7 +113,8 @@ class Warm:
             from .._log._persist import load_events
 
             self._events = [e for path in self.logs for e in load_events(path)]
-        jitted = remade_jit(JitCall(fun, info, args, kwargs))
+        # (an eqx.filter_jit wrapper is the user's own: no jit parameters to make it again from)
+        jitted = fun if info is None else remade_jit(JitCall(fun, info, args, kwargs))
         if jitted is None:
             _say_once(
                 "maker", "jaxtrace_nb run --warm: this JAX cannot make a jit again; not warmed"
@@ -140,6 +155,35 @@ def _abstract_call(call) -> tuple[tuple, dict]:
         for name, value in call.kwargs.items()
     }
     return args, kwargs
+
+
+def _filter_jit_example(args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+    """An ``eqx.filter_jit`` call's arguments with every array made anew, holding none of the
+    user's: a read-only zero-stride NumPy view of one element (Equinox keeps it dynamic, of the
+    same type); a weak-typed scalar as ``jnp.asarray`` of a Python zero of its kind, where that
+    gives its dtype; None where an array cannot be made so (a weak-typed array of another dtype
+    or shape)."""
+    import equinox as eqx
+    import jax
+    import numpy as np
+
+    failed = []
+
+    def anew(leaf: Any) -> Any:
+        if not eqx.is_array(leaf):
+            return leaf
+        dtype = np.dtype(leaf.dtype)
+        if not getattr(leaf, "weak_type", False):
+            return np.broadcast_to(np.zeros((), dtype=dtype), tuple(leaf.shape))
+        zero = {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}.get(dtype.kind)
+        made = jax.numpy.asarray(zero) if zero is not None and leaf.shape == () else None
+        if made is None or made.dtype != dtype or not made.weak_type:
+            failed.append(leaf.shape)
+            return leaf
+        return made
+
+    made = jax.tree_util.tree_map(anew, (args, kwargs))
+    return None if failed else made
 
 
 def _abstract(leaf: Any) -> Any:

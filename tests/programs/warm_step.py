@@ -3,11 +3,13 @@
 
     python -m jaxtrace_nb run [--persist LOG] [--warm LOG ...] warm_step.py WAIT_S [ID N PORT]
 
-After the first call it waits WAIT_S seconds (other work: the warm run's workers compile
+The step is `jax.jit`'s, or with WARM_STEP_JIT=equinox an `eqx.filter_jit` step of an
+`eqx.nn.Linear` (the same loop). After the first call it waits WAIT_S seconds (other work: the warm run's workers compile
 meanwhile). It prints its results, the traces made on its own thread (JAX's count: the traced
 body runs once per trace, on the thread that traces) and each call's seconds.
 """
 
+import os
 import sys
 import threading
 import time
@@ -37,7 +39,25 @@ def step(x, scale):
     return x.sum()
 
 
-f = jax.jit(step, static_argnums=1)
+def eqx_step(model, x, scale):
+    if threading.current_thread() is threading.main_thread():
+        own_traces[0] += 1
+    for _ in range(4):
+        x = jnp.tanh(jax.vmap(model)(x)) * scale
+    return x.sum()
+
+
+if os.environ.get("WARM_STEP_JIT") == "equinox":
+    import equinox as eqx
+
+    model = eqx.nn.Linear(8, 8, key=jax.random.PRNGKey(0))
+    filtered = eqx.filter_jit(eqx_step)
+
+    def f(x, scale):
+        return filtered(model, x, scale)  # (scale: a Python int, static under filter_jit)
+
+else:
+    f = jax.jit(step, static_argnums=1)
 results, seconds = [], []
 for i, n in enumerate((2, 3, 4, 5, 6)):
     start = time.perf_counter()
