@@ -493,22 +493,35 @@ def header(module: str = "benchmarks.peer_suites") -> str:
     )
     return (
         f"$ python -m {module} {' '.join(sys.argv[1:])}\n"
-        f"jaxtrace_nb commit: {commit()}\n"
+        f"jaxtrace_nb commit: {commit(_argument('--jaxtrace-path'))}\n"
         f"python {sys.version.split()[0]} ({sys.executable}); {pkgs}; {os.cpu_count()} cores\n"
     )
 
 
-def commit() -> str:
-    """This repository's commit, with "+ changes" when the package differs from it."""
+def _argument(flag: str) -> str | None:
+    """The value this process was given for `flag`, else None."""
+    argv = sys.argv[1:]
+    for i, item in enumerate(argv):
+        if item == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if item.startswith(flag + "="):
+            return item.partition("=")[2]
+    return None
+
+
+def commit(where: str | None = None) -> str:
+    """The commit of the jaxtrace_nb that ran (`where`: a checkout or worktree given with
+    ``--jaxtrace-path``; else this repository), with "+ changes" when its package differs."""
+    where = where or REPO
     try:
         head = subprocess.run(
-            ["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+            ["git", "-C", where, "rev-parse", "--short", "HEAD"],
             capture_output=True,
             text=True,
             check=True,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "-C", REPO, "status", "--porcelain", "--", "jaxtrace_nb"],
+            ["git", "-C", where, "status", "--porcelain", "--", "jaxtrace_nb"],
             capture_output=True,
             text=True,
             check=True,
