@@ -9,9 +9,14 @@ with its gradient, and an `eqx.filter_jit` Equinox MLP step. The ratio (warm tot
 is measured within one repeat, on the same machine at the same time. Warm runs go once per
 `--workers` count (``all``: the cores), and, for the `jax.jit` step, once more under
 ``python -m jaxtrace_nb run --warm LOG`` (no precompile call in the program: its first trace
-starts it, default workers; Equinox's steps are not warmed there).
+starts it, default workers), for both steps.
 
-    python benchmarks/precompile.py [--repeats 2] [--workers 1,all] [--out benchmarks/results]
+`--xla-flags F` sets ``XLA_FLAGS=F`` in every run, cold and warm alike (recorded in the results'
+header and name): e.g. ``--xla_cpu_experimental_ynn_fusion_type=`` (no YNNPACK fusions), to see
+the stalls without the one-time set-up XLA:CPU does at an executable's first run.
+
+    python benchmarks/precompile.py [--repeats 2] [--workers 1,all] [--xla-flags F]
+                                    [--out benchmarks/results]
 """
 
 from __future__ import annotations
@@ -136,8 +141,13 @@ def first_run(program: str) -> dict:
     return {"program": program, "mode": "first-run", "calls_s": calls}
 
 
+_XLA_FLAGS: list[str] = []  # `--xla-flags`: XLA_FLAGS of every run
+
+
 def _run(program: str, mode: str, log: str, workers: int = 0) -> dict:
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=os.path.dirname(HERE))
+    if _XLA_FLAGS:
+        env["XLA_FLAGS"] = _XLA_FLAGS[0]
     runner = (
         [sys.executable, "-m", "jaxtrace_nb", "run", "--warm", log]
         if mode == "runwarm"
@@ -161,8 +171,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--workers", default="1,all", help="worker counts of the warm runs")
+    parser.add_argument("--xla-flags", default=None, help="XLA_FLAGS of every run")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args()
+    if args.xla_flags is not None:
+        _XLA_FLAGS.append(args.xla_flags)
     import jax
 
     cores = os.cpu_count() or 1
@@ -180,8 +193,7 @@ def main() -> None:
                 warms = [
                     (f"precompile, {w} worker(s)", _run(program, "warm", log, w)) for w in counts
                 ]
-                if program == "jit":
-                    warms.append(("run --warm", _run(program, "runwarm", log)))
+                warms.append(("run --warm", _run(program, "runwarm", log)))
                 for how, warm in warms:
                     runs.append(dict(warm, how=how))
                     same = cold["values"] == warm["values"]
@@ -214,13 +226,16 @@ def main() -> None:
             "process, precompile from the recorded log after the first call",
             machine_line(jax.__version__, measured, load_before, started)
             + f"; command: python benchmarks/precompile.py --repeats {args.repeats} "
-            f"--workers {args.workers}",
+            f"--workers {args.workers}"
+            + (f" --xla-flags '{args.xla_flags}'" if args.xla_flags is not None else ""),
             "",
             *lines,
             "",
         ]
     )
-    write(args.out, f"cpu-{time.strftime('%Y-%m-%d')}-precompile-{measured}", text, {"runs": runs})
+    flagged = "-xla-flags" if args.xla_flags is not None else ""
+    name = f"cpu-{time.strftime('%Y-%m-%d')}-precompile{flagged}-{measured}"
+    write(args.out, name, text, {"runs": runs, "xla_flags": args.xla_flags})
 
 
 if __name__ == "__main__":
