@@ -9,6 +9,7 @@ import json
 import os
 import pathlib
 
+import pytest
 from _support import free_port, run_command
 
 import jaxtrace_nb as jt
@@ -68,16 +69,18 @@ def test_a_warm_run_traces_once_with_the_same_results(tmp_path):
     assert "jt.precompile: 4 compile(s) done ahead" in err
 
 
-def test_an_eqx_filter_jit_step_is_warmed_through_its_own_wrapper(tmp_path):
-    """An `eqx.filter_jit` step of a module: warmed from the call Equinox made (its wrapper, the
-    call's arrays made anew), the program traces once, results as cold."""
+@pytest.mark.parametrize("jit", ["equinox", "nnx"])
+def test_a_library_jit_step_is_warmed_through_its_own_wrapper(tmp_path, jit):
+    """An `eqx.filter_jit` or `nnx.jit` step of a module: warmed from the call the library made
+    (its wrapper; the call's arrays made anew, an NNX module copied with abstract state), the
+    program traces once, results as cold."""
     cold_log, warm_log = tmp_path / "cold.jsonl", tmp_path / "warm.jsonl"
-    cold, _ = _outcome(_run("--persist", cold_log, jit="equinox"))
+    cold, _ = _outcome(_run("--persist", cold_log, jit=jit))
     assert cold["OWN_TRACES"] == 5
-    warm, err = _outcome(_run("--warm", cold_log, "--persist", warm_log, wait_s=5.0, jit="equinox"))
+    warm, err = _outcome(_run("--warm", cold_log, "--persist", warm_log, wait_s=5.0, jit=jit))
     assert warm["RESULTS"] == cold["RESULTS"]
     assert warm["OWN_TRACES"] == 1, err[-3000:]
-    rows = _worker_rows(warm_log, "eqx_step")
+    rows = _worker_rows(warm_log, "eqx_step" if jit == "equinox" else "nnx_step")
     assert sorted(json.loads(r["signature"])["x"] for r in rows) == [
         f"f32[{n},8]" for n in (3, 4, 5, 6)
     ]

@@ -155,6 +155,43 @@ def is_nnx_jit_wrapper(obj: Any) -> bool:
     return is_type(obj, "JitWrapped", _COMPILATION)
 
 
+_CALL_FRAMES = 60  # how far above a trace's frame ``JitWrapped.__call__`` is looked for
+
+
+def nnx_jit_call(frame: Any) -> tuple[Any, tuple, dict] | None:
+    """(the ``nnx.jit`` wrapper, the call's args, kwargs) of the call that led to the trace
+    announced at `frame`: the locals of ``JitWrapped.__call__(self, *args, **kwargs)`` above it
+    (Flax 0.12); None where there is no such frame."""
+    for _ in range(_CALL_FRAMES):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "__call__" and frame.f_globals.get("__name__") == _COMPILATION:
+            local = frame.f_locals
+            wrapper, args, kwargs = (local.get(n) for n in ("self", "args", "kwargs"))
+            if is_nnx_jit_wrapper(wrapper) and type(args) is tuple and type(kwargs) is dict:
+                return wrapper, args, kwargs
+        frame = frame.f_back
+    return None
+
+
+def abstract_graph(value: Any) -> Any:
+    """`value` (an argument) with each NNX graph node in it copied, every array of its state as
+    a ``jax.ShapeDtypeStruct`` (``nnx.split``, then ``nnx.merge``): no array of the original is
+    held. Raises where NNX cannot split it."""
+    import jax
+    from flax import nnx
+
+    def abstract(leaf: Any) -> Any:
+        shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+        if shape is None or dtype is None:
+            return leaf
+        weak = bool(getattr(leaf, "weak_type", False))
+        return jax.ShapeDtypeStruct(tuple(shape), dtype, weak_type=weak)
+
+    graphdef, state = nnx.split(value)
+    return nnx.merge(graphdef, jax.tree_util.tree_map(abstract, state))
+
+
 def variable_value(obj: Any) -> tuple:
     """``(value,)`` of an NNX ``Variable`` (the log names its value by the Variable's own path),
     ``()`` for anything else."""

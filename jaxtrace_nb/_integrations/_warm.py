@@ -13,8 +13,10 @@ own compile of that call has ended (not to compete with it). Every process of a
 Only what the probe sees at a trace is read there; the rest runs on one daemon thread, so that
 the trace itself only pays for reading its arguments' shapes. An ``eqx.filter_jit`` function is
 warmed through the user's own wrapper (read from Equinox's ``_call`` frame above the trace), with
-the call's arrays made anew as NumPy views of one zero (`_filter_jit_example`). Functions jitted
-with ``nnx.jit`` are not warmed (its calls are not read at the trace): said once on stderr.
+the call's arrays made anew as NumPy views of one zero (`_filter_jit_example`). An ``nnx.jit``
+function likewise, through ``JitWrapped.__call__``'s frame, with the call's graph nodes copied
+abstractly (`_adapters.flax_nnx.abstract_graph`: each array of their state a
+``jax.ShapeDtypeStruct``; NNX's own split and merge keep objects reached twice shared).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import time
 from typing import Any
 
 from .._adapters.equinox import filter_jit_call
+from .._adapters.flax_nnx import abstract_graph, nnx_jit_call
 from .._core._vocabulary import JitKind
 from .._jax._internals import remade_jit
 
@@ -72,6 +75,19 @@ class Warm:
                 )
                 return
             self._todo.put((record, found[0], None, *example))
+        elif identity.jit_kind == JitKind.NNX:
+            found = nnx_jit_call(frame)
+            try:
+                example = abstract_graph(found[1:]) if found is not None else None
+            except Exception:  # (NNX could not split the call's arguments)
+                example = None
+            if example is None:
+                _say_once(
+                    "nnx",
+                    "jaxtrace_nb run --warm: an nnx.jit call not read (this Flax); not warmed",
+                )
+                return
+            self._todo.put((record, found[0], None, *example))
         elif identity.jit_kind == JitKind.JIT:
             layout = self.session.probe.internals.layout
             call = layout.jit_call(frame) if layout is not None else None
@@ -86,7 +102,7 @@ class Warm:
             _say_once(
                 identity.jit_kind,
                 f"jaxtrace_nb run --warm: functions jitted with {identity.jit_kind} are not "
-                "warmed (only jax.jit's and eqx.filter_jit's)",
+                "warmed (only jax.jit's, eqx.filter_jit's and nnx.jit's)",
             )
             return
         with self._lock:

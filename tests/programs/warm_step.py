@@ -4,7 +4,7 @@
     python -m jaxtrace_nb run [--persist LOG] [--warm LOG ...] warm_step.py WAIT_S [ID N PORT]
 
 The step is `jax.jit`'s, or with WARM_STEP_JIT=equinox an `eqx.filter_jit` step of an
-`eqx.nn.Linear` (the same loop). After the first call it waits WAIT_S seconds (other work: the warm run's workers compile
+`eqx.nn.Linear`, or with WARM_STEP_JIT=nnx an `nnx.jit` step of an `nnx.Linear` (the same loop). After the first call it waits WAIT_S seconds (other work: the warm run's workers compile
 meanwhile). It prints its results, the traces made on its own thread (JAX's count: the traced
 body runs once per trace, on the thread that traces) and each call's seconds.
 """
@@ -47,7 +47,24 @@ def eqx_step(model, x, scale):
     return x.sum()
 
 
-if os.environ.get("WARM_STEP_JIT") == "equinox":
+def nnx_step(model, x, scale):
+    if threading.current_thread() is threading.main_thread():
+        own_traces[0] += 1
+    for _ in range(4):
+        x = jnp.tanh(model(x)) * scale
+    return x.sum()
+
+
+if os.environ.get("WARM_STEP_JIT") == "nnx":
+    from flax import nnx
+
+    nnx_model = nnx.Linear(8, 8, rngs=nnx.Rngs(0))
+    nnx_jitted = nnx.jit(nnx_step, static_argnums=2)
+
+    def f(x, scale):
+        return nnx_jitted(nnx_model, x, scale)
+
+elif os.environ.get("WARM_STEP_JIT") == "equinox":
     import equinox as eqx
 
     model = eqx.nn.Linear(8, 8, key=jax.random.PRNGKey(0))
