@@ -387,6 +387,12 @@ _PLACED = """
     if mode == "warm":
         table = jt.precompile(f, x, y, log=log).wait(240)
         print(json.dumps([list(table["signature"]), list(table["status"])]))
+    if mode == "own":  # as `run --warm` starts it: the call's own signature given, held
+        from jaxtrace_nb._integrations._precompile import precompile
+
+        own = {"x": "f32[8,4]", "y": "f32[4]"}
+        table = precompile(f, (x, y), {}, log=log, own=own).wait(240)
+        print(json.dumps([list(table["signature"]), list(table["status"])]))
     before = (len(traces), len([c for c in compiles if c == "jit(f)"]))
     results += [float(f(*args)) for args in placed]
     after = (len(traces), len([c for c in compiles if c == "jit(f)"]))
@@ -421,6 +427,12 @@ def test_placements_recorded_are_rebuilt_and_their_calls_do_not_compile(tmp_path
     assert any("committed to cpu:1" in s for s in signatures)
     assert results == cold_results
     assert (traces, compiles) == (0, 0)
+    # the call's own signature is held; the same types committed to cpu:1 are another compile
+    own = _python(program, "own", log)
+    assert own.returncode == 0, own.stderr
+    (_, statuses), (results, traces, compiles) = map(json.loads, own.stdout.splitlines()[-2:])
+    assert statuses == ["held", "compiled", "compiled", "compiled"]
+    assert (results, traces, compiles) == (cold_results, 0, 0)
 
 
 def test_without_a_cache_one_is_set_up_and_said_once(tmp_path):
@@ -576,10 +588,18 @@ def test_what_a_recorded_placement_rebuilds_into(jt):
     mesh = jax.make_mesh((1,), ("e",), axis_types=(jax.sharding.AxisType.Explicit,))
     on_mesh = jax.device_put(jnp.ones((4, 2)), jax.sharding.NamedSharding(mesh, jax.P("e")))
     example = Example.of(Jit.JAX, f, (jnp.ones((4, 2)), on_mesh), {})
-    recorded = {"x": "f32[4,2] {mesh e=1}", "y": "f32[4@e,2]"}
-    plan = example.plan(recorded, {"x": "sharded P('e',)", "y": "sharded P('e',)"})
+    recorded = {"x": "f32[4@e,2]", "y": "f32[4@e,2]"}
+    plan = example.plan(recorded, {"x": "sharded P('e',)"})
     assert example.place(plan, {"x": "sharded P('e',)"}, recorded) is None
     assert plan["x"].sharding.mesh is mesh  # the example's own mesh, where it has the axes
+    recorded = {"x": "f32[4,2] {mesh e=1}", "y": "f32[4@e,2]"}  # Auto axis `e`: not that mesh
+    plan = example.plan(recorded, {"x": "sharded P('e',)"})
+    assert example.place(plan, {"x": "sharded P('e',)"}, recorded) is None
+    assert plan["x"].sharding.mesh is not mesh
+    assert plan["x"].sharding.mesh.axis_types == (jax.sharding.AxisType.Auto,)
+    recorded = {"x": "f32[4,2] {mesh e=1,f=1}", "y": "f32[4,2]"}  # `f`'s axis type unknown
+    plan = example.plan(recorded, {"x": "sharded P('e',)"})
+    assert "no mesh with axes ['e']" in example.place(plan, {"x": "sharded P('e',)"}, recorded)
     recorded = {"x": "f32[4,2] {mesh q=1}", "y": "f32[4,2]"}
     plan = example.plan(recorded, {"x": "sharded P('q',)"})
     assert example.place(plan, {"x": "sharded P('q',)"}, recorded) is None
@@ -592,6 +612,7 @@ def test_what_a_recorded_placement_rebuilds_into(jt):
         ("committed to tpu:7", "`x`: no device tpu:7 here"),
         ("sharded P('z',)", "`x`: no mesh with axes ['z']"),
         ("sharded P('d', unreduced={'x'})", "`x`: placement sharded P('d', unreduced={'x'}) not"),
+        ("committed to cpu:0, layout L", "`x`: placement committed to cpu:0, layout L (a layout"),
     ]:
         plan = example.plan({"x": "f32[4,2]"}, {"x": placement})
         assert example.place(plan, {"x": placement}, {"x": "f32[4,2]"}).startswith(reason)

@@ -30,7 +30,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .._jax._cache_key import CACHE_KEY_COMPONENTS, CacheKeyRecord, entry_path
 from .._keys._records import CacheComparison, EarlierKey
@@ -137,10 +137,16 @@ def connect(path: str, *, create: bool = True) -> sqlite3.Connection:
         con.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
         if create:
             _while_locked(lambda: _set_up(con))
-        schema = con.execute("SELECT value FROM meta WHERE name='schema'").fetchone()
+        schema = _while_locked(
+            lambda: con.execute("SELECT value FROM meta WHERE name='schema'").fetchone()
+        )
         if create and schema is None:
-            with _transaction(con):
-                con.execute("INSERT OR IGNORE INTO meta VALUES('schema', ?)", (str(SCHEMA),))
+
+            def insert() -> None:
+                with _transaction(con):
+                    con.execute("INSERT OR IGNORE INTO meta VALUES('schema', ?)", (str(SCHEMA),))
+
+            _while_locked(insert)
         elif schema is not None and schema[0] != str(SCHEMA):
             raise sqlite3.DatabaseError(
                 f"index schema {schema[0]} is not {SCHEMA} (another jaxtrace_nb version)"
@@ -158,8 +164,8 @@ def _set_up(con: sqlite3.Connection) -> None:
     con.executescript(_DDL)  # each statement on its own (IF NOT EXISTS: any process may come first)
 
 
-def _while_locked(step: Callable[[], None]) -> None:
-    """Runs `step` again while SQLite says "database is locked", for up to `BUSY_TIMEOUT_S`.
+def _while_locked(step: Callable[[], Any]) -> Any:
+    """`step()`, run again while SQLite says "database is locked", for up to `BUSY_TIMEOUT_S`.
 
     SQLite returns SQLITE_BUSY at once, without its busy handler, where waiting could deadlock:
     switching a new file to WAL while another process makes the same file is such a case (a CI run
@@ -168,8 +174,7 @@ def _while_locked(step: Callable[[], None]) -> None:
     pause = 0.005
     while True:
         try:
-            step()
-            return
+            return step()
         except sqlite3.OperationalError as error:
             if "locked" not in str(error) or time.monotonic() + pause > deadline:
                 raise

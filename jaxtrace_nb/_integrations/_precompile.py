@@ -214,10 +214,13 @@ def _logged(log) -> list[tuple[str | None, str | None, dict, dict]]:
                 continue
             placed = parse_signature_column(placements) or {}
             if str(kind) == EventKind.COMPILE:
+                # the trace whose arrays these are; where traces that differ elsewhere (a static)
+                # all match, which one the compile's program came from is not known: none
                 earlier = traced.get((function, location), [])
-                leaves = next((t for t in reversed(earlier) if leaves.items() <= t.items()), None)
-                if leaves is None:
+                matching = {frozenset(t.items()): t for t in earlier if leaves.items() <= t.items()}
+                if len(matching) != 1:
                     continue
+                (leaves,) = matching.values()
             else:
                 traced.setdefault((function, location), []).append(leaves)
             out.append((function, location, leaves, placed))
@@ -239,8 +242,8 @@ def _recorded(log, session, name: str, location: str | None) -> list[tuple[dict,
     here = [(s, p) for loc, s, p in found if loc == location] or [(s, p) for _, s, p in found]
     distinct: dict[tuple, tuple[dict, dict]] = {}
     for sig, placed in here:
-        committed = {k: v for k, v in placed.items() if placed_text(v)}
-        distinct.setdefault((frozenset(sig.items()), frozenset(committed.items())), (sig, placed))
+        committed = frozenset(_committed(placed).items())
+        distinct.setdefault((frozenset(sig.items()), committed), (sig, placed))
     return list(distinct.values())
 
 
@@ -268,9 +271,8 @@ def _bucketed(log, session, name: str, signatures: list[tuple[dict, dict]]) -> l
             for d, p in zip(varying, pad):
                 dims[d] = p(dims[d])
             padded[path] = _with_dims(sig[path], dims)
-        out.setdefault(
-            (frozenset(padded.items()), frozenset(placements.items())), (padded, placements)
-        )
+        committed = frozenset(_committed(placements).items())
+        out.setdefault((frozenset(padded.items()), committed), (padded, placements))
     return list(out.values())
 
 
@@ -447,16 +449,15 @@ class _Job:
         staged, traced = self._trace(args, kwargs)
         row.trace_s = time.perf_counter() - start
         if traced is None:
-            example = self._take_own_staged() if row.leaves == own and not committed else None
+            mine = row.leaves == own and not committed and not self.example.committed()
+            example = self._take_own_staged() if mine else None
             if example is not None:  # this precompile traced the example to learn its signature
                 row.trace_s = self._own_trace_s
                 self._compile(row, example)
             elif not self._own_trusted:
                 done(row, Status.SKIPPED, _UNTOLD)
-            elif committed:  # JAX held the trace; this placement's compile is another key
-                self._compile(row, staged)
-            else:
-                done(row, Status.HELD, "JAX already held this trace")
+            else:  # JAX held the trace: its lowering (for these placements) says the rest
+                self._compile(row, staged, trace_held=True)
             return
         if traced != row.leaves:
             paths = dict.fromkeys([*row.leaves, *traced])
@@ -465,27 +466,24 @@ class _Job:
             return
         self._compile(row, staged)
 
-    def _compile(self, row: Row, staged) -> None:
-        noted_lowerings()
+    def _compile(self, row: Row, staged, trace_held: bool = False) -> None:
+        """Lowers (where the trace was staged, not lowered) and compiles `staged`. A committed
+        placement must be the one JAX's lowering received, else the row is skipped; a trace JAX
+        held whose lowering it held too is `held` (the compile then finds JAX's executable)."""
         start = time.perf_counter()
         lowered = staged.lower() if staged_by_trace(self.example.jit) else staged
+        lowerings = noted_lowerings()  # (since this row's trace: `_trace` forgot older ones)
         committed = _committed(row.placements)
-        if committed:  # JAX's lowering says which placements it compiles for
-            lowerings = noted_lowerings()
-            if not lowerings:
-                self.handle._set(row, Status.HELD, "JAX already held this compile")
-                return
-            got = lowerings[-1] or {}
-            differ = [p for p in row.placements if p in got and got[p] != row.placements[p]]
-            if differ:
-                self.handle._set(
-                    row,
-                    Status.SKIPPED,
-                    differences(row.placements, got, differ, "rebuilt call's placement"),
-                )
+        if committed and (lowerings or not trace_held):
+            reason = _unverified(row, committed, lowerings[-1] if lowerings else None)
+            if reason is not None:
+                self.handle._set(row, Status.SKIPPED, reason)
                 return
         lowered.compile()
-        self.handle._set(row, Status.COMPILED, None, time.perf_counter() - start)
+        if trace_held and not lowerings:
+            self.handle._set(row, Status.HELD, "JAX already held this trace and its lowering")
+        else:
+            self.handle._set(row, Status.COMPILED, None, time.perf_counter() - start)
 
     def _take_own_staged(self):
         with self._lock:
@@ -520,6 +518,7 @@ class _Job:
         """(JAX's staged call, the full signature of its trace: None where JAX held it, or {}
         where the trace's arguments could not be read)."""
         noted_traces()
+        noted_lowerings()
         if staged_by_trace(self.example.jit):
             staged = self.fn.trace(*args, **kwargs)
         else:
@@ -529,6 +528,22 @@ class _Job:
                 if record.identity.name == self.name:
                     return staged, _texts(record) or {}
         return staged, None
+
+
+def _unverified(row: Row, committed: dict, lowered: dict | None) -> str | None:
+    """Why JAX's lowering (`lowered`: ``{path: (type, placement)}`` as the probe read its
+    arguments; None where they were not read) does not show the row's committed placements and
+    types, else None."""
+    if lowered is None or any(path not in lowered for path in committed):
+        return "JAX's lowering of the rebuilt call was not read: its placements not verified"
+    got = {path: f"{text} ({placement})" for path, (text, placement) in lowered.items()}
+    want = {
+        path: f"{row.leaves.get(path, text)} ({row.placements.get(path, placement)})"
+        for path, (text, placement) in lowered.items()
+        if path in row.placements
+    }
+    differ = [path for path in want if want[path] != got[path]]
+    return differences(want, got, differ, "rebuilt call's lowering") if differ else None
 
 
 def _committed(placements: dict) -> dict:
@@ -587,7 +602,7 @@ def precompile(
     if own is not None:
         job._own, job._own_known, job._own_trusted = own, True, True
         for row in rows:
-            if row.leaves == own:
+            if row.leaves == own and not _committed(row.placements):
                 handle._set(row, Status.HELD, "the call that started this precompile")
         if handle.done:
             session.release()

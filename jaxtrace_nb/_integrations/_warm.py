@@ -131,6 +131,12 @@ class Warm:
             self._events = [e for path in self.logs for e in load_events(path)]
         # (an eqx.filter_jit wrapper is the user's own: no jit parameters to make it again from)
         jitted = fun if info is None else remade_jit(JitCall(fun, info, args, kwargs))
+        if info is None:
+            try:
+                args, kwargs = made(args, kwargs)
+            except _NotMade as e:
+                _say_once("made", f"jaxtrace_nb run --warm: {e} not made anew; not warmed")
+                return
         if jitted is None:
             _say_once(
                 "maker", "jaxtrace_nb run --warm: this JAX cannot make a jit again; not warmed"
@@ -173,12 +179,37 @@ def _abstract_call(call) -> tuple[tuple, dict]:
     return args, kwargs
 
 
+class _Later:
+    """An array of an ``eqx.filter_jit`` call to make on the warm thread (JAX ops run there, not on
+    the program's thread): a weak-typed scalar (`dtype`) or PRNG keys (`impl`) of `shape`."""
+
+    __slots__ = ("shape", "dtype", "impl")
+
+    def __init__(self, shape: tuple, dtype: Any = None, impl: Any = None):
+        self.shape, self.dtype, self.impl = shape, dtype, impl
+
+    def make(self) -> Any:
+        import jax
+
+        if self.impl is not None:  # keys of that implementation (their values never matter)
+            key = jax.random.key(0, impl=self.impl)
+            return jax.random.split(key, self.shape) if self.shape else key
+        zero = {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}.get(self.dtype.kind)
+        made = jax.numpy.asarray(zero) if zero is not None else None
+        if made is None or made.dtype != self.dtype or not made.weak_type:
+            raise _NotMade(f"a weak-typed {self.dtype} array")
+        return made
+
+
+class _NotMade(Exception):
+    pass
+
+
 def _filter_jit_example(args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
     """An ``eqx.filter_jit`` call's arguments with every array made anew, holding none of the
     user's: a read-only zero-stride NumPy view of one element (Equinox keeps it dynamic, of the
-    same type); a weak-typed scalar as ``jnp.asarray`` of a Python zero of its kind, where that
-    gives its dtype; None where an array cannot be made so (a weak-typed array of another dtype
-    or shape)."""
+    same type); a weak-typed scalar, or PRNG keys, as a `_Later` made on the warm thread
+    (`made`); None where an array cannot be made so (a weak-typed array that is not a scalar)."""
     import equinox as eqx
     import jax
     import numpy as np
@@ -188,18 +219,28 @@ def _filter_jit_example(args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
     def anew(leaf: Any) -> Any:
         if not eqx.is_array(leaf):
             return leaf
+        shape = tuple(leaf.shape)
+        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            return _Later(shape, impl=jax.random.key_impl(leaf))
         dtype = np.dtype(leaf.dtype)
         if not getattr(leaf, "weak_type", False):
-            return np.broadcast_to(np.zeros((), dtype=dtype), tuple(leaf.shape))
-        zero = {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}.get(dtype.kind)
-        made = jax.numpy.asarray(zero) if zero is not None and leaf.shape == () else None
-        if made is None or made.dtype != dtype or not made.weak_type:
-            failed.append(leaf.shape)
-            return leaf
-        return made
+            return np.broadcast_to(np.zeros((), dtype=dtype), shape)
+        if shape:
+            failed.append(shape)
+            return None
+        return _Later(shape, dtype)
 
-    made = jax.tree_util.tree_map(anew, (args, kwargs))
-    return None if failed else made
+    example = jax.tree_util.tree_map(anew, (args, kwargs))
+    return None if failed else example
+
+
+def made(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The call with each `_Later` made (on the warm thread); `_NotMade` where one cannot be."""
+    import jax
+
+    return jax.tree_util.tree_map(
+        lambda v: v.make() if isinstance(v, _Later) else v, (args, kwargs)
+    )
 
 
 def _abstract(leaf: Any) -> Any:

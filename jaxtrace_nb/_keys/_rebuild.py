@@ -201,6 +201,8 @@ class Example:
             if self.jit != Jit.JAX:  # (the others' arguments reach JAX under their own names)
                 return f"`{path}`: placement {text} (only rebuilt for jax.jit)"
             where = text.removesuffix(", donated")  # donation is the jitted function's own
+            if ", layout " in where:
+                return f"`{path}`: placement {text} (a layout is not rebuilt)"
             planned = plan.get(path)
             if not isinstance(planned, jax.ShapeDtypeStruct):
                 if path in self.leaves and self.text(path, "f32[]") is not None:
@@ -230,33 +232,37 @@ class Example:
             axes = {a for part in spec if part is not None for a in _names(part)}
             mesh = self._mesh(axes, leaf)
             if mesh is None:
-                return f"no mesh with axes {sorted(axes)} among the example's arguments or set"
+                return (
+                    f"no mesh with axes {sorted(axes)} as recorded ({leaf}) among the "
+                    "example's arrays"
+                )
             return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(*spec))
         return f"placement {where} not rebuilt (only a device or a PartitionSpec is)"
 
     def _mesh(self, axes: set[str], leaf: str) -> Any:
-        """A concrete mesh with `axes`: one the example's arrays are placed on, else the one set
-        with `jax.set_mesh` (JAX 0.7 on), else where the recorded type names the mesh's axes and
-        sizes (``{mesh d=2}``), ``jax.make_mesh`` of them (its device order: a mesh the program
-        made otherwise compiles again)."""
+        """A concrete mesh for the spec's `axes` and the recorded type `leaf`: one the example's
+        arrays are placed on, with those axes and, where the type names them (``{mesh d=2}``), the
+        same axes, sizes and Auto axis types (an Explicit axis a dimension uses is written
+        ``8@d``); else, where the type names the mesh and the spec uses each of its axes (so each
+        is Auto), ``jax.make_mesh`` of them (its device order: a mesh the program made otherwise
+        compiles again). None where neither."""
         import jax
 
-        meshes = [getattr(getattr(v, "sharding", None), "mesh", None) for v in self.leaves.values()]
-        get_mesh = getattr(jax.sharding, "get_mesh", None)
-        if get_mesh is not None:
-            try:
-                meshes.append(get_mesh())
-            except Exception:
-                pass
-        for mesh in meshes:
-            names = getattr(mesh, "axis_names", None)
-            if names and axes <= set(names) and getattr(mesh, "devices", None) is not None:
-                return mesh
         sizes = _mesh_sizes(leaf)
-        if sizes and axes <= set(sizes):
-            # Axes that carry no dimension's sharding in the type: JAX's Auto axes (an
-            # Explicit one is written in the dimension, ``8@d``)
-            auto = getattr(getattr(jax.sharding, "AxisType", None), "Auto", None)
+        auto = getattr(getattr(jax.sharding, "AxisType", None), "Auto", None)
+        for value in self.leaves.values():
+            mesh = getattr(getattr(value, "sharding", None), "mesh", None)
+            names = tuple(getattr(mesh, "axis_names", None) or ())
+            if not names or not axes <= set(names) or getattr(mesh, "devices", None) is None:
+                continue
+            if sizes:
+                types = tuple(getattr(mesh, "axis_types", None) or ())
+                if dict(getattr(mesh, "shape", {})) != sizes:
+                    continue
+                if auto is not None and types and any(types[names.index(a)] != auto for a in axes):
+                    continue
+            return mesh
+        if sizes and set(sizes) == axes:
             more = {"axis_types": (auto,) * len(sizes)} if auto is not None else {}
             try:
                 return jax.make_mesh(tuple(sizes.values()), tuple(sizes), **more)
@@ -274,6 +280,10 @@ class Example:
                 lambda kp, v, name=name: plan.get(name + keystr(kp), v), value
             )
         return bound.args, bound.kwargs
+
+    def committed(self) -> bool:
+        """Whether an array of the example is committed (to a device, or sharded)."""
+        return any(getattr(v, "committed", False) is True for v in self.leaves.values())
 
     def is_its_signature(self, recorded: dict[str, str]) -> bool:
         """Whether a recorded signature agrees with the example at every leaf of the example."""

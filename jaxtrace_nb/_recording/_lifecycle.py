@@ -40,7 +40,7 @@ from .._diagnosis._diagnose import (
 )
 from .._diagnosis._processes import PERSISTED_SIGNATURE_MAX_CHARS, signature_column
 from .._jax._cache_key import CacheKeyRecord
-from .._keys._lowering import UNCOMMITTED
+from .._keys._rebuild import placed
 from .._keys._records import (
     CompileRecord,
     FunctionIdentity,
@@ -573,24 +573,29 @@ class Lifecycle:
         return event if self._hand_event(event, record.jax_name) is not None else None
 
     def _placed(self, event: Event, lowering: Signature) -> None:
-        """A lowering's argument placements, under the user's paths: handed to a precompiling
-        thread, and kept in a persisted log for `jt.precompile` to rebuild: a trace's where one is
-        not ``uncommitted``, a compile's always (its `signature` then has its arguments' types)."""
-        keep = self.keep_signatures and not event.internal
-        if not keep and not precompiling():
-            return
-        placements = {path: leaf.detail for path, leaf in lowering.leaves.items() if leaf.detail}
-        note_lowering(placements)
-        if not keep:
-            return
-        if event.kind != EventKind.COMPILE and all(p == UNCOMMITTED for p in placements.values()):
-            return  # (a trace's compile: uncommitted is what a rebuilt call gets)
-        event.placements = signature_column(placements, PERSISTED_SIGNATURE_MAX_CHARS)
-        if event.kind == EventKind.COMPILE:
-            event.signature = signature_column(
-                {path: leaf.text for path, leaf in lowering.leaves.items()},
-                PERSISTED_SIGNATURE_MAX_CHARS,
-            )
+        """A lowering's argument types and placements, under the user's paths: handed to a
+        precompiling thread, and kept in a persisted log for `jt.precompile` to rebuild: a trace's
+        where one is committed, a compile's always (its `signature` then has its arguments'
+        types). A failure here is counted; the event stays as it was."""
+        try:
+            keep = self.keep_signatures and not event.internal
+            if not keep and not precompiling():
+                return
+            leaves = lowering.leaves
+            note_lowering({path: (leaf.text, leaf.detail) for path, leaf in leaves.items()})
+            placements = {path: leaf.detail for path, leaf in leaves.items() if leaf.detail}
+            if not keep:
+                return
+            if event.kind != EventKind.COMPILE and not any(map(placed, placements.values())):
+                return  # (a trace's compile: uncommitted is what a rebuilt call gets)
+            event.placements = signature_column(placements, PERSISTED_SIGNATURE_MAX_CHARS)
+            if event.kind == EventKind.COMPILE:
+                event.signature = signature_column(
+                    {path: leaf.text for path, leaf in leaves.items()},
+                    PERSISTED_SIGNATURE_MAX_CHARS,
+                )
+        except Exception as e:
+            self.fault("log", e)
 
     def on_public_trace(self, jax_name: str, seconds: float, thread: int) -> Trace | None:
         """A trace seen only through jax.monitoring (reduced mode: JAX outside the range)."""

@@ -48,12 +48,12 @@ def noted_traces() -> list:
     return _noted("traces")
 
 
-def note_lowering(placements: dict[str, str] | None) -> None:
-    """On a precompiling thread: JAX lowered a program (``{path: placement}`` of its arguments,
-    as the log writes them; None where they were not read)."""
-    _note("lowerings", placements)
+def note_lowering(arguments: dict[str, tuple[str, str]] | None) -> None:
+    """On a precompiling thread: JAX lowered a program (``{path: (type, placement)}`` of its
+    arguments, as the log writes them; None where they were not read)."""
+    _note("lowerings", arguments)
 
 
 def noted_lowerings() -> list:
-    """The placements of the lowerings this thread made since the last call (then forgotten)."""
+    """The arguments of the lowerings this thread made since the last call (then forgotten)."""
     return _noted("lowerings")
