@@ -394,6 +394,8 @@ def main(argv=None) -> int:
         "DIR)",
     )
     args = p.parse_args(argv)
+    if args.out:  # (the runs' own working directory is the peer checkout's)
+        args.out = os.path.abspath(args.out)
     if args.report:
         units = [u for path in args.report for u in json.load(open(path))]
         return finish(units, args.out)
