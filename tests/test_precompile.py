@@ -104,6 +104,17 @@ def test_a_signature_jax_holds_is_held(jt):
     assert list(table["status"]) == ["held", "held"]
 
 
+def test_this_sessions_keys_of_a_committed_call_are_held_not_compiled_again(jt):
+    """This session's keys are traces': which placements JAX compiled them for is not known, so
+    a trace JAX holds is `held`, never rebuilt uncommitted (a compile the program never calls)."""
+    fn = jax.jit(_make_body())
+    committed = [jax.device_put(jnp.ones((n, 3)), jax.devices()[0]) for n in (2, 3)]
+    for x in committed:
+        fn(x, 2.0)
+    table = jt.precompile(fn, committed[0], 2.0).wait(60)
+    assert list(table["status"]) == ["held", "held"], table
+
+
 def test_filter_jit_plain_static_rebuilt_other_static_skipped_by_name(jt):
     recorded = eqx.filter_jit(_make_apply())
     relu, tanh = Mlp(jnp.ones((4, 3)), "relu"), Mlp(jnp.ones((4, 3)), "tanh")

@@ -64,7 +64,8 @@ class Row:
     compile_s: float | None = None
     trace_s: float | None = None  # the worker's trace of the rebuilt call
     leaves: dict = dataclasses.field(default_factory=dict, repr=False)
-    placements: dict = dataclasses.field(default_factory=dict, repr=False)  # {path: placement}
+    # {path: placement} as the log recorded its compile; None where not known (a session's key)
+    placements: dict | None = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def saved_s(self) -> float | None:
@@ -179,8 +180,8 @@ _LOGGED = ("function", "location", "signature", "kind", "placements")
 def _logged(log) -> list[tuple[str | None, str | None, dict, dict]]:
     """(function, location, signature, placements) of each signature a persisted log (a path or a
     list of them) or a log's DataFrame recorded: a trace's, with its compile's placements; and a
-    compile's placements where they are new, with the signature of the latest earlier trace of
-    that function whose arrays the compile's arguments are (in the same log)."""
+    compile's, with the signature of the earlier trace of that function (in the same log) whose
+    arrays the compile's arguments are, where exactly one such signature is (else left out)."""
     if isinstance(log, list) and all(isinstance(e, Event) for e in log):  # (`run --warm`'s)
         logs = [[tuple(getattr(e, c) for c in _LOGGED) for e in log]]
     elif hasattr(log, "columns"):
@@ -227,12 +228,12 @@ def _logged(log) -> list[tuple[str | None, str | None, dict, dict]]:
     return out
 
 
-def _recorded(log, session, name: str, location: str | None) -> list[tuple[dict, dict]]:
+def _recorded(log, session, name: str, location: str | None) -> list[tuple[dict, dict | None]]:
     """The distinct (signature, placements) recorded for the function, in order: this session's
-    keys (`log` None; no placements) or a log's rows; those at `location` where there are any,
-    else every one of `name`."""
+    keys (`log` None; placements None: its keys are traces', not compiles') or a log's rows;
+    those at `location` where there are any, else every one of `name`."""
     if log is None:
-        found = [(loc, sig, {}) for loc, sig in _held_keys(session, name, location)]
+        found = [(loc, sig, None) for loc, sig in _held_keys(session, name, location)]
     else:
         found = [
             (loc, sig, placed)
@@ -242,7 +243,7 @@ def _recorded(log, session, name: str, location: str | None) -> list[tuple[dict,
     here = [(s, p) for loc, s, p in found if loc == location] or [(s, p) for _, s, p in found]
     distinct: dict[tuple, tuple[dict, dict]] = {}
     for sig, placed in here:
-        committed = frozenset(_committed(placed).items())
+        committed = frozenset(_committed(placed or {}).items())
         distinct.setdefault((frozenset(sig.items()), committed), (sig, placed))
     return list(distinct.values())
 
@@ -271,7 +272,7 @@ def _bucketed(log, session, name: str, signatures: list[tuple[dict, dict]]) -> l
             for d, p in zip(varying, pad):
                 dims[d] = p(dims[d])
             padded[path] = _with_dims(sig[path], dims)
-        committed = frozenset(_committed(placements).items())
+        committed = frozenset(_committed(placements or {}).items())
         out.setdefault((frozenset(padded.items()), committed), (padded, placements))
     return list(out.values())
 
@@ -431,8 +432,8 @@ class _Job:
         if _MORE_KEY in row.leaves:
             done(row, Status.SKIPPED, "the log kept only part of this signature")
             return
-        plan = self.example.plan(row.leaves, row.placements)
-        committed = _committed(row.placements)
+        plan = self.example.plan(row.leaves, row.placements or {})
+        committed = _committed(row.placements or {})
         if committed:
             reason = self.example.place(plan, committed, row.leaves)
             if reason is not None:
@@ -456,6 +457,8 @@ class _Job:
                 self._compile(row, example)
             elif not self._own_trusted:
                 done(row, Status.SKIPPED, _UNTOLD)
+            elif row.placements is None:  # (which placements JAX compiled it for: not known)
+                done(row, Status.HELD, "JAX already held this trace")
             else:  # JAX held the trace: its lowering (for these placements) says the rest
                 self._compile(row, staged, trace_held=True)
             return
@@ -473,7 +476,7 @@ class _Job:
         start = time.perf_counter()
         lowered = staged.lower() if staged_by_trace(self.example.jit) else staged
         lowerings = noted_lowerings()  # (since this row's trace: `_trace` forgot older ones)
-        committed = _committed(row.placements)
+        committed = _committed(row.placements or {})
         if committed and (lowerings or not trace_held):
             reason = _unverified(row, committed, lowerings[-1] if lowerings else None)
             if reason is not None:
@@ -568,7 +571,8 @@ def precompile(
     own: dict | None = None,
 ):
     """See `jaxtrace_nb.precompile`. `own`: the example's own signature where the caller knows
-    it (`run --warm`: the trace under way, which JAX will hold; its row is `held`, not traced)."""
+    it (`run --warm`: the trace under way, which JAX holds by then; its rows are decided by JAX's
+    lowering, as any row whose trace JAX held)."""
     from .._recording._session import get_session
 
     jit, function = _identity(fn)
@@ -577,7 +581,7 @@ def precompile(
     name, location = _where(function, session)
     recorded = _recorded(log, session, name, location)
     signatures = _bucketed(log, session, name, recorded) if buckets else recorded
-    rows = [Row(_written(s, p), leaves=s, placements=p) for s, p in signatures]
+    rows = [Row(_written(s, p or {}), leaves=s, placements=p) for s, p in signatures]
     if _EXITING.is_set():
         for row in rows:
             row.status, row.reason = Status.SKIPPED, "the program exited first"
@@ -601,12 +605,6 @@ def precompile(
     job = _Job(handle, fn, example, name, known, session_known)
     if own is not None:
         job._own, job._own_known, job._own_trusted = own, True, True
-        for row in rows:
-            if row.leaves == own and not _committed(row.placements):
-                handle._set(row, Status.HELD, "the call that started this precompile")
-        if handle.done:
-            session.release()
-            return handle
     n = workers if workers is not None else max(1, (os.cpu_count() or 2) - 1)
     queued = sum(r.status is Status.QUEUED for r in rows)
     _Workers(handle, job, max(1, min(int(n), queued)), session.release)

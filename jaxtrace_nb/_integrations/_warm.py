@@ -131,18 +131,18 @@ class Warm:
             self._events = [e for path in self.logs for e in load_events(path)]
         # (an eqx.filter_jit wrapper is the user's own: no jit parameters to make it again from)
         jitted = fun if info is None else remade_jit(JitCall(fun, info, args, kwargs))
-        if info is None:
-            try:
-                args, kwargs = made(args, kwargs)
-            except _NotMade as e:
-                _say_once("made", f"jaxtrace_nb run --warm: {e} not made anew; not warmed")
-                return
         if jitted is None:
             _say_once(
                 "maker", "jaxtrace_nb run --warm: this JAX cannot make a jit again; not warmed"
             )
             return
         self._after_its_compile(record.identity.key)
+        if record.identity.jit_kind == JitKind.EQUINOX:  # (its keys and weak scalars: made here)
+            try:
+                args, kwargs = made(args, kwargs)
+            except _NotMade as e:
+                _say_once("made", f"jaxtrace_nb run --warm: {e} not made anew; not warmed")
+                return
         own = None
         signature = getattr(record, "signature", None)
         if signature is not None:
