@@ -174,24 +174,6 @@ def nnx_jit_call(frame: Any) -> tuple[Any, tuple, dict] | None:
     return None
 
 
-def abstract_graph(value: Any) -> Any:
-    """`value` (an argument) with each NNX graph node in it copied, every array of its state as
-    a ``jax.ShapeDtypeStruct`` (``nnx.split``, then ``nnx.merge``): no array of the original is
-    held. Raises where NNX cannot split it."""
-    import jax
-    from flax import nnx
-
-    def abstract(leaf: Any) -> Any:
-        shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
-        if shape is None or dtype is None:
-            return leaf
-        weak = bool(getattr(leaf, "weak_type", False))
-        return jax.ShapeDtypeStruct(tuple(shape), dtype, weak_type=weak)
-
-    graphdef, state = nnx.split(value)
-    return nnx.merge(graphdef, jax.tree_util.tree_map(abstract, state))
-
-
 def variable_value(obj: Any) -> tuple:
     """``(value,)`` of an NNX ``Variable`` (the log names its value by the Variable's own path),
     ``()`` for anything else."""

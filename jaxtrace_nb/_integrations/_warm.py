@@ -15,7 +15,7 @@ the trace itself only pays for reading its arguments' shapes. An ``eqx.filter_ji
 warmed through the user's own wrapper (read from Equinox's ``_call`` frame above the trace), with
 the call's arrays made anew as NumPy views of one zero (`_filter_jit_example`). An ``nnx.jit``
 function likewise, through ``JitWrapped.__call__``'s frame, with the call's graph nodes copied
-abstractly (`_adapters.flax_nnx.abstract_graph`: each array of their state a
+abstractly (`_nnx_example`: each array of their state a
 ``jax.ShapeDtypeStruct``; NNX's own split and merge keep objects reached twice shared).
 """
 
@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from .._adapters.equinox import filter_jit_call
-from .._adapters.flax_nnx import abstract_graph, nnx_jit_call
+from .._adapters.flax_nnx import nnx_jit_call
 from .._core._vocabulary import JitKind
 from .._jax._internals import remade_jit
 
@@ -78,7 +78,7 @@ class Warm:
         elif identity.jit_kind == JitKind.NNX:
             found = nnx_jit_call(frame)
             try:
-                example = abstract_graph(found[1:]) if found is not None else None
+                example = _nnx_example(found[1:]) if found is not None else None
             except Exception:  # (NNX could not split the call's arguments)
                 example = None
             if example is None:
@@ -232,6 +232,24 @@ def _filter_jit_example(args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
 
     example = jax.tree_util.tree_map(anew, (args, kwargs))
     return None if failed else example
+
+
+def _nnx_example(value: Any) -> Any:
+    """`value` (an argument) with each NNX graph node in it copied, every array of its state as
+    a ``jax.ShapeDtypeStruct`` (``nnx.split``, then ``nnx.merge``): no array of the original is
+    held. Raises where NNX cannot split it."""
+    import jax
+    from flax import nnx
+
+    def abstract(leaf: Any) -> Any:
+        shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
+        if shape is None or dtype is None:
+            return leaf
+        weak = bool(getattr(leaf, "weak_type", False))
+        return jax.ShapeDtypeStruct(tuple(shape), dtype, weak_type=weak)
+
+    graphdef, state = nnx.split(value)
+    return nnx.merge(graphdef, jax.tree_util.tree_map(abstract, state))
 
 
 def made(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
