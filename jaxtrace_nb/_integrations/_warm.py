@@ -241,15 +241,8 @@ def _nnx_example(value: Any) -> Any:
     import jax
     from flax import nnx
 
-    def abstract(leaf: Any) -> Any:
-        shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
-        if shape is None or dtype is None:
-            return leaf
-        weak = bool(getattr(leaf, "weak_type", False))
-        return jax.ShapeDtypeStruct(tuple(shape), dtype, weak_type=weak)
-
     graphdef, state = nnx.split(value)
-    return nnx.merge(graphdef, jax.tree_util.tree_map(abstract, state))
+    return nnx.merge(graphdef, jax.tree_util.tree_map(_abstract, state))
 
 
 def made(args: tuple, kwargs: dict) -> tuple[tuple, dict]:

@@ -21,7 +21,8 @@ from ._leaves import aval_leaf, keystr
 from ._lowering import UNCOMMITTED
 from ._signature import _DTYPE_SHORT
 
-_AVAL = re.compile(r"^([a-z0-9]+)\[([0-9,]*)\]( \(weak\))?$")
+# an array leaf's text: dtype, dims (an Explicit mesh axis as ``8@d``), weak type, Auto mesh axes
+_AVAL = re.compile(r"^([a-z0-9]+)\[([0-9a-zA-Z_@+,]*)\]( \(weak\))?( \{mesh [^{}]*\})?$")
 _DTYPE_LONG = {short: long for long, short in _DTYPE_SHORT.items()}
 _PLAIN = (int, float, bool, str, type(None))
 _NOT_PLAIN = object()
@@ -50,13 +51,7 @@ def array_type(text: str) -> tuple[tuple[int, ...], str, bool] | None:
     (((8, 3), 'float32', False), ((), 'int32', True), None)
     """
     m = _AVAL.match(text)
-    if m is None:
-        return None
-    shape = tuple(int(d) for d in m.group(2).split(",") if d)
-    return shape, _DTYPE_LONG.get(m.group(1), m.group(1)), bool(m.group(3))
-
-
-_PLACED_AVAL = re.compile(r"^([a-z0-9]+)\[([0-9a-zA-Z_@+,]*)\]( \(weak\))?( \{mesh [^{}]*\})?$")
+    return None if m is None or m.group(4) or "@" in m.group(2) else _aval_parts(m)
 
 
 def placed_array_type(text: str) -> tuple[tuple[int, ...], str, bool] | None:
@@ -66,9 +61,11 @@ def placed_array_type(text: str) -> tuple[tuple[int, ...], str, bool] | None:
     >>> placed_array_type("f32[8@d,3]"), placed_array_type("f32[8,3] {mesh d=2}")
     (((8, 3), 'float32', False), ((8, 3), 'float32', False))
     """
-    m = _PLACED_AVAL.match(text)
-    if m is None:
-        return None
+    m = _AVAL.match(text)
+    return None if m is None else _aval_parts(m)
+
+
+def _aval_parts(m: re.Match) -> tuple[tuple[int, ...], str, bool] | None:
     try:
         shape = tuple(int(d.partition("@")[0]) for d in m.group(2).split(",") if d)
     except ValueError:
