@@ -372,7 +372,7 @@ _PLACED = """
     from jax.sharding import NamedSharding, PartitionSpec as P
     import jaxtrace_nb as jt
 
-    mode, log = sys.argv[1], sys.argv[2]
+    mode, log, jit = sys.argv[1], sys.argv[2], sys.argv[3]
     jt.start(persist=log if mode == "record" else None)
     traces, compiles = [], []
     jax.monitoring.register_event_duration_secs_listener(
@@ -380,10 +380,20 @@ _PLACED = """
         if e.endswith("backend_compile_duration")
         and threading.current_thread() is threading.main_thread() else None)
 
-    @jax.jit
-    def f(x, y):
+    def body(x, y):
         traces.append(1)
         return (x * 2.0).sum() + y.sum()
+
+    if jit == "equinox":
+        import equinox as eqx
+
+        f = eqx.filter_jit(body)
+    elif jit == "nnx":
+        from flax import nnx
+
+        f = nnx.jit(body)
+    else:
+        f = jax.jit(body)
 
     # the program's mesh, made as jax.make_mesh makes it (Auto axes: the sharding is not in the
     # arrays' types, only in their placement)
@@ -401,30 +411,33 @@ _PLACED = """
     if mode == "own":  # as `run --warm` starts it: the call's own signature given, held
         from jaxtrace_nb._integrations._precompile import precompile
 
-        own = {"x": "f32[8,4]", "y": "f32[4]"}
+        df = jt.load(log)  # the first trace's signature (for eqx.filter_jit, with `body`)
+        own = json.loads(df[(df["function"] == "body") & (df["kind"] == "trace")].signature.iloc[0])
         table = precompile(f, (x, y), {}, log=log, own=own).wait(240)
         print(json.dumps([list(table["signature"]), list(table["status"])]))
-    before = (len(traces), len([c for c in compiles if c == "jit(f)"]))
+    before = (len(traces), len([c for c in compiles if c == "jit(body)"]))
     results += [float(f(*args)) for args in placed]
-    after = (len(traces), len([c for c in compiles if c == "jit(f)"]))
+    after = (len(traces), len([c for c in compiles if c == "jit(body)"]))
     print(json.dumps([results, after[0] - before[0], after[1] - before[1]]))
 """
 
 
-def test_placements_recorded_are_rebuilt_and_their_calls_do_not_compile(tmp_path):
+@pytest.mark.parametrize("jit", ["jit", "equinox", "nnx"])
+def test_placements_recorded_are_rebuilt_and_their_calls_do_not_compile(tmp_path, jit):
     """A log that recorded `f` sharded two ways and committed to a device: a fresh process
     precompiles each placement from an uncommitted example, and the program's calls at them then
-    neither trace nor compile (JAX's own compile events on the program's thread)."""
+    neither trace nor compile (JAX's own compile events on the program's thread); for `jax.jit`,
+    `eqx.filter_jit` (whose rebuilt leaf is then an array of zeros put there) and `nnx.jit`."""
     program = _script(tmp_path, "placed.py", "import json\n" + textwrap.dedent(_PLACED))
     log = tmp_path / "placed.jsonl"
-    cold = _python(program, "record", log)
+    cold = _python(program, "record", log, jit)
     assert cold.returncode == 0, cold.stderr
     cold_results, cold_traces, cold_compiles = json.loads(cold.stdout.splitlines()[-1])
     assert (cold_traces, cold_compiles) == (
         1,
         3,
     )  # the mesh retraced once; every placement compiled
-    warm = _python(program, "warm", log)
+    warm = _python(program, "warm", log, jit)
     assert warm.returncode == 0, warm.stderr
     (signatures, statuses), (results, traces, compiles) = map(
         json.loads, warm.stdout.splitlines()[-2:]
@@ -439,7 +452,7 @@ def test_placements_recorded_are_rebuilt_and_their_calls_do_not_compile(tmp_path
     assert results == cold_results
     assert (traces, compiles) == (0, 0)
     # the call's own signature is held; the same types committed to cpu:1 are another compile
-    own = _python(program, "own", log)
+    own = _python(program, "own", log, jit)
     assert own.returncode == 0, own.stderr
     (_, statuses), (results, traces, compiles) = map(json.loads, own.stdout.splitlines()[-2:])
     assert statuses == ["held", "compiled", "compiled", "compiled"]
@@ -629,9 +642,14 @@ def test_what_a_recorded_placement_rebuilds_into(jt):
         assert example.place(plan, {"x": placement}, {"x": "f32[4,2]"}).startswith(reason)
     eqx_example = Example.of(Jit.EQUINOX, f, (jnp.ones((4, 2)), on_mesh), {})
     plan = eqx_example.plan({"x": "f32[4,2]"}, {"x": "committed to cpu:0"})
-    assert "only rebuilt for jax.jit" in eqx_example.place(
-        plan, {"x": "committed to cpu:0"}, {"x": "f32[4,2]"}
-    )
+    assert plan["x"].strides == (0, 0)  # Equinox stages arrays only: no memory of its size
+    assert eqx_example.place(plan, {"x": "committed to cpu:0"}, {"x": "f32[4,2]"}) is None
+    assert isinstance(plan["x"], jax.Array) and plan["x"].committed  # a zero array put there
+    assert plan["x"].sharding == jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    assert (plan["x"].shape, plan["x"].dtype) == ((4, 2), jnp.float32)
+    plan = eqx_example.plan({"x": "f32[4,2] (weak)"}, {"x": "committed to cpu:0"})
+    assert eqx_example.place(plan, {"x": "committed to cpu:0"}, {"x": "f32[4,2] (weak)"}) is None
+    assert "x" not in plan  # NumPy writes no weak type: the example's own, compared later
 
 
 def test_a_retrace_guard_counts_the_programs_traces_not_the_workers(jt):

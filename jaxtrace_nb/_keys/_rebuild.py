@@ -3,9 +3,10 @@
 A recorded signature is the log's ``{path: leaf text}``. Each of the example's leaves at a path
 the signature names is rebuilt when it can be: a dynamic leaf written as a plain array type
 (``f32[8,3]``, ``f32[] (weak)``) gets that shape, dtype and weak type; a plain Python value (int,
-float, bool, str, None, tuples of these) written as one gets the recorded value. What else the
-signature says (a static field of a module, a function, a container's structure, a placement)
-stays the example's, and is compared with the example's own signature by the caller.
+float, bool, str, None, tuples of these) written as one gets the recorded value; a committed
+placement is given to the rebuilt leaf (`Example.place`). What else the signature says (a static
+field of a module, a function, a container's structure) stays the example's, and is compared with
+the example's own signature by the caller.
 """
 
 from __future__ import annotations
@@ -169,7 +170,7 @@ class Example:
                 continue
             value = self.leaves[path]
             found = array_type(text)
-            if found is None and placed(placements.get(path)) and self.jit == Jit.JAX:
+            if found is None and placed(placements.get(path)):
                 found = placed_array_type(text)
             if found is not None and _dynamic(self.jit, value):
                 shape, dtype, weak = found
@@ -188,29 +189,33 @@ class Example:
     ) -> str | None:
         """Gives each planned array leaf its recorded placement (in place): a device (``committed
         to cpu:1``, the device of that name here), or a `PartitionSpec` on a mesh (`_mesh`) that
-        has its axes. Returns why a placement cannot be rebuilt, naming the argument, else
-        None."""
+        has its axes. A `jax.ShapeDtypeStruct` gets the sharding; an `eqx.filter_jit` leaf (a
+        NumPy view, which Equinox keeps dynamic) becomes an array of zeros put there, since
+        Equinox stages only arrays (memory of its size until the compile ends). Returns why a
+        placement cannot be rebuilt, naming the argument, else None."""
         import jax
+        import numpy as np
 
         for path, text in placements.items():
             if not placed(text):
                 continue
-            if self.jit != Jit.JAX:  # (the others' arguments reach JAX under their own names)
-                return f"`{path}`: placement {text} (only rebuilt for jax.jit)"
             where = text.removesuffix(", donated")  # donation is the jitted function's own
             if ", layout " in where:
                 return f"`{path}`: placement {text} (a layout is not rebuilt)"
             planned = plan.get(path)
-            if not isinstance(planned, jax.ShapeDtypeStruct):
+            if not isinstance(planned, (jax.ShapeDtypeStruct, np.ndarray)):
                 if path in self.leaves and self.text(path, "f32[]") is not None:
                     continue  # the example's own array, with its own placement: compared later
                 return f"`{path}`: placement {text} of a leaf not rebuilt"
             sharding = self._sharding(where, recorded.get(path, ""))
             if isinstance(sharding, str):
                 return f"`{path}`: {sharding}"
-            plan[path] = jax.ShapeDtypeStruct(
-                planned.shape, planned.dtype, weak_type=planned.weak_type, sharding=sharding
-            )
+            if isinstance(planned, jax.ShapeDtypeStruct):
+                plan[path] = jax.ShapeDtypeStruct(
+                    planned.shape, planned.dtype, weak_type=planned.weak_type, sharding=sharding
+                )
+            else:
+                plan[path] = jax.device_put(planned, sharding)
         return None
 
     def _sharding(self, where: str, leaf: str) -> Any:
