@@ -266,3 +266,74 @@ def test_a_program_traced_on_another_thread_is_compiled_here_and_said_so(jt):
     )
     assert pd.isna(f_row["cause"]) and pd.isna(g_row["cause"])
     assert jt.faults() == {}
+
+
+def test_a_call_while_another_thread_compiles_the_program_waits_for_that_compile(jt):
+    """Another thread traced, lowered and is compiling the program when this thread calls it: JAX
+    computes each of its cached steps once per key, the second caller waiting for the first, so
+    the call neither traces, lowers nor compiles: JAX's verdict is one trace (its counter) and one
+    backend compile in all, whose end comes between the call's start and its return. The log has
+    that one trace and its compile, made on the other thread, and no compile on this one. (This
+    is why a `jt.precompile` worker still compiling a size spares the program the rest of that
+    compile.) Where this thread reached JAX's compile first (the other thread is between its
+    lowering and its compile for a moment), the other thread waits instead: still one compile, and
+    the scenario is run again, at most three times."""
+    import threading
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    from jaxtrace_nb._jax._internals import listener_api
+
+    def attempt(n):
+        traces, order = [0], []
+        lowered = threading.Event()
+        name = f"deep{n}"
+
+        def deep(x):
+            traces[0] += 1
+            for i in range(120):  # a compile long enough to be under way when the call comes
+                x = jnp.tanh(x @ x.T + i)
+            return x
+
+        deep.__name__ = deep.__qualname__ = name
+
+        def listen(event, seconds, fun_name=None, **kwargs):
+            if fun_name != f"jit({name})":
+                return
+            if event.endswith("jaxpr_to_mlir_module_duration"):
+                lowered.set()
+            if event.endswith("backend_compile_duration"):
+                order.append(("compiled", threading.current_thread().name))
+
+        register, unregister = listener_api("duration")  # JAX 0.8.0 has no public unregister
+        register(listen)
+        try:
+            f = jax.jit(deep)
+            x = jnp.ones((4, 4))
+            worker = threading.Thread(
+                target=lambda: f.trace(x).lower().compile(), name="other", daemon=True
+            )
+            worker.start()
+            assert lowered.wait(120)
+            time.sleep(0.01)  # (the lowering's event comes just before the compile begins)
+            order.append(("call", None))
+            assert f(x).shape == (4, 4)
+            order.append(("returned", None))
+            worker.join(120)
+        finally:
+            unregister(listen)
+        assert traces[0] == 1
+        assert [what for what, _ in order] == ["call", "compiled", "returned"], order
+        return name, order[1][1], worker.ident
+
+    for n in range(3):
+        name, compiled_on, worker = attempt(n)
+        if compiled_on == "other":
+            break
+    assert compiled_on == "other"
+    df = jt.log(internal=False)
+    (row,) = df[df["function"].str.endswith(name)].to_dict("records")  # no compile row here
+    assert (row["kind"], row["thread"]) == ("trace", worker) and row["compile_s"] > 0
+    assert jt.faults() == {}

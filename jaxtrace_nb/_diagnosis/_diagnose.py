@@ -654,9 +654,9 @@ def _other_program(new: Signature, previous: Sequence[Signature], traced: bool) 
 def compiled_here_too(number: int | None, precompiled: bool, lowered: bool) -> Diagnosis:
     """A compile, on this thread, of the program that trace `number` made on another thread
     (`precompiled`: one of `jt.precompile`'s workers), when no compile of it had ended: JAX's
-    caches held the trace but no program for it, and JAX does not wait for another thread's
-    compile. `lowered`: this call lowered it too (else it only compiled the module lowered
-    there)."""
+    caches held the trace but no program for it, and no compile of it was under way (JAX waits
+    for one under way on another thread instead of compiling again). `lowered`: this call
+    lowered it too (else it only compiled the module lowered there)."""
     who = "`jt.precompile`'s worker" if precompiled else "another thread"
     trace = f"trace #{number}" if number is not None else "a trace"
     return Diagnosis(
@@ -665,9 +665,9 @@ def compiled_here_too(number: int | None, precompiled: bool, lowered: bool) -> D
         before=None,
         after=None,
         explanation=f"{'Lowered and compiled' if lowered else 'Compiled'} on this thread the "
-        f"program of {trace}, which {who} made: no compile of it had ended when this one began, "
-        "so JAX's caches held its trace but no compiled program for this call (JAX does not wait "
-        "for a compile under way on another thread). Not a change of the arguments.",
+        f"program of {trace}, which {who} made: JAX's caches held its trace but no compiled "
+        "program for this call, and no compile of it was under way (JAX waits for one under way "
+        "on another thread rather than compiling again). Not a change of the arguments.",
         hint="",
     )
 
