@@ -265,8 +265,8 @@ def _script(tmp_path, name: str, text: str) -> pathlib.Path:
     return path
 
 
-def _python(script, *args, timeout=300) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
+def _python(script, *args, timeout=300, jit="jit") -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu", JIT=jit)
     return subprocess.run(
         [sys.executable, str(script), *map(str, args)],
         capture_output=True,
@@ -278,21 +278,35 @@ def _python(script, *args, timeout=300) -> subprocess.CompletedProcess:
 
 
 _PROGRAM = """
-    import sys, threading
+    import os, sys, threading
     import jax, jax.numpy as jnp
     import jaxtrace_nb as jt
+
+    def jit(fn):  # the test's jit wrapper (its `JIT`)
+        if os.environ["JIT"] == "equinox":
+            import equinox as eqx
+
+            return eqx.filter_jit(fn)  # (`y`, a Python float, is a static there)
+        if os.environ["JIT"] == "nnx":
+            from flax import nnx
+
+            return nnx.jit(fn)
+        return jax.jit(fn)
 
     def step(x, y):
         for _ in range(8):
             x = jnp.sin(x @ x.T @ x) * y
         return x
 
-    f = jax.jit(step)
+    f = jit(step)
     SIZES = (2, 3, 4, 5)
 """
 
+_JITS = ["jit", "equinox", "nnx"]
 
-def test_a_persisted_log_in_a_fresh_process_uses_the_users_cache_as_is(tmp_path):
+
+@pytest.mark.parametrize("jit", _JITS)
+def test_a_persisted_log_in_a_fresh_process_uses_the_users_cache_as_is(tmp_path, jit):
     """Recorded once, then a fresh process precompiles from the log into the user's own cache
     directory (its configuration untouched): a new jit object of the function loads from it."""
     _script(tmp_path, "prog.py", _PROGRAM)
@@ -346,9 +360,9 @@ def test_a_persisted_log_in_a_fresh_process_uses_the_users_cache_as_is(tmp_path)
         """,
     )
     log, cache = tmp_path / "run.jsonl", tmp_path / "jax_cache"
-    cold = _python(record, log)
+    cold = _python(record, log, jit=jit)
     assert cold.returncode == 0, cold.stderr
-    out = _python(warm, log, cache)
+    out = _python(warm, log, cache, jit=jit)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0] == str(["held", "compiled", "compiled", "compiled"])
@@ -357,7 +371,7 @@ def test_a_persisted_log_in_a_fresh_process_uses_the_users_cache_as_is(tmp_path)
     assert "set up JAX's persistent compilation cache" not in out.stderr
     assert len(list(cache.iterdir())) >= 3
     # a third process at a size only the workers compiled: JAX loads it from the user's cache
-    third = _python(load, cache)
+    third = _python(load, cache, jit=jit)
     assert third.returncode == 0, third.stderr
     result, events = third.stdout.splitlines()
     assert float(result) == eval(lines[1])[-1]
@@ -459,7 +473,8 @@ def test_placements_recorded_are_rebuilt_and_their_calls_do_not_compile(tmp_path
     assert (results, traces, compiles) == (cold_results, 0, 0)
 
 
-def test_without_a_cache_one_is_set_up_and_said_once(tmp_path):
+@pytest.mark.parametrize("jit", _JITS)
+def test_without_a_cache_one_is_set_up_and_said_once(tmp_path, jit):
     _script(tmp_path, "prog.py", _PROGRAM)
     script = _script(
         tmp_path,
@@ -470,18 +485,19 @@ def test_without_a_cache_one_is_set_up_and_said_once(tmp_path):
         for n in SIZES:
             f(jnp.ones((n, 3)), 2.0)
         for _ in range(2):
-            g = jax.jit(step)
+            g = jit(step)
             print(list(jt.precompile(g, jnp.ones((2, 3)), 2.0).wait(240)["status"]))
         print(bool(jax.config.jax_compilation_cache_dir))
         """,
     )
-    out = _python(script)
+    out = _python(script, jit=jit)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[-1] == "True"
     assert out.stderr.count("jaxtrace_nb: precompile set up JAX's persistent") == 1
 
 
-def test_a_precompile_still_running_at_exit_neither_hangs_nor_errs(tmp_path):
+@pytest.mark.parametrize("jit", _JITS)
+def test_a_precompile_still_running_at_exit_neither_hangs_nor_errs(tmp_path, jit):
     _script(tmp_path, "prog.py", _PROGRAM)
     script = _script(
         tmp_path,
@@ -497,14 +513,14 @@ def test_a_precompile_still_running_at_exit_neither_hangs_nor_errs(tmp_path):
             return step
 
         jt.start()
-        f = jax.jit(make())
+        f = jit(make())
         for n in range(2, 14):
             f(jnp.ones((n, 3)), 2.0)
-        handle = jt.precompile(jax.jit(make()), jnp.ones((2, 3)), 2.0, workers=1)
+        handle = jt.precompile(jit(make()), jnp.ones((2, 3)), 2.0, workers=1)
         print(handle.done)
         """,
     )
-    out = _python(script, timeout=120)
+    out = _python(script, timeout=120, jit=jit)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
     assert "Traceback" not in out.stderr and "Exception" not in out.stderr
