@@ -378,8 +378,8 @@ def precompile(
     `workers` is the number of threads (default: the cores less one). With `buckets=True`, each
     leaf for which ``jt.shape_census`` (on the same log) suggests a padding scheme is compiled at
     its buckets instead: the signatures a program that pads as suggested will call. The programs
-    also go to JAX's persistent compilation cache: yours as configured, else one set up for the process (said
-    once on stderr). Returns a handle: ``handle.table()`` so far, ``handle.wait(timeout=None)``
+    also go to JAX's persistent compilation cache: yours as configured, else one set up for the
+    process (said once on stderr). Returns a handle: ``handle.table()`` so far, ``handle.wait(timeout=None)``
     when done; a DataFrame with columns `signature`, `status` (``compiled`` | ``held``: JAX had
     it already | ``skipped`` | ``failed``), `reason`, `compile_s`. A failure is a row, never an
     exception in your program; only a call of `precompile` itself that cannot start raises

@@ -137,6 +137,54 @@ def test_filter_jit_plain_static_rebuilt_other_static_skipped_by_name(jt):
     assert [t.leaf for t in traced] == ["m.act"]  # only the skipped signature traced here
 
 
+def _make_static_body():
+    def static_body(x, scale, act):
+        return act(x) * scale
+
+    return static_body
+
+
+def test_jit_plain_static_rebuilt_other_static_skipped_by_name(jt):
+    """`jax.jit` with `static_argnames`: a recorded static that is a plain value is compiled from
+    that value; another callable is not rebuilt and its signature is skipped, naming it. The
+    rebuilt call passes each argument as the example did (by keyword here): a signature recorded
+    from a call that passed them by position is another key of JAX's, skipped, saying so."""
+    statics = ("scale", "act")
+
+    def call(f, n, scale, act, by_keyword=True):
+        x = jnp.ones((n, 3))
+        return f(x, scale=scale, act=act) if by_keyword else f(x, scale, act)
+
+    recorded = jax.jit(_make_static_body(), static_argnames=statics)
+    cases = [
+        (2, 1.0, jnp.tanh),
+        (3, 1.0, jnp.tanh),
+        (2, 2.5, jnp.tanh),
+        (2, 1.0, jnp.sin),
+        (5, 1.0, jnp.tanh, False),
+    ]
+    expected = [np.asarray(call(recorded, *case)) for case in cases]
+    fresh = jax.jit(_make_static_body(), static_argnames=statics)
+    table = jt.precompile(fresh, jnp.ones((2, 3)), scale=1.0, act=jnp.tanh).wait(120)
+    status = dict(zip(table["signature"], table["status"]))
+    reasons = dict(zip(table["signature"], table["reason"]))
+    assert sorted(status.values()) == ["compiled"] * 3 + ["skipped"] * 2, table
+    sin, positional = [s for s, v in status.items() if v == "skipped"]
+    assert "`act`" in reasons[sin] and "sin" in reasons[sin], reasons[sin]
+    assert "f32[5,3]" in positional
+    assert reasons[positional] == (
+        "the recorded call passed its arguments otherwise than the example (by position or by "
+        "keyword: JAX's key keeps them apart): recorded (x, scale, act), example (x, act, scale)"
+    )
+    assert any('"scale":"2.5"' in s for s, v in status.items() if v == "compiled")
+    first = int(jt.log()["seq"].max()) + 1
+    got = [np.asarray(call(fresh, *case)) for case in cases]
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
+    traced = _main_thread_traces(jt, first)
+    assert [t.leaf for t in traced] == ["act", "x"]  # only the skipped signatures traced here
+
+
 def _make_nnx_step():
     """A new function object each call (one function in the log), of which JAX holds no key."""
 

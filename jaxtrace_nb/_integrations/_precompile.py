@@ -33,7 +33,14 @@ from .._adapters.equinox import is_filter_jit_wrapper
 from .._adapters.flax_nnx import is_nnx_jit_wrapper, variable_value
 from .._core._vocabulary import EventKind, StrEnum
 from .._diagnosis._processes import _MORE_KEY, parse_signature_column, signature_column
-from .._keys._rebuild import Example, Jit, differences, not_rebuilt, staged_by_trace
+from .._keys._rebuild import (
+    Example,
+    Jit,
+    differences,
+    not_rebuilt,
+    passed_otherwise,
+    staged_by_trace,
+)
 from .._keys._rebuild import placed as placed_text
 from .._log._events import Event
 from .._recording._precompiling import mark_precompiling, noted_lowerings, noted_traces
@@ -244,7 +251,7 @@ def _recorded(log, session, name: str, location: str | None) -> list[tuple[dict,
     distinct: dict[tuple, tuple[dict, dict]] = {}
     for sig, placed in here:
         committed = frozenset(_committed(placed or {}).items())
-        distinct.setdefault((frozenset(sig.items()), committed), (sig, placed))
+        distinct.setdefault((tuple(sig.items()), committed), (sig, placed))  # (in order)
     return list(distinct.values())
 
 
@@ -273,7 +280,7 @@ def _bucketed(log, session, name: str, signatures: list[tuple[dict, dict]]) -> l
                 dims[d] = p(dims[d])
             padded[path] = _with_dims(sig[path], dims)
         committed = frozenset(_committed(placements or {}).items())
-        out.setdefault((frozenset(padded.items()), committed), (padded, placements))
+        out.setdefault((tuple(padded.items()), committed), (padded, placements))
     return list(out.values())
 
 
@@ -445,6 +452,10 @@ class _Job:
             if differ:
                 done(row, Status.SKIPPED, differences(row.leaves, own, differ))
                 return
+            otherwise = passed_otherwise(row.leaves, own, "example")  # (passed as it was)
+            if otherwise is not None:
+                done(row, Status.SKIPPED, otherwise)
+                return
         args, kwargs = self.example.call(plan)
         start = time.perf_counter()
         staged, traced = self._trace(args, kwargs)
@@ -466,6 +477,10 @@ class _Job:
             paths = dict.fromkeys([*row.leaves, *traced])
             differ = [p for p in paths if row.leaves.get(p) != traced.get(p)]
             done(row, Status.SKIPPED, differences(row.leaves, traced, differ, "rebuilt call"))
+            return
+        otherwise = passed_otherwise(row.leaves, traced, "rebuilt call")
+        if otherwise is not None:
+            done(row, Status.SKIPPED, otherwise)
             return
         self._compile(row, staged)
 

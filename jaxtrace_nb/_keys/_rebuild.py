@@ -114,6 +114,7 @@ class Example:
     bound: inspect.BoundArguments
     leaves: dict[str, Any]
     held: frozenset = frozenset()  # paths of values held in a library's box: never rebuilt
+    keywords: frozenset = frozenset()  # the parameters the example passed by keyword
 
     @classmethod
     def of(
@@ -136,7 +137,7 @@ class Example:
                     (leaf,) = inside
                     held.add(path)
                 leaves[path] = leaf
-        return cls(jit, bound, leaves, frozenset(held))
+        return cls(jit, bound, leaves, frozenset(held), frozenset(kwargs))
 
     def text(self, path: str, like: str) -> str | None:
         """The example's own text at `path`, written as the recorded text `like` is (an array's
@@ -273,15 +274,27 @@ class Example:
         return None
 
     def call(self, plan: dict[str, Any]) -> tuple[tuple, dict]:
-        """(args, kwargs) of the example with the planned leaves in place."""
+        """(args, kwargs) of the example with the planned leaves in place, each argument passed
+        as the example passed it, by position or by keyword (JAX's key keeps them apart)."""
         import jax
 
-        bound = inspect.BoundArguments(self.bound.signature, dict(self.bound.arguments))
-        for name, value in bound.arguments.items():
-            bound.arguments[name] = jax.tree_util.tree_map_with_path(
+        parameters = self.bound.signature.parameters
+        args: list = []
+        kwargs: dict = {}
+        for name, value in self.bound.arguments.items():
+            value = jax.tree_util.tree_map_with_path(
                 lambda kp, v, name=name: plan.get(name + keystr(kp), v), value
             )
-        return bound.args, bound.kwargs
+            kind = parameters[name].kind
+            if kind is inspect.Parameter.VAR_POSITIONAL:
+                args.extend(value)
+            elif kind is inspect.Parameter.VAR_KEYWORD:
+                kwargs.update(value)
+            elif name in self.keywords or kind is inspect.Parameter.KEYWORD_ONLY:
+                kwargs[name] = value
+            else:
+                args.append(value)
+        return tuple(args), kwargs
 
     def committed(self) -> bool:
         """Whether an array of the example is committed (to a device, or sharded)."""
@@ -355,3 +368,28 @@ def differences(
     ]
     more = f" (and {len(paths) - limit} more)" if len(paths) > limit else ""
     return f"differs from the {what} at " + "; ".join(parts) + more
+
+
+_ROOT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _arguments(signature: dict[str, str]) -> list[str]:
+    """The arguments of a signature's paths (``params['w']`` → ``params``), in its order."""
+    roots = (_ROOT.match(path) for path in signature)
+    return list(dict.fromkeys(m.group(0) for m in roots if m is not None))
+
+
+def passed_otherwise(recorded: dict[str, str], other: dict[str, str], what: str) -> str | None:
+    """Why two signatures of the same arguments are not one call's: their arguments come in
+    another order. JAX's key holds the positional arguments first, then the keyword ones by
+    name, so one call passed an argument by position that the other passed by keyword (where
+    both orders agree, as when only the last arguments are passed by keyword, this cannot
+    tell). None where the order agrees."""
+    mine, theirs = _arguments(recorded), _arguments(other)
+    if sorted(mine) != sorted(theirs) or mine == theirs:
+        return None
+    return (
+        f"the recorded call passed its arguments otherwise than the {what} (by position or by "
+        f"keyword: JAX's key keeps them apart): recorded ({', '.join(mine)}), {what} "
+        f"({', '.join(theirs)})"
+    )
