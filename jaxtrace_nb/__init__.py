@@ -368,22 +368,24 @@ def precompile(
     hold yet, so that the program's later call at that signature does not wait for XLA.
 
     `fn` is jitted with ``jax.jit``, ``eqx.filter_jit`` or ``nnx.jit``; `example_args` /
-    `example_kwargs` are one real call's arguments: each recorded signature is rebuilt from them
+    `example_kwargs` are one real call's arguments, passed as your program passes them (by
+    position or by keyword: JAX keys them apart). Each recorded signature is rebuilt from them
     with the recorded shapes, dtypes and weak types of its array leaves, and the recorded value of
     a plain Python static (int, float, bool, str, None, tuples of these); from a persisted log,
     each committed array's recorded placement too (a device, or a ``PartitionSpec`` on a mesh
-    with the recorded axes). A signature that still
-    differs from the rebuilt call is skipped, its reason naming the argument. `log` is this
-    session's log (None), a persisted log's path, a list of them, or a DataFrame (``jt.load(...)``).
-    `workers` is the number of threads (default: the cores less one). With `buckets=True`, each
-    leaf for which ``jt.shape_census`` (on the same log) suggests a padding scheme is compiled at
-    its buckets instead: the signatures a program that pads as suggested will call. The programs
-    also go to JAX's persistent compilation cache: yours as configured, else one set up for the
-    process (said once on stderr). Returns a handle: ``handle.table()`` so far, ``handle.wait(timeout=None)``
-    when done; a DataFrame with columns `signature`, `status` (``compiled`` | ``held``: JAX had
-    it already | ``skipped`` | ``failed``), `reason`, `compile_s`. A failure is a row, never an
-    exception in your program; only a call of `precompile` itself that cannot start raises
-    (TypeError: `fn` is not jitted, or the example does not fit its parameters). Example::
+    with the recorded axes). A signature that still differs from the rebuilt call is skipped,
+    its reason naming the argument. `log` is this session's log (None), a persisted log's path,
+    a list of them, or a DataFrame (``jt.load(...)``). `workers` is the number of threads
+    (default: the cores less one). With `buckets=True`, each leaf for which
+    ``jt.shape_census`` (on the same log) suggests a padding scheme is compiled at its buckets
+    instead: the signatures a program that pads as suggested will call. The programs also go to
+    JAX's persistent compilation cache: yours as configured, else one set up for the process
+    (said once on stderr). Returns a handle: ``handle.table()`` so far,
+    ``handle.wait(timeout=None)`` when done; a DataFrame with columns `signature`, `status`
+    (``compiled`` | ``held``: JAX had it already | ``skipped`` | ``failed``), `reason`,
+    `compile_s`. A failure is a row, never an exception in your program; only a call of
+    `precompile` itself that cannot start raises (TypeError: `fn` is not jitted, or the example
+    does not fit its parameters). Example::
 
         step(params, batch)                                    # the first batch size
         handle = jt.precompile(step, params, batch, log="last_run.jsonl")
