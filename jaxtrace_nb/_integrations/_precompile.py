@@ -527,7 +527,8 @@ class _Job:
             self._own_trusted = True
             return traced
         mine = [s for s in self.known if self.example.is_its_signature(s)]
-        if mine and all(s == mine[0] for s in mine):
+        # (in order too: two calls that passed the same arguments otherwise are two keys)
+        if mine and all(list(s.items()) == list(mine[0].items()) for s in mine):
             self._own_trusted = mine[0] in self.session_known
             return mine[0]
         return None
