@@ -9,9 +9,9 @@ of one call at a new size, through `block_until_ready`. Three steps (`--programs
 `jax.jit` AdamW step (Optax) of a 4-block transformer on token batches (`transformer`: the
 program the issue measured on a GPU, here CPU-sized). The ratio (warm total / cold total)
 is measured within one repeat, on the same machine at the same time. Warm runs go once per
-`--workers` count (``all``: the cores), and, for the `jax.jit` step, once more under
+`--workers` count (``all``: the cores), and once more under
 ``python -m jaxtrace_nb run --warm LOG`` (no precompile call in the program: its first trace
-starts it, default workers), for both steps.
+starts it, default workers), for every step.
 
 `--xla-flags F` sets ``XLA_FLAGS=F`` in every run, cold and warm alike (recorded in the results'
 header and name): e.g. ``--xla_cpu_experimental_ynn_fusion_type=`` (no YNNPACK fusions), to see

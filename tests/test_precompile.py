@@ -655,6 +655,25 @@ def test_what_a_recorded_leaf_text_rebuilds_into():
     assert plain_value("<function h>") is NOT_PLAIN and plain_value("[1, 2]") is NOT_PLAIN
 
 
+def test_the_rebuilt_call_passes_each_argument_as_the_example_did():
+    """By position or by keyword as given (JAX's key keeps them apart); a positional-only
+    parameter by position even where ``**kwargs`` holds its name; an entry of ``**kwargs`` named
+    by its key, as the log names it, and rebuilt there."""
+    from jaxtrace_nb._keys._rebuild import Example, Jit
+
+    def f(a, /, b, *rest, c, **kw):
+        return a
+
+    x = jnp.ones(2)
+    example = Example.of(Jit.JAX, f, (x, x, x), {"c": x, "a": x, "lr": x})
+    assert set(example.leaves) == {"a", "b", "rest[0]", "c", "lr"}
+    args, kwargs = example.call({"lr": jax.ShapeDtypeStruct((5,), jnp.float32)})
+    assert len(args) == 3 and sorted(kwargs) == ["a", "c", "lr"]
+    assert kwargs["lr"].shape == (5,)  # rebuilt at the log's path `lr`
+    args, kwargs = Example.of(Jit.JAX, f, (x,), {"b": x, "c": x}).call({})
+    assert len(args) == 1 and sorted(kwargs) == ["b", "c"]  # `b` by keyword, as given
+
+
 def test_what_a_recorded_placement_rebuilds_into(jt):
     """A device by its name here; a PartitionSpec's text (either spelling) on a mesh of the
     example's arrays, else one the type names (Auto axes); anything else skipped, naming the
@@ -708,9 +727,10 @@ def test_what_a_recorded_placement_rebuilds_into(jt):
     plan = eqx_example.plan({"x": "f32[4,2]"}, {"x": "committed to cpu:0"})
     assert plan["x"].strides == (0, 0)  # Equinox stages arrays only: no memory of its size
     assert eqx_example.place(plan, {"x": "committed to cpu:0"}, {"x": "f32[4,2]"}) is None
-    assert isinstance(plan["x"], jax.Array) and plan["x"].committed  # a zero array put there
-    assert plan["x"].sharding == jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    assert (plan["x"].shape, plan["x"].dtype) == ((4, 2), jnp.float32)
+    (x, _), _ = eqx_example.call(plan)  # put on its device only as the call is made
+    assert isinstance(x, jax.Array) and x.committed and not x.weak_type  # zeros put there
+    assert x.sharding == jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    assert (x.shape, x.dtype) == ((4, 2), jnp.float32)
     plan = eqx_example.plan({"x": "f32[4,2] (weak)"}, {"x": "committed to cpu:0"})
     assert eqx_example.place(plan, {"x": "committed to cpu:0"}, {"x": "f32[4,2] (weak)"}) is None
     assert "x" not in plan  # NumPy writes no weak type: the example's own, compared later

@@ -225,7 +225,7 @@ def _logged(log) -> list[tuple[str | None, str | None, dict, dict]]:
                 # the trace whose arrays these are; where traces that differ elsewhere (a static)
                 # all match, which one the compile's program came from is not known: none
                 earlier = traced.get((function, location), [])
-                matching = {frozenset(t.items()): t for t in earlier if leaves.items() <= t.items()}
+                matching = {tuple(t.items()): t for t in earlier if leaves.items() <= t.items()}
                 if len(matching) != 1:
                     continue
                 (leaves,) = matching.values()
@@ -456,9 +456,8 @@ class _Job:
             if otherwise is not None:
                 done(row, Status.SKIPPED, otherwise)
                 return
-        args, kwargs = self.example.call(plan)
         start = time.perf_counter()
-        staged, traced = self._trace(args, kwargs)
+        staged, traced = self._trace(*self.example.call(plan))
         row.trace_s = time.perf_counter() - start
         if traced is None:
             mine = row.leaves == own and not committed and not self.example.committed()

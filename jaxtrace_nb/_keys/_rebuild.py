@@ -128,7 +128,7 @@ class Example:
         leaves: dict[str, Any] = {}
         held = set()
         is_box = (lambda x: bool(unbox(x))) if unbox is not None else None
-        for name, value in bound.arguments.items():
+        for name, value in _named(bound):
             flat, _ = jax.tree_util.tree_flatten_with_path(value, is_leaf=is_box)
             for kp, leaf in flat:
                 path = name + keystr(kp)
@@ -137,7 +137,11 @@ class Example:
                     (leaf,) = inside
                     held.add(path)
                 leaves[path] = leaf
-        return cls(jit, bound, leaves, frozenset(held), frozenset(kwargs))
+        parameters = bound.signature.parameters
+        by_keyword = frozenset(
+            name for name in kwargs if name in parameters and parameters[name].kind in _KEYWORD
+        )
+        return cls(jit, bound, leaves, frozenset(held), by_keyword)
 
     def text(self, path: str, like: str) -> str | None:
         """The example's own text at `path`, written as the recorded text `like` is (an array's
@@ -191,9 +195,10 @@ class Example:
         """Gives each planned array leaf its recorded placement (in place): a device (``committed
         to cpu:1``, the device of that name here), or a `PartitionSpec` on a mesh (`_mesh`) that
         has its axes. A `jax.ShapeDtypeStruct` gets the sharding; an `eqx.filter_jit` leaf (a
-        NumPy view, which Equinox keeps dynamic) becomes an array of zeros put there, since
-        Equinox stages only arrays (memory of its size until the compile ends). Returns why a
-        placement cannot be rebuilt, naming the argument, else None."""
+        NumPy view, which Equinox keeps dynamic) is to become an array of zeros put there, since
+        Equinox stages only arrays (`call` puts it: memory of its size until the trace and
+        lowering end). Returns why a placement cannot be rebuilt, naming the argument, else
+        None."""
         import jax
         import numpy as np
 
@@ -216,7 +221,7 @@ class Example:
                     planned.shape, planned.dtype, weak_type=planned.weak_type, sharding=sharding
                 )
             else:
-                plan[path] = jax.device_put(planned, sharding)
+                plan[path] = _ToPlace(planned, sharding)
         return None
 
     def _sharding(self, where: str, leaf: str) -> Any:
@@ -275,25 +280,35 @@ class Example:
 
     def call(self, plan: dict[str, Any]) -> tuple[tuple, dict]:
         """(args, kwargs) of the example with the planned leaves in place, each argument passed
-        as the example passed it, by position or by keyword (JAX's key keeps them apart)."""
+        as the example passed it, by position or by keyword (JAX's key keeps them apart). A leaf
+        to place (`eqx.filter_jit`'s) is put on its devices here, after every check before the
+        trace."""
         import jax
+
+        def planned(kp, value, name):
+            found = plan.get(name + keystr(kp), value)
+            return found.put() if isinstance(found, _ToPlace) else found
 
         parameters = self.bound.signature.parameters
         args: list = []
         kwargs: dict = {}
         for name, value in self.bound.arguments.items():
-            value = jax.tree_util.tree_map_with_path(
-                lambda kp, v, name=name: plan.get(name + keystr(kp), v), value
-            )
             kind = parameters[name].kind
+            if kind is inspect.Parameter.VAR_KEYWORD:  # (the log names each entry by its key)
+                for key, entry in value.items():
+                    kwargs[key] = jax.tree_util.tree_map_with_path(
+                        lambda kp, v, key=key: planned(kp, v, key), entry
+                    )
+                continue
+            value = jax.tree_util.tree_map_with_path(
+                lambda kp, v, name=name: planned(kp, v, name), value
+            )
             if kind is inspect.Parameter.VAR_POSITIONAL:
                 args.extend(value)
-            elif kind is inspect.Parameter.VAR_KEYWORD:
-                kwargs.update(value)
-            elif name in self.keywords or kind is inspect.Parameter.KEYWORD_ONLY:
-                kwargs[name] = value
-            else:
+            elif kind is inspect.Parameter.POSITIONAL_ONLY or name not in self.keywords:
                 args.append(value)
+            else:
+                kwargs[name] = value
         return tuple(args), kwargs
 
     def committed(self) -> bool:
@@ -306,6 +321,32 @@ class Example:
             path in recorded and self.text(path, recorded[path]) == recorded[path]
             for path in self.leaves
         )
+
+
+_KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+def _named(bound: inspect.BoundArguments):
+    """(name, value) of each argument as the log names it: a parameter by its name, an entry of
+    ``**kwargs`` by its key."""
+    for name, value in bound.arguments.items():
+        if bound.signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+            yield from value.items()
+        else:
+            yield name, value
+
+
+@dataclasses.dataclass(frozen=True)
+class _ToPlace:
+    """A planned `eqx.filter_jit` leaf (a zero-stride NumPy view) and the sharding to put it on."""
+
+    view: Any
+    sharding: Any
+
+    def put(self):
+        import jax
+
+        return jax.device_put(self.view, self.sharding)
 
 
 _MESH = re.compile(r" \{mesh ([^{}]*)\}$")
