@@ -114,7 +114,7 @@ class Example:
     bound: inspect.BoundArguments
     leaves: dict[str, Any]
     held: frozenset = frozenset()  # paths of values held in a library's box: never rebuilt
-    keywords: frozenset = frozenset()  # the parameters the example passed by keyword
+    keywords: frozenset = frozenset()  # the names the example passed by keyword
 
     @classmethod
     def of(
@@ -128,7 +128,7 @@ class Example:
         leaves: dict[str, Any] = {}
         held = set()
         is_box = (lambda x: bool(unbox(x))) if unbox is not None else None
-        for name, value in _named(bound):
+        for name, value, _ in _named(bound):
             flat, _ = jax.tree_util.tree_flatten_with_path(value, is_leaf=is_box)
             for kp, leaf in flat:
                 path = name + keystr(kp)
@@ -137,11 +137,7 @@ class Example:
                     (leaf,) = inside
                     held.add(path)
                 leaves[path] = leaf
-        parameters = bound.signature.parameters
-        by_keyword = frozenset(
-            name for name in kwargs if name in parameters and parameters[name].kind in _KEYWORD
-        )
-        return cls(jit, bound, leaves, frozenset(held), by_keyword)
+        return cls(jit, bound, leaves, frozenset(held), frozenset(kwargs))
 
     def text(self, path: str, like: str) -> str | None:
         """The example's own text at `path`, written as the recorded text `like` is (an array's
@@ -289,25 +285,19 @@ class Example:
             found = plan.get(name + keystr(kp), value)
             return found.put() if isinstance(found, _ToPlace) else found
 
-        parameters = self.bound.signature.parameters
         args: list = []
         kwargs: dict = {}
-        for name, value in self.bound.arguments.items():
-            kind = parameters[name].kind
-            if kind is inspect.Parameter.VAR_KEYWORD:  # (the log names each entry by its key)
-                for key, entry in value.items():
-                    kwargs[key] = jax.tree_util.tree_map_with_path(
-                        lambda kp, v, key=key: planned(kp, v, key), entry
-                    )
-                continue
+        for name, value, kind in _named(self.bound):
             value = jax.tree_util.tree_map_with_path(
                 lambda kp, v, name=name: planned(kp, v, name), value
             )
             if kind is inspect.Parameter.VAR_POSITIONAL:
                 args.extend(value)
-            elif kind is inspect.Parameter.POSITIONAL_ONLY or name not in self.keywords:
+            elif kind is inspect.Parameter.POSITIONAL_ONLY or (
+                kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and name not in self.keywords
+            ):
                 args.append(value)
-            else:
+            else:  # by keyword, keyword-only, or an entry of ``**kwargs``
                 kwargs[name] = value
         return tuple(args), kwargs
 
@@ -323,17 +313,16 @@ class Example:
         )
 
 
-_KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-
-
 def _named(bound: inspect.BoundArguments):
-    """(name, value) of each argument as the log names it: a parameter by its name, an entry of
-    ``**kwargs`` by its key."""
+    """(name, value, kind) of each argument as the log names it: a parameter by its name, an
+    entry of ``**kwargs`` by its key (kind `VAR_KEYWORD`)."""
     for name, value in bound.arguments.items():
-        if bound.signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
-            yield from value.items()
+        kind = bound.signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            for key, entry in value.items():
+                yield key, entry, kind
         else:
-            yield name, value
+            yield name, value, kind
 
 
 @dataclasses.dataclass(frozen=True)
